@@ -1,0 +1,3 @@
+from servedeck.cli import main
+
+main()

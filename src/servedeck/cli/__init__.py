@@ -1,0 +1,42 @@
+"""Thin commands: parse, call one function, render. Each area's commands live in their own module."""
+
+from __future__ import annotations
+
+import sys
+
+from servedeck.cli.app import app, err_console
+from servedeck.errors import ServedeckError
+
+# Importing a module registers its commands on `app`.
+from servedeck.cli import deck as _deck  # noqa: F401,E402
+
+
+def _load_optional() -> None:
+    import importlib
+
+    for mod in ("campaign", "doctor", "watch"):
+        try:
+            importlib.import_module(f"servedeck.cli.{mod}")
+        except ModuleNotFoundError as e:
+            if e.name != f"servedeck.cli.{mod}":
+                raise
+
+
+_load_optional()
+
+
+def main() -> None:
+    try:
+        app()
+    except ServedeckError as e:
+        err_console.print(f"[bold red]error:[/] {e.message}", highlight=False, markup=True, soft_wrap=True)
+        if e.hint:
+            err_console.print(f"[yellow]hint:[/] {e.hint}", highlight=False, soft_wrap=True)
+        log_tail = getattr(e, "log_tail", "")
+        if log_tail:
+            err_console.print("[dim]--- last lines of the engine log ---[/]")
+            err_console.print(log_tail, markup=False, highlight=False, soft_wrap=True)
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        sys.exit(130)

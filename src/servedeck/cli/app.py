@@ -1,0 +1,44 @@
+"""The typer app and what every command shares: config loading, JSON output, error printing."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+
+from servedeck import paths
+from servedeck.config import Config, load
+
+app = typer.Typer(
+    name="servedeck",
+    help="Run LLM inference servers on your own GPUs, and measure them honestly.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err_console = Console(stderr=True)
+
+
+class Ctx:
+    config_path: Optional[str] = None
+
+
+@app.callback()
+def _root(
+    config: Optional[str] = typer.Option(
+        None, "--config", "-c", envvar="SERVEDECK_CONFIG", help="models.toml to use (default: ./models.toml, then $SERVEDECK_HOME/models.toml)"
+    ),
+) -> None:
+    Ctx.config_path = config
+
+
+def load_config() -> Config:
+    return load(paths.config_file(Ctx.config_path))
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")

@@ -1,0 +1,237 @@
+"""Deck commands: init, render, start, switch, stop, status, logs, restore, history, unit."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from servedeck import paths
+from servedeck.cli.app import Ctx, app, console, err_console, load_config, print_json
+from servedeck.deck import Deck
+from servedeck.deck import launch as L
+from servedeck.deck import state as S
+from servedeck.errors import ServedeckError, UnknownModelError
+
+WAIT = typer.Option(0.0, "--wait", help="seconds to wait for another start/switch/stop to finish")
+
+
+@app.command()
+def init(force: bool = typer.Option(False, "--force", help="replace an existing file")) -> None:
+    """Write a starter models.toml with the embedded default model (SmolLM2 on llama.cpp, and on vLLM)."""
+    from servedeck.init import write_starter
+
+    target = paths.config_file(Ctx.config_path) if Ctx.config_path else Path("models.toml")
+    write_starter(target, force=force)
+    console.print(f"wrote {target}")
+
+
+@app.command()
+def render(model: str, as_json: bool = typer.Option(False, "--json")) -> None:
+    """Print the exact argv and environment that `start MODEL` would run."""
+    cfg = load_config()
+    spec = Deck(cfg).render(model)
+    if as_json:
+        print_json(spec.to_json())
+        return
+    for k, v in spec.redacted_env().items():
+        console.print(f"{k}={shlex.quote(v)}", highlight=False, markup=False)
+    console.print(" \\\n  ".join(L.shell_lines(spec.redacted_argv())), highlight=False, markup=False)
+
+
+@app.command()
+def start(model: str, wait: float = WAIT) -> None:
+    """Start MODEL supervised; returns once a real request has been answered."""
+    cfg = load_config()
+    name = cfg.resolve(model)
+    with console.status(f"starting {name} …"):
+        rec = Deck(cfg).start(name, wait_s=wait)
+    _say_started(name, rec)
+
+
+@app.command()
+def switch(model: str, wait: float = WAIT) -> None:
+    """Evict whatever holds MODEL's slot, wait until it is gone, then start MODEL."""
+    cfg = load_config()
+    name = cfg.resolve(model)
+    with console.status(f"switching to {name} …"):
+        rec = Deck(cfg).switch(name, wait_s=wait)
+    if rec.get("evicted"):
+        console.print(f"evicted {', '.join(rec['evicted'])}")
+    _say_started(name, rec)
+
+
+def _say_started(name: str, rec: dict) -> None:
+    if rec.get("already_running"):
+        console.print(f"{name} is already running (pid {rec['pid']}, port {rec['port']})")
+        return
+    r = rec.get("readiness", {})
+    console.print(
+        f"[green]{name} ready[/] on {rec['base_url']} (pid {rec['pid']}, {rec['engine']}): healthy after "
+        f"{r.get('healthy_after_s')} s, answered after {r.get('answered_after_s')} s"
+    )
+    console.print(f"launch folder: {rec['launch_dir']}", highlight=False)
+
+
+@app.command()
+def stop(
+    models: Optional[list[str]] = typer.Argument(None),
+    all_: bool = typer.Option(False, "--all", help="stop every running model"),
+    grace: Optional[float] = typer.Option(None, "--grace", help="seconds between SIGTERM and SIGKILL (default: the model's stop_timeout_s, 120)"),
+    wait: float = WAIT,
+) -> None:
+    """Stop models: SIGTERM to the engine's process group, a bounded grace, then SIGKILL."""
+    if not models and not all_:
+        raise ServedeckError("name the models to stop, or pass --all")
+    try:
+        cfg = load_config()
+    except ServedeckError:
+        cfg = None  # stopping must work even when models.toml is broken
+    names = None if all_ else models
+    for r in Deck(cfg).stop(names, wait_s=wait, grace_s=grace):
+        if r["outcome"] == "not-running":
+            console.print(f"{r['model']}: not running")
+        else:
+            how = "SIGKILL after grace" if r.get("killed") else "SIGTERM"
+            console.print(f"{r['model']}: stopped ({how}, {r.get('took_s')} s)")
+
+
+def _fmt_uptime(s: float | None) -> str:
+    if s is None:
+        return "-"
+    m, sec = divmod(int(s), 60)
+    h, m = divmod(m, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{sec:02d}s"
+
+
+@app.command()
+def status(as_json: bool = typer.Option(False, "--json")) -> None:
+    """What runs: model, engine, port, pid, state, uptime, boot facts."""
+    cfg = _config_or_none()
+    rows = [s.to_json() for s in Deck(cfg).status()]
+    if as_json:
+        print_json(rows)
+        return
+    if not rows:
+        console.print("nothing is running and nothing is wanted")
+        return
+    t = Table("model", "state", "engine", "port", "pid", "uptime", "boot", "detail", box=None)
+    for r in rows:
+        boot = r.get("boot") or {}
+        facts = ", ".join(f"{k}={boot[k]}" for k in ("kv_tokens", "slots", "ctx_per_slot", "init_engine_s",
+                                                      "max_concurrency") if k in boot)
+        colour = {"ready": "green", "crashed": "red", "failed": "red", "absent": "yellow",
+                  "unhealthy": "red", "stalled": "red"}.get(r["state"], "")
+        state = f"[{colour}]{r['state']}[/]" if colour else r["state"]
+        detail = r["detail"] or ""
+        if r.get("cause") and r["cause"].get("summary"):
+            detail += f" [{r['cause']['summary']}]"
+        t.add_row(r["model"], state, r.get("engine") or "-", str(r.get("port") or "-"), str(r.get("pid") or "-"),
+                  _fmt_uptime(r.get("uptime_s")), facts, detail)
+    console.print(t)
+
+
+def _config_or_none():
+    try:
+        return load_config()
+    except ServedeckError as e:
+        err_console.print(f"[yellow]warning:[/] {e.message.splitlines()[0]} (showing state without it)")
+        return None
+
+
+@app.command()
+def logs(
+    model: str,
+    follow: bool = typer.Option(False, "-f", "--follow"),
+    launch: Optional[str] = typer.Option(None, "--launch", help="a past launch: its folder name, or -1, -2, … counting back"),
+    lines: int = typer.Option(200, "-n", "--lines"),
+) -> None:
+    """The engine's output for the current (or a past) launch."""
+    cfg = _config_or_none()
+    name = cfg.resolve(model) if cfg else model
+    past = L.past_launches(name)
+    if not past:
+        raise UnknownModelError(f"no launches of {name!r} under {paths.launches_dir()}",
+                                hint="start it first: servedeck start " + name)
+    d = past[-1]
+    if launch:
+        if launch.lstrip("-").isdigit():
+            idx = int(launch)
+            d = past[idx] if idx < 0 else past[idx - 1]
+        else:
+            match = [p for p in past if p.name == launch]
+            if not match:
+                raise ServedeckError(f"no launch {launch!r} of {name}", hint="launches: " + ", ".join(p.name for p in past[-10:]))
+            d = match[0]
+    log = d / "engine.log"
+    sys.stdout.write(L.log_tail(d, lines) + "\n")
+    if follow:
+        with open(log, "rb") as fh:
+            fh.seek(0, 2)
+            try:
+                while True:
+                    chunk = fh.read()
+                    if chunk:
+                        sys.stdout.write(chunk.decode("utf-8", "replace"))
+                        sys.stdout.flush()
+                    else:
+                        time.sleep(0.25)
+            except KeyboardInterrupt:
+                pass
+
+
+@app.command()
+def restore(wait: float = WAIT) -> None:
+    """After a reboot: start what desired state says should run; adopt engines that still run."""
+    cfg = _config_or_none()
+    results = Deck(cfg).restore(wait_s=wait)
+    if not results:
+        console.print("desired state is empty: nothing to restore")
+    for r in results:
+        console.print(f"{r['model']}: {r['outcome']}" + (f" ({r['error']})" if r.get("error") else ""))
+
+
+@app.command()
+def history(model: Optional[str] = typer.Argument(None), as_json: bool = typer.Option(False, "--json"),
+            limit: int = typer.Option(50, "-n")) -> None:
+    """The journal: every start/stop/switch/crash, with outcome."""
+    cfg = _config_or_none()
+    name = cfg.resolve(model) if (cfg and model) else model
+    rows = S.read_journal(name)[-limit:]
+    if as_json:
+        print_json(rows)
+        return
+    t = Table("when", "event", "model", "outcome", "detail", box=None)
+    for r in rows:
+        detail = r.get("detail") or ""
+        if r.get("cause") and r["cause"].get("summary"):
+            detail = f"{detail} [{r['cause']['summary']}]".strip()
+        if r.get("evicted"):
+            detail = f"evicted {', '.join(r['evicted'])} {detail}".strip()
+        t.add_row(r["ts"], r["event"], r.get("model") or "-", r["outcome"], detail[:120])
+    console.print(t)
+
+
+@app.command()
+def unit(
+    model: Optional[str] = typer.Argument(None),
+    watch: bool = typer.Option(False, "--watch", help="render the watch loop's unit instead"),
+    interval: str = typer.Option("5s", "--interval"),
+) -> None:
+    """Render a systemd unit (Restart=always, TimeoutStopSec=120) for MODEL, or for the watch loop."""
+    from servedeck.supervisor.systemd import render_unit, render_watch_unit
+
+    cfg = load_config()
+    if watch:
+        from servedeck.timeparse import seconds
+
+        sys.stdout.write(render_watch_unit(str(cfg.path.resolve()), seconds(interval, "--interval")))
+        return
+    if not model:
+        raise ServedeckError("name a model, or pass --watch")
+    sys.stdout.write(render_unit(Deck(cfg).render(model), str(cfg.path.resolve())))

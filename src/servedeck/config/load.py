@@ -1,0 +1,148 @@
+"""Read models.toml, validate it whole, and answer "which model is this name?".
+
+The file is the user's: servedeck reads it and never rewrites it. Every problem is reported
+with the file, the key path and what was expected; nothing is corrected silently.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from servedeck.config.schema import Build, Deck, Model
+from servedeck.errors import ConfigError, UnknownModelError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+@dataclass(frozen=True)
+class Config:
+    path: Path
+    deck: Deck
+
+    @property
+    def models(self) -> dict[str, Model]:
+        return self.deck.models
+
+    def resolve(self, name: str) -> str:
+        """A model name or any alias → the model's name."""
+        if name in self.deck.models:
+            return name
+        for mname, m in self.deck.models.items():
+            if name in m.aliases or name == m.served_name:
+                return mname
+        known = ", ".join(sorted(self.deck.models)) or "(none)"
+        raise UnknownModelError(
+            f"{self.path}: no model or alias named {name!r}",
+            hint=f"models defined: {known}. Add [models.{name}] or use one of those.",
+        )
+
+    def model(self, name: str) -> Model:
+        return self.deck.models[self.resolve(name)]
+
+    def build_of(self, name: str) -> Build:
+        return self.deck.builds[self.model(name).build]
+
+    def expand(self, value: str) -> str:
+        """~, $VARS, and paths relative to the config file's folder."""
+        v = os.path.expanduser(os.path.expandvars(value))
+        if v.startswith(("./", "../")):
+            v = str((self.path.parent / v).resolve())
+        return v
+
+
+def _describe(loc: tuple) -> str:
+    return ".".join(str(p) for p in loc if not str(p).startswith("function-after"))
+
+
+def _explain(err: dict) -> str:
+    kind = err.get("type", "")
+    if kind == "extra_forbidden":
+        return "unknown key (check its spelling against docs/config.md)"
+    if kind == "missing":
+        return "required key is missing"
+    msg = err.get("msg", "invalid value")
+    msg = msg.removeprefix("Value error, ")
+    if "input" in err and kind not in ("value_error",) and not isinstance(err["input"], dict):
+        msg = f"{msg} (got {err['input']!r})"
+    return msg
+
+
+def parse(text: str, path: Path) -> Config:
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML: {e}", hint="fix the syntax at the line named above") from None
+    try:
+        deck = Deck.model_validate(raw)
+    except ValidationError as e:
+        lines = [f"{path}: {_describe(err['loc'])}: {_explain(err)}" for err in e.errors()]
+        raise ConfigError("\n".join(lines), hint="see docs/config.md for every key and its type") from None
+    problems = cross_check(deck)
+    if problems:
+        raise ConfigError("\n".join(f"{path}: {p}" for p in problems), hint="each line names the key to fix")
+    return Config(path=path, deck=deck)
+
+
+def load(path: Path) -> Config:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(
+            f"{path}: no such file", hint="run `servedeck init` to write a starter models.toml, or pass --config"
+        ) from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
+    return parse(text, path)
+
+
+def cross_check(deck: Deck) -> list[str]:
+    """Rules that span entries: builds exist, ports and names unique, args do not fight rendered flags."""
+    from servedeck.engines import get_engine
+
+    problems: list[str] = []
+    ports: dict[int, str] = {}
+    names: dict[str, str] = {m: f"models.{m}" for m in deck.models}
+    for mname, m in deck.models.items():
+        key = f"models.{mname}"
+        if m.build not in deck.builds:
+            known = ", ".join(sorted(deck.builds)) or "(none)"
+            problems.append(f"{key}.build: build {m.build!r} does not exist (builds defined: {known})")
+        if m.port in ports:
+            problems.append(f"{key}.port: port {m.port} is already used by models.{ports[m.port]}")
+        else:
+            ports[m.port] = mname
+        for alias in m.aliases:
+            if alias in deck.models and alias != mname:
+                problems.append(f"{key}.aliases: alias {alias!r} is the name of another model (models.{alias})")
+            elif alias in names and names[alias] != key:
+                problems.append(f"{key}.aliases: alias {alias!r} is already claimed by {names[alias]}")
+            else:
+                names[alias] = key
+        if m.build in deck.builds:
+            engine = get_engine(deck.builds[m.build].engine)
+            for arg in m.args:
+                owner = engine.rendered_flag_owner(arg)
+                if owner:
+                    problems.append(
+                        f"{key}.args.{arg}: servedeck renders this flag from {key}.{owner}; set that key instead"
+                    )
+            if m.gpu_memory_utilization is not None and not engine.supports_gpu_memory_utilization:
+                problems.append(
+                    f"{key}.gpu_memory_utilization: engine {engine.name!r} has no such setting; remove the key"
+                )
+            if m.tp * m.dp * m.pp > 1 and not engine.supports_parallel:
+                problems.append(f"{key}: tp/dp/pp > 1 is not supported by engine {engine.name!r}")
+            if m.gpus and m.tp * m.dp * m.pp > len(m.gpus):
+                problems.append(
+                    f"{key}.gpus: tp*dp*pp = {m.tp * m.dp * m.pp} GPUs needed but only {len(m.gpus)} listed ({m.gpus})"
+                )
+    return problems

@@ -1,0 +1,130 @@
+"""The shape of models.toml. Pydantic checks each value; `load.py` adds the checks that span entries."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+EngineName = Literal["vllm", "sglang", "llamacpp"]
+ArgValue = Union[bool, int, float, str, list, dict]
+
+
+class _Strict(BaseModel):
+    # Unknown keys are errors: a typo must never be ignored silently.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Host(_Strict):
+    """[host]: facts and policies about this machine."""
+
+    results_dir: Optional[str] = None
+    power_min_w: Optional[float] = Field(default=None, gt=0)
+    power_max_w: Optional[float] = Field(default=None, gt=0)
+    on_notice: list[str] = Field(default_factory=list)  # argv run for each notice; never through a shell
+    relaunch_tries: int = Field(default=3, ge=0)
+    relaunch_spacing_s: float = Field(default=60.0, ge=0)
+    liveness_interval_s: float = Field(default=30.0, gt=0)
+    stall_after_s: float = Field(default=120.0, gt=0)
+
+    @model_validator(mode="after")
+    def _power_order(self) -> "Host":
+        if self.power_min_w and self.power_max_w and self.power_min_w > self.power_max_w:
+            raise ValueError(f"power_min_w ({self.power_min_w}) is above power_max_w ({self.power_max_w})")
+        return self
+
+
+class Build(_Strict):
+    """[builds.NAME]: one engine install. Exactly one of python / binary / image."""
+
+    engine: EngineName
+    python: Optional[str] = None  # a venv's interpreter; the engine runs as `python -m ...`
+    binary: Optional[str] = None  # an executable such as llama-server
+    image: Optional[str] = None  # a container image, run with `docker run`
+    env: dict[str, str] = Field(default_factory=dict)
+    requires: list[str] = Field(default_factory=list)  # paths the install needs (e.g. symlinks FlashInfer assumes)
+    shm_size: str = "64g"  # docker --shm-size
+    docker: str = "docker"  # the container CLI for image builds
+    notes: str = ""
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> "Build":
+        given = [k for k in ("python", "binary", "image") if getattr(self, k)]
+        if len(given) != 1:
+            raise ValueError(
+                "a build needs exactly one of python (a venv interpreter), binary (an executable) "
+                f"or image (a container image); got {', '.join(given) if given else 'none'}"
+            )
+        return self
+
+    @property
+    def kind(self) -> str:
+        return "python" if self.python else "binary" if self.binary else "image"
+
+
+class Model(_Strict):
+    """[models.NAME]: one model as the deck serves it."""
+
+    source: str  # HF repo id, local directory or .gguf file
+    build: str
+    port: int
+    slot: str = "main"
+    aliases: list[str] = Field(default_factory=list)
+    context: Optional[int] = None
+    gpus: list[int] = Field(default_factory=list)
+    gpu_memory_utilization: Optional[float] = None
+    tp: int = Field(default=1, ge=1)  # tensor parallel size
+    dp: int = Field(default=1, ge=1)  # data parallel size
+    pp: int = Field(default=1, ge=1)  # pipeline parallel size
+    args: dict[str, ArgValue] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict)
+    served_name: Optional[str] = None  # the name clients send; defaults to the model's name
+    host: str = "127.0.0.1"
+    host_ram_gib: Optional[float] = Field(default=None, gt=0)
+    stop_timeout_s: float = Field(default=120.0, gt=0)  # SIGTERM grace before SIGKILL, as the seed's unit
+    ready_timeout_s: float = Field(default=900.0, gt=0)
+    notes: str = ""
+
+    @field_validator("port")
+    @classmethod
+    def _port(cls, v: int) -> int:
+        if not 1 <= v <= 65535:
+            raise ValueError(f"port {v} is out of range (expected 1-65535)")
+        return v
+
+    @field_validator("context")
+    @classmethod
+    def _context(cls, v: Optional[int]) -> Optional[int]:
+        if v is not None and v <= 0:
+            raise ValueError(f"context must be a positive integer number of tokens, got {v}")
+        return v
+
+    @field_validator("gpu_memory_utilization")
+    @classmethod
+    def _util(cls, v: Optional[float]) -> Optional[float]:
+        if v is not None and not 0 < v <= 1:
+            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {v}")
+        return v
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus(cls, v: list[int]) -> list[int]:
+        if any(g < 0 for g in v) or len(set(v)) != len(v):
+            raise ValueError(f"gpus must be distinct GPU indices >= 0, got {v}")
+        return v
+
+    @property
+    def layout(self) -> str:
+        """tp1 / dp4 / tp2dp2: how the model is spread, as run folders name it."""
+        parts = [f"{k}{n}" for k, n in (("tp", self.tp), ("dp", self.dp), ("pp", self.pp)) if n > 1]
+        return "".join(parts) or "tp1"
+
+
+class Deck(_Strict):
+    host: Host = Field(default_factory=Host)
+    builds: dict[str, Build] = Field(default_factory=dict)
+    models: dict[str, Model] = Field(default_factory=dict)
+
+
+def to_plain(obj: BaseModel) -> dict[str, Any]:
+    return obj.model_dump(mode="json")

@@ -1,0 +1,94 @@
+"""A launch folder: the exact command, the engine's output, its boot facts, and how it ended.
+
+    launches/<model>/<YYYYmmdd-HHMMSS>/
+        cmd.sh       the launch, shell-quoted, secrets redacted (readable, re-runnable once secrets are set)
+        engine.log   everything the engine printed
+        launch.json  servedeck's record: spec, state, readiness, end and classified cause
+        boot.json    facts parsed from the boot log (KV tokens, load times, slots, ...)
+        engine.json  the engine's own pid (written by the shim)
+        exit.json    how the engine ended: return code or signal (written by the shim)
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from datetime import datetime
+from pathlib import Path
+
+from servedeck import __version__, paths
+from servedeck.deck.state import now_iso
+from servedeck.engines.base import LaunchSpec
+from servedeck.fsio import atomic_write_json, atomic_write_text, tail_text
+
+
+def new_launch_dir(model: str) -> Path:
+    base = paths.launches_dir() / model
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    d = base / stamp
+    n = 1
+    while d.exists():
+        n += 1
+        d = base / f"{stamp}-{n}"
+    d.mkdir(parents=True)
+    return d
+
+
+def cmd_sh(spec: LaunchSpec, build_name: str, config_path: str) -> str:
+    lines = [
+        "#!/bin/sh",
+        f"# servedeck {__version__}: launch of {spec.model} ({spec.engine}, build {build_name}) at {now_iso()}",
+        f"# from {config_path}; secret values are redacted: set them in your environment before re-running",
+    ]
+    for key, value in spec.redacted_env().items():
+        if value == "<redacted>":
+            lines.append(f": \"${{{key}:?set {key} first}}\"")
+        else:
+            lines.append(f"export {key}={shlex.quote(value)}")
+    argv = spec.redacted_argv()
+    lines.append("exec " + " \\\n  ".join(shell_lines(argv)))
+    return "\n".join(lines) + "\n"
+
+
+def shell_lines(argv: list[str]) -> list[str]:
+    """One flag and its value per line, as a person would write it."""
+    out: list[str] = []
+    for a in argv:
+        q = shlex.quote(a)
+        if out and not a.startswith("-") and out[-1].startswith("-") and " " not in out[-1]:
+            out[-1] += " " + q
+        else:
+            out.append(q)
+    return out
+
+
+def write_start(d: Path, spec: LaunchSpec, build_name: str, config_path: str, reason: str) -> dict:
+    atomic_write_text(d / "cmd.sh", cmd_sh(spec, build_name, config_path), mode=0o755)
+    rec = {"schema": 1, "model": spec.model, "engine": spec.engine, "build": build_name, "slot": spec.slot,
+           "port": spec.port, "spec": spec.to_json(), "config_path": config_path, "reason": reason,
+           "state": "starting", "started_at": now_iso(), "launch_dir": str(d)}
+    atomic_write_json(d / "launch.json", rec)
+    return rec
+
+
+def read_launch(d: Path) -> dict:
+    try:
+        return json.loads((Path(d) / "launch.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+
+
+def update_launch(d: Path, **changes) -> dict:
+    rec = read_launch(d)
+    rec.update(changes)
+    atomic_write_json(Path(d) / "launch.json", rec)
+    return rec
+
+
+def log_tail(d: Path, lines: int = 30) -> str:
+    return tail_text(Path(d) / "engine.log", lines)
+
+
+def past_launches(model: str) -> list[Path]:
+    base = paths.launches_dir() / model
+    return sorted((p for p in base.iterdir() if p.is_dir()), key=lambda p: p.name) if base.exists() else []

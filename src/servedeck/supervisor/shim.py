@@ -1,0 +1,72 @@
+"""The process servedeck actually spawns: it starts the engine, waits for it, and writes how it ended.
+
+    python -m servedeck.supervisor.shim LAUNCH_DIR -- ARGV...
+
+It leads the engine's process group (the spawner passes start_new_session), so a stop is one
+signal to one group. It outlives the engine on purpose: when the engine dies, by a signal or an
+exit code, the shim writes `exit.json` in the launch folder, which is how servedeck later says what
+an engine died of even though servedeck itself was not running. Kept tiny: it runs for every launch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+
+def main(argv: list[str]) -> int:
+    launch_dir, sep, *cmd = argv
+    if sep != "--" or not cmd:
+        print("usage: python -m servedeck.supervisor.shim LAUNCH_DIR -- ARGV...", file=sys.stderr)
+        return 2
+    stop_signal: list[int] = []
+
+    def note(signum, _frame):  # the group got the signal too; just remember it and keep waiting
+        stop_signal.append(signum)
+
+    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(s, note)
+    started = time.time()
+    try:
+        child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
+    except OSError as e:
+        record = {"returncode": 127, "signal": None, "error": f"cannot execute {cmd[0]}: {e.strerror}",
+                  "started_at": started, "ended_at": time.time()}
+        print(f"servedeck: cannot execute {cmd[0]}: {e.strerror}", file=sys.stderr, flush=True)
+        _write(launch_dir, record)
+        return 127
+    _write(launch_dir, {"engine_pid": child.pid, "started_at": started}, name="engine.json")
+    while True:
+        try:
+            rc = child.wait()
+            break
+        except InterruptedError:  # pragma: no cover - PEP 475 retries, kept for clarity
+            continue
+    record = {
+        "returncode": rc if rc >= 0 else None,
+        "signal": signal.Signals(-rc).name if rc < 0 else None,
+        "stop_signal": signal.Signals(stop_signal[0]).name if stop_signal else None,
+        "engine_pid": child.pid,
+        "started_at": started,
+        "ended_at": time.time(),
+    }
+    _write(launch_dir, record)
+    return rc if rc >= 0 else 128 - rc
+
+
+def _write(launch_dir: str, record: dict, name: str = "exit.json") -> None:
+    path = os.path.join(launch_dir, name)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(record, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
