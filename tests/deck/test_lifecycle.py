@@ -1,0 +1,144 @@
+"""The deck on a real llama-server: start, refuse, switch, stop, crash, restore. No orphans."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from servedeck.config import parse
+from servedeck.deck import Deck
+from servedeck.deck import state as S
+from servedeck.errors import BusyError, LaunchError, RefusedError
+from servedeck.supervisor.process import alive, group_members
+
+pytestmark = [pytest.mark.engine, pytest.mark.llamacpp]
+
+
+def test_start_answers_and_records_launch(deck_config):
+    deck = Deck(deck_config)
+    rec = deck.start("smol")  # an alias works like the name
+    assert rec["model"] == "smollm2" and rec["state"] == "ready"
+    d = Path(rec["launch_dir"])
+    assert (d / "cmd.sh").read_text().startswith("#!/bin/sh")
+    boot = json.loads((d / "boot.json").read_text())
+    assert boot["slots"] == 4 and boot["ctx_per_slot"] == 4096  # context is per request; -c = 4 x 4096
+    assert rec["readiness"]["answered_after_s"] >= rec["readiness"]["healthy_after_s"]
+    r = httpx.post(rec["base_url"] + "/v1/completions",
+                   json={"model": "smollm2", "prompt": "1, 2, 3,", "max_tokens": 3}, timeout=30)
+    assert r.status_code == 200
+    [st] = [s.to_json() for s in deck.status()]
+    assert st["state"] == "ready" and st["pid"] == rec["pid"] and st["desired"] is True
+    assert "smollm2" in S.read_desired()["models"]
+    again = deck.start("smollm2")
+    assert again.get("already_running") and again["pid"] == rec["pid"]
+
+
+def test_refuse_start_into_held_slot_then_switch_and_stop(deck_config):
+    deck = Deck(deck_config)
+    first = deck.start("smollm2")
+    with pytest.raises(RefusedError) as e:
+        deck.start("gemma")
+    assert "smollm2" in e.value.message and "switch gemma" in e.value.hint
+    second = deck.switch("gemma")
+    assert second["evicted"] == ["smollm2"]
+    assert not group_members(first["pgid"])  # the holder's whole group is gone
+    assert set(S.read_desired()["models"]) == {"gemma"}
+    third = deck.switch("smollm2")
+    assert third["evicted"] == ["gemma"] and not group_members(second["pgid"])
+    out = deck.stop(None)
+    assert out[0]["model"] == "smollm2" and out[0]["outcome"] == "stopped" and not out[0]["killed"]
+    assert not group_members(third["pgid"])
+    assert deck.status() == []
+    events = [(r["event"], r["model"], r["outcome"]) for r in S.read_journal()]
+    assert ("start", "gemma", "refused") in events and ("switch", "gemma", "ok") in events
+
+
+def test_engine_that_dies_at_boot_is_reported_at_once(deck_config, tmp_path):
+    text = deck_config.path.read_text().replace("args = { parallel = 4 }", "args = { parallel = 4, no-such-flag = true }")
+    cfg = parse(text, deck_config.path)
+    t0 = time.monotonic()
+    with pytest.raises(LaunchError) as e:
+        Deck(cfg).start("smollm2")
+    took = time.monotonic() - t0
+    assert took < 10, f"a dead engine must be reported at once, took {took:.1f}s"
+    assert "no-such-flag" in e.value.log_tail
+    assert "exited with code" in e.value.message
+    last = S.read_journal("smollm2")[-1]
+    assert last["outcome"] == "failed" and last["exit"]["returncode"] != 0
+    assert S.all_live() == {}
+    assert "smollm2" not in S.read_desired()["models"]
+
+
+def test_kill_9_then_status_tells_the_truth(deck_config):
+    deck = Deck(deck_config)
+    rec = deck.start("smollm2")
+    engine_pid = rec["engine_pid"]
+    os.kill(engine_pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while alive(rec["pid"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    [st] = [s.to_json() for s in deck.status()]
+    assert st["state"] == "crashed"
+    assert "SIGKILL" in st["detail"]
+    [again] = [s.to_json() for s in deck.status()]
+    assert again["state"] == "absent" and again["desired"] is True  # wanted, not running, and says why
+    assert "crashed" in again["detail"]
+    crash = [r for r in S.read_journal("smollm2") if r["event"] == "crash"]
+    assert crash and crash[0]["exit"]["signal"] == "SIGKILL"
+
+
+def test_restore_starts_desired_and_adopts_running(deck_config):
+    deck = Deck(deck_config)
+    rec = deck.start("smollm2")
+    # a "reboot": the engine is gone without a stop, desired state still says it should run
+    os.killpg(rec["pgid"], signal.SIGKILL)
+    while group_members(rec["pgid"]):
+        time.sleep(0.05)
+    [r] = deck.restore()
+    assert r["outcome"] == "started" and r["pid"] != rec["pid"]
+    [r2] = deck.restore()
+    assert r2["outcome"] == "adopted" and r2["pid"] == r["pid"]
+    assert len([s for s in deck.status() if s.state == "ready"]) == 1
+
+
+def test_second_caller_gets_a_clear_busy_message(deck_config):
+    with S.deck_lock("switch gemma"):
+        with pytest.raises(BusyError) as e:
+            Deck(deck_config).start("smollm2")
+    assert f"pid {os.getpid()} running `switch gemma`" in e.value.message
+
+
+def test_two_switches_at_once_never_two_engines_in_a_slot(deck_config):
+    """Two CLI processes race; one wins, the other is refused clearly (or waits, with --wait)."""
+    cmd = [sys.executable, "-m", "servedeck", "--config", str(deck_config.path), "switch"]
+    a = subprocess.Popen(cmd + ["smollm2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    b = subprocess.Popen(cmd + ["gemma"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    outs = [p.communicate(timeout=120) for p in (a, b)]
+    codes = [a.returncode, b.returncode]
+    assert sorted(codes) in ([0, 4], [0, 0]), (codes, outs)
+    if 4 in codes:
+        assert "the deck is busy" in outs[codes.index(4)][1]
+    running = [s for s in Deck(deck_config).status() if s.state == "ready"]
+    assert len(running) == 1
+
+
+def test_stop_cli_leaves_no_process(deck_config):
+    env = dict(os.environ)
+    base = [sys.executable, "-m", "servedeck", "--config", str(deck_config.path)]
+    r = subprocess.run(base + ["start", "smollm2"], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    pgid = S.read_live("smollm2")["pgid"]
+    r = subprocess.run(base + ["status", "--json"], capture_output=True, text=True, timeout=60)
+    assert json.loads(r.stdout)[0]["state"] == "ready"
+    r = subprocess.run(base + ["stop", "--all"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "stopped" in r.stdout
+    assert not group_members(pgid)

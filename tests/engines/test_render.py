@@ -1,0 +1,141 @@
+"""Golden render tests: the exact argv and env each engine gets from models.toml."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from servedeck.config import parse
+from servedeck.deck import Deck
+from servedeck.deck.launch import cmd_sh
+
+CONFIG = """
+[builds.llama]
+engine = "llamacpp"
+binary = "/opt/llama/bin/llama-server"
+
+[builds.stock]
+engine = "vllm"
+python = "/venvs/vllm-029/bin/python"
+env = { VLLM_USE_DEEP_GEMM = "0" }
+
+[builds.vllm-image]
+engine = "vllm"
+image = "vllm/vllm-openai:v0.31.0"
+shm_size = "64g"
+
+[builds.sgl]
+engine = "sglang"
+python = "/venvs/sglang/bin/python"
+
+[models.smollm2]
+source = "/models/smollm2.gguf"
+build = "llama"
+port = 8081
+context = 4096
+args = { parallel = 4, flash-attn = "on", -ngl = 99 }
+gpus = [1]
+
+[models.qwen27b]
+source = "RadixArk/Qwen3.8-27B-NVFP4"
+build = "stock"
+port = 8004
+context = 262144
+gpus = [0, 1, 2, 3]
+dp = 4
+gpu_memory_utilization = 0.95
+args = { enable-prefix-caching = true, enforce-eager = false, max-num-seqs = 16, speculative-config = { method = "mtp", num_speculative_tokens = 4 }, hf-overrides = { text_config = { rope_parameters = { rope_type = "yarn", factor = 4.0 } } } }
+env = { PYTORCH_CUDA_ALLOC_CONF = "expandable_segments:True", HF_TOKEN = "hf_secret_value" }
+
+[models.qwen38]
+source = "/mnt/data/models/Qwen__Qwen3.8-27B-FP8"
+build = "vllm-image"
+served_name = "qwen38_27b"
+port = 8000
+context = 262144
+gpus = [0, 1, 2, 3]
+dp = 4
+gpu_memory_utilization = 0.9
+args = { kv-cache-dtype = "fp8", enable-prefix-caching = true, reasoning-parser = "qwen3" }
+env = { HF_TOKEN = "hf_secret_value" }
+
+[models.glm]
+source = "zai-org/GLM-4.6-FP8"
+build = "sgl"
+port = 30000
+context = 131072
+tp = 2
+gpus = [2, 3]
+gpu_memory_utilization = 0.85
+"""
+
+
+def cfg():
+    return parse(CONFIG, Path("/home/u/models.toml"))
+
+
+def test_llamacpp_argv():
+    spec = Deck(cfg()).render("smollm2")
+    assert spec.argv == [
+        "/opt/llama/bin/llama-server", "-m", "/models/smollm2.gguf", "--host", "127.0.0.1", "--port", "8081",
+        "--alias", "smollm2", "-c", "16384", "--metrics", "--parallel", "4", "--flash-attn", "on", "-ngl", "99",
+    ]
+    assert spec.env == {"CUDA_VISIBLE_DEVICES": "1"}
+
+
+def test_vllm_dp_json_flags_and_env():
+    spec = Deck(cfg()).render("qwen27b")
+    assert spec.argv == [
+        "/venvs/vllm-029/bin/python", "-m", "vllm.entrypoints.openai.api_server",
+        "--model", "RadixArk/Qwen3.8-27B-NVFP4", "--served-model-name", "qwen27b",
+        "--host", "127.0.0.1", "--port", "8004", "--max-model-len", "262144",
+        "--gpu-memory-utilization", "0.95", "--data-parallel-size", "4",
+        "--enable-prefix-caching", "--max-num-seqs", "16",
+        "--speculative-config", '{"method": "mtp", "num_speculative_tokens": 4}',
+        "--hf-overrides", '{"text_config": {"rope_parameters": {"rope_type": "yarn", "factor": 4.0}}}',
+    ]
+    assert spec.env == {
+        "VLLM_USE_DEEP_GEMM": "0", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+        "HF_TOKEN": "hf_secret_value", "CUDA_VISIBLE_DEVICES": "0,1,2,3",
+    }
+    # the secret is in the real env, never in what is shown or written
+    assert spec.to_json()["env"]["HF_TOKEN"] == "<redacted>"
+    script = cmd_sh(spec, "stock", "/home/u/models.toml")
+    assert "hf_secret_value" not in script
+    assert ': "${HF_TOKEN:?set HF_TOKEN first}"' in script
+    assert "--speculative-config '{\"method\": \"mtp\", \"num_speculative_tokens\": 4}'" in script
+
+
+def test_vllm_docker_image_like_the_seed():
+    spec = Deck(cfg()).render("qwen38")
+    assert spec.argv == [
+        "docker", "run", "--rm", "--name", "servedeck-qwen38", "--gpus", '"device=0,1,2,3"',
+        "--ipc=host", "--network=host", "--shm-size=64g", "-e", "HF_TOKEN",
+        "-v", spec.argv[13], "-v", "/mnt/data/models/Qwen__Qwen3.8-27B-FP8:/mnt/data/models/Qwen__Qwen3.8-27B-FP8:ro",
+        "vllm/vllm-openai:v0.31.0", "serve", "/mnt/data/models/Qwen__Qwen3.8-27B-FP8",
+        "--served-model-name", "qwen38_27b", "--host", "127.0.0.1", "--port", "8000",
+        "--max-model-len", "262144", "--gpu-memory-utilization", "0.9", "--data-parallel-size", "4",
+        "--kv-cache-dtype", "fp8", "--enable-prefix-caching", "--reasoning-parser", "qwen3",
+    ]
+    assert spec.argv[13].endswith(":/root/.cache/huggingface")
+    assert "hf_secret_value" not in " ".join(spec.argv)  # the value travels by name, not in argv
+    assert "CUDA_VISIBLE_DEVICES" not in spec.env  # docker gets --gpus instead
+
+
+def test_sglang_argv():
+    """SGLang cannot run on servedeck's CI machines: this is argv rendering only."""
+    spec = Deck(cfg()).render("glm")
+    assert spec.argv == [
+        "/venvs/sglang/bin/python", "-m", "sglang.launch_server", "--model-path", "zai-org/GLM-4.6-FP8",
+        "--served-model-name", "glm", "--host", "127.0.0.1", "--port", "30000", "--context-length", "131072",
+        "--mem-fraction-static", "0.85", "--tp-size", "2",
+    ]
+    assert spec.env == {"CUDA_VISIBLE_DEVICES": "2,3"}
+
+
+def test_secret_flags_redacted():
+    from servedeck.engines.base import LaunchSpec
+
+    spec = LaunchSpec(model="m", engine="vllm", argv=["x", "--api-key", "sk-123", "--hf-token=abc"], env={},
+                      host="127.0.0.1", port=1, served_name="m", health_path="/health", slot="main",
+                      stop_timeout_s=1, ready_timeout_s=1)
+    assert spec.redacted_argv() == ["x", "--api-key", "<redacted>", "--hf-token=<redacted>"]
