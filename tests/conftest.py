@@ -17,6 +17,7 @@ from servedeck.config import load
 from servedeck.init import default_locations, render_starter
 
 TEST_MARK = "SERVEDECK_TEST_RUN"
+SESSION = str(os.getpid())  # engines inherit it; only this session's leftovers are this session's business
 
 
 @pytest.fixture(autouse=True)
@@ -24,7 +25,7 @@ def servedeck_home(tmp_path, monkeypatch):
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("SERVEDECK_HOME", str(home))
-    monkeypatch.setenv(TEST_MARK, "1")
+    monkeypatch.setenv(TEST_MARK, SESSION)
     monkeypatch.delenv("SERVEDECK_CONFIG", raising=False)
     yield home
     stop_everything(home)
@@ -57,7 +58,7 @@ def engine_processes_of_tests() -> list[psutil.Process]:
             env = p.environ()
         except (psutil.Error, OSError):
             continue
-        if env.get(TEST_MARK) == "1" and "servedeck.supervisor.shim" in " ".join(p.info["cmdline"] or []):
+        if env.get(TEST_MARK) == SESSION and "servedeck.supervisor.shim" in " ".join(p.info["cmdline"] or []):
             out.append(p)
     return out
 
