@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from rich.text import Text
+
 from servedeck.cli.app import app, err_console
 from servedeck.errors import ServedeckError
 
@@ -29,9 +31,10 @@ def main() -> None:
     try:
         app()
     except ServedeckError as e:
-        err_console.print(f"[bold red]error:[/] {e.message}", highlight=False, markup=True, soft_wrap=True)
+        # Text, not markup: messages quote user input such as "[models.x]", which rich would eat.
+        err_console.print(Text("error: ", style="bold red") + Text(e.message), highlight=False, soft_wrap=True)
         if e.hint:
-            err_console.print(f"[yellow]hint:[/] {e.hint}", highlight=False, soft_wrap=True)
+            err_console.print(Text("hint: ", style="yellow") + Text(e.hint), highlight=False, soft_wrap=True)
         log_tail = getattr(e, "log_tail", "")
         if log_tail:
             err_console.print("[dim]--- last lines of the engine log ---[/]")

@@ -29,8 +29,7 @@ After=network-online.target
 
 [Service]
 Type=simple
-{secret_note}{env_lines}
-ExecStart={_exec(spec.redacted_argv())}
+{secret_note}{env_lines}{chr(10) if env_lines else ""}ExecStart={_exec(spec.redacted_argv())}
 KillMode=control-group
 KillSignal=SIGTERM
 TimeoutStopSec={int(spec.stop_timeout_s)}
