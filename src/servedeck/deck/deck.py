@@ -35,11 +35,9 @@ TERMINAL = {"stopped", "failed", "crashed"}
 
 def classify(log_tail: str, exit_info: dict | None, when: float | None = None) -> dict:
     """The classified cause of an ending, from the forensic catalogue (doctor/forensics)."""
-    try:
-        from servedeck.doctor.forensics import classify as catalogue_classify
-        from servedeck.doctor.kernel import events_near
-    except ImportError:  # TEMP until doctor lands
-        return {"signature": "unknown", "summary": describe_exit(exit_info), "action": None}
+    from servedeck.doctor.forensics import classify as catalogue_classify
+    from servedeck.doctor.kernel import events_near
+
     return catalogue_classify(log_tail, exit_info, events_near(when) if when else [])
 
 
@@ -111,7 +109,7 @@ class Status:
                 "build": rec.get("build"), "slot": rec.get("slot"), "port": rec.get("port"), "pid": rec.get("pid"),
                 "engine_pid": rec.get("engine_pid"), "uptime_s": uptime, "started_at": rec.get("started_at"),
                 "launch_dir": rec.get("launch_dir"), "boot": rec.get("boot", {}), "detail": self.detail,
-                "cause": rec.get("cause")}
+                "cause": rec.get("cause"), "evidence": rec.get("evidence"), "liveness": rec.get("liveness")}
 
 
 class Deck:
@@ -178,6 +176,10 @@ class Deck:
     def _start_locked(self, name: str, cfg: Config, *, reason: str, evict: bool) -> dict:
         model = cfg.models[name]
         running = self.running()
+        for m in [m for m, r in running.items() if is_orphan(r)]:
+            # a start/switch that was killed mid-way left this engine booting with no owner: it would
+            # otherwise count as "already running" or as a slot holder forever
+            self.reap_orphan(m, running.pop(m))
         decision = decide(name, model.slot, [Running(m, r["slot"], r["port"]) for m, r in running.items()])
         if decision.already_running:
             rec = running[name]
@@ -228,7 +230,7 @@ class Deck:
             raise  # _failed_start raises LaunchError for Died/TimedOut; Ctrl-C propagates after cleanup
         boot = get_engine(spec.engine).parse_boot(L.log_tail(d, 4000))
         atomic_write_json(d / "boot.json", boot)
-        self._record_plan(name, cfg, boot)
+        self._record_plan(name, cfg, boot, d)
         eng = _read_json(d / "engine.json")
         live.update(state="ready", ready_at=S.now_iso(), ready_t=time.time(), boot=boot,
                     readiness=ready.__dict__, engine_pid=eng.get("engine_pid"))
@@ -268,24 +270,33 @@ class Deck:
 
     def _check_fit(self, name: str, cfg: Config) -> None:
         """Refuse a launch whose GPU memory does not fit now, naming who holds the rest."""
-        try:
-            from servedeck.doctor.checks import gpu_fit
-        except ImportError:  # TEMP until doctor lands
-            return
+        from servedeck.doctor.checks import gpu_fit
+
         verdict = gpu_fit(name, cfg)
         if verdict is not None and verdict.get("status") == "FAIL":
             S.journal("start", name, "refused", reason="gpu memory", detail=verdict.get("detail"))
             raise RefusedError(f"cannot start {name}: {verdict['detail']}", hint=verdict.get("hint"))
 
-    def _record_plan(self, name: str, cfg: Config, boot: dict) -> None:
+    def _record_plan(self, name: str, cfg: Config, boot: dict, launch_dir: Path) -> None:
+        """The planner learns from every boot: engine-reported KV tokens and NVML memory beside its prediction."""
+        from servedeck.gpu import record_boot
+
         try:
-            from servedeck.gpu.plan import record_measurement
-        except ImportError:  # pragma: no cover - planner absent in a stripped install
-            return
-        try:
-            record_measurement(name, cfg, boot)
+            record_boot(name, cfg, boot, launch_dir=str(launch_dir))
         except Exception as e:  # a planner bug must never fail a launch that is up and answering
             S.journal("plan", name, "error", detail=f"{type(e).__name__}: {e}")
+
+    def reap_orphan(self, name: str, rec: dict) -> dict:
+        """Stop an engine left in `starting` by a servedeck process that is gone. Desired state is left
+        as it is: the model may still be wanted (the watch loop relaunches it), and was never ready."""
+        d = Path(rec["launch_dir"])
+        result = P.stop_group(rec["pgid"], min(rec.get("stop_timeout_s", 30.0), 30.0))
+        self._cleanup_container(rec)
+        why = f"orphaned: the servedeck process that started it (pid {rec.get('owner_pid')}) is gone"
+        L.update_launch(d, state="failed", ended_at=S.now_iso(), exit=R.read_exit(d), stop=result, end_detail=why)
+        S.clear_live(name)
+        S.journal("start", name, "orphan-reaped", launch_dir=str(d), detail=why, killed=result.get("killed"))
+        return {"model": name, "outcome": "orphan-reaped", **result}
 
     # --- stop -------------------------------------------------------------------------------
     def stop(self, names: list[str] | None, *, wait_s: float = 0.0, grace_s: float | None = None) -> list[dict]:
@@ -356,6 +367,7 @@ class Deck:
     # --- status -----------------------------------------------------------------------------
     def status(self) -> list[Status]:
         desired = S.read_desired()["models"]
+        watch = S.read_watch()
         out: list[Status] = []
         live = S.all_live()
         for model, rec in live.items():
@@ -369,6 +381,11 @@ class Deck:
                     ok, why = R.health_ok(_spec_stub(rec), timeout_s=2.0)
                     if not ok:
                         state, detail = "unhealthy", f"health check: {why}"
+                    else:  # the watch loop's last liveness verdict on this very launch
+                        seen = watch.get("liveness", {}).get(model) or {}
+                        if seen.get("launch_dir") == rec.get("launch_dir") and seen.get("verdict") in ("stalled", "slow"):
+                            state, detail = seen["verdict"], seen.get("detail", "")
+                            rec = dict(rec, liveness=seen)
                 if model not in desired and state in ("ready", "unhealthy"):
                     detail = (detail + "; " if detail else "") + "running but not in desired state"
                 out.append(Status(model, state, rec, model in desired, detail))
@@ -384,6 +401,12 @@ class Deck:
                 if last and last.get("outcome") in ("crashed", "failed"):
                     cause = last.get("cause")
                     detail += f": last launch {last['outcome']} at {last['ts']} ({last.get('detail', '')})"
+                gave_up = watch.get("models", {}).get(model) or {}
+                if gave_up.get("state") == "gave-up":  # the watch loop stopped relaunching it
+                    out.append(Status(model, "gave-up", {"model": model, "cause": gave_up.get("cause"),
+                                                         "evidence": gave_up.get("evidence")}, True,
+                                      gave_up.get("detail", "the watch loop gave up relaunching it")))
+                    continue
                 out.append(Status(model, "absent", {"cause": cause, "model": model}, True, detail))
         return out
 
@@ -407,6 +430,12 @@ class Deck:
                 except (LaunchError, RefusedError) as e:
                     out.append({"model": name, "outcome": "failed", "error": e.message})
             return out
+
+
+def is_orphan(rec: dict) -> bool:
+    """A launch still `starting` whose servedeck process is gone: nobody will ever finish starting it."""
+    owner = rec.get("owner_pid")
+    return rec.get("state") == "starting" and bool(owner) and owner != os.getpid() and not P.alive(owner)
 
 
 def _spec_stub(rec: dict) -> LaunchSpec:

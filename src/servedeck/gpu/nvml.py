@@ -185,5 +185,7 @@ def inventory() -> Inventory:
 
 
 def gib(n: int | float | None) -> str:
-    """Bytes as the seed writes them: '93.5 GiB'."""
-    return "?" if n is None else f"{n / GiB:.1f} GiB"
+    """Bytes as the seed writes them: '93.5 GiB' (and '235 MiB' below a GiB, where one decimal of GiB says little)."""
+    if n is None:
+        return "?"
+    return f"{n / GiB:.1f} GiB" if abs(n) >= GiB else f"{n / 1024**2:.0f} MiB"

@@ -1,0 +1,305 @@
+"""`servedeck doctor`: rows of checks, each OK / WARN / FAIL / SKIP with what it saw and what to do.
+
+A row that cannot be checked on this host (no GPU, no kernel log, no policy set) is SKIP with the reason,
+never OK: a quiet box is not a healthy one. Each check is a function of explicit inputs (inventory,
+holdings, kernel log, config) so tests feed them real or built data; `run_doctor` gathers the inputs once.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+
+import psutil
+
+from servedeck.doctor.build import BuildReport, verify_build
+from servedeck.doctor.kernel import KernelLog, read_kernel_events
+from servedeck.doctor.weights import check_source
+from servedeck.errors import ServedeckError
+from servedeck.gpu.fit import FITS, NO_ROOM, RUNNING, check_fit
+from servedeck.gpu.holders import Holding, holders, live_records, model_pids
+from servedeck.gpu.nvml import Inventory, gib, inventory
+
+if TYPE_CHECKING:
+    from servedeck.config import Config, Host, Model
+
+OK, WARN, FAIL, SKIP = "OK", "WARN", "FAIL", "SKIP"
+GiB = 1024**3
+
+
+@dataclass
+class Row:
+    check: str  # config | build | build.integrity | build.requires | weights | port | gpu | host-ram | power | kernel
+    subject: str  # the model or build it is about; "" for the host
+    status: str
+    saw: str
+    action: str = ""
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# ---------------------------------------------------------------- config
+def check_config(load: Callable[[], "Config"]) -> tuple[Row, "Config | None"]:
+    try:
+        cfg = load()
+    except ServedeckError as e:
+        return Row("config", "", FAIL, e.message, e.hint or "fix models.toml"), None
+    return Row("config", "", OK, f"{cfg.path}: {len(cfg.models)} models, {len(cfg.deck.builds)} builds valid"), cfg
+
+
+# ---------------------------------------------------------------- build
+def build_rows(name: str, rep: BuildReport) -> list[Row]:
+    rows = []
+    if not rep.exists:
+        rows.append(Row("build", name, FAIL, "; ".join(rep.problems) or f"{rep.path} not found",
+                        "fix the path in [builds.%s] or install the engine there" % name, rep.to_json()))
+    else:
+        ver = f"{rep.engine} {rep.engine_version}" if rep.engine_version else f"{rep.engine}, version unknown"
+        status = OK if rep.engine_version else WARN
+        rows.append(Row("build", name, status, f"{rep.path}: {ver}" + (f" ({rep.version_source})" if rep.version_source else ""),
+                        "" if rep.engine_version else "; ".join(rep.problems) or "the engine reports no version",
+                        {"engine_version": rep.engine_version}))
+    if not rep.integrity_checked:
+        rows.append(Row("build.integrity", name, SKIP, rep.integrity_skip or "not checked"))
+    else:
+        saw = f"{rep.files_matched:,} of {rep.files_total:,} files match their RECORD hashes ({rep.dists} distributions)"
+        bad = rep.changed + rep.missing
+        extra = []
+        if rep.changed:
+            extra.append(f"changed: {', '.join(rep.changed[:3])}{' …' if len(rep.changed) > 3 else ''}")
+        if rep.missing:
+            extra.append(f"missing: {', '.join(rep.missing[:3])}{' …' if len(rep.missing) > 3 else ''}")
+        if rep.untracked:
+            extra.append(f"{len(rep.untracked)} untracked under the engine package: {', '.join(rep.untracked[:3])}")
+        if rep.no_record:
+            extra.append(f"no RECORD: {', '.join(rep.no_record[:3])}")
+        if rep.editable:
+            extra.append(f"editable: {', '.join(rep.editable[:3])}")
+        status = OK if not bad and not rep.untracked else WARN
+        rows.append(Row("build.integrity", name, status, "; ".join([saw] + extra),
+                        "" if status == OK else f"`servedeck verify-build {name}` lists every file; a changed "
+                        "file means this is not the release its version says",
+                        {k: getattr(rep, k) for k in ("files_total", "files_matched", "changed", "missing", "untracked")}))
+    if rep.requires:
+        bad_req = [r for r in rep.requires if not r.ok]
+        saw = "; ".join(f"{r.path}: {r.saw}" for r in (bad_req or rep.requires))
+        rows.append(Row("build.requires", name, FAIL if bad_req else OK, saw,
+                        "recreate the missing paths (a miss shows as a failed request, not a boot error)" if bad_req else ""))
+    return rows
+
+
+# ---------------------------------------------------------------- weights
+def check_weights(cfg: "Config", name: str) -> Row:
+    from servedeck.gpu.modelplan import arg, engine_env
+
+    model = cfg.models[name]
+    build = cfg.deck.builds.get(model.build)
+    src = cfg.expand(model.source) if model.source.startswith(("/", "~", ".", "$")) else model.source
+    rev = arg(model, "revision")
+    r = check_source(src, engine_env(model, build) if build else dict(model.env),
+                     str(rev) if rev else None, base=cfg.path.parent)
+    return Row("weights", name, r.status, r.saw, r.action, r.data)
+
+
+# ---------------------------------------------------------------- port
+def listeners(port: int) -> list[int | None]:
+    """Pids listening on `port` (None for a socket whose owner psutil may not see: another user's)."""
+    try:
+        conns = psutil.net_connections(kind="inet")
+    except (psutil.AccessDenied, PermissionError):
+        return []
+    return sorted({c.pid for c in conns if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port},
+                  key=lambda p: p or 0)
+
+
+def _bindable(host: str, port: int) -> bool:
+    fam = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(fam, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT leftovers do not block a server
+        try:
+            s.bind((host, port))
+            return True
+        except OSError as e:
+            return e.errno not in (errno.EADDRINUSE, errno.EACCES)
+
+
+def check_port(cfg: "Config", name: str, records: list[Mapping[str, Any]]) -> Row:
+    from servedeck.gpu.holders import describe_pid
+
+    model = cfg.models[name]
+    port = model.port
+    pids = listeners(port)
+    owners: dict[int, str] = {}
+    for rec in records:
+        for pid in model_pids(rec):
+            owners[pid] = str(rec.get("model"))
+    if pids:
+        mine = [p for p in pids if p is not None and owners.get(p) == name]
+        if mine:
+            return Row("port", name, OK, f"{port} is held by {name}'s own engine (pid {mine[0]})")
+        who = []
+        for p in pids:
+            if p is None:
+                who.append("a process servedeck cannot see (another user's)")
+            elif p in owners:
+                who.append(f"servedeck model {owners[p]} (pid {p})")
+            else:
+                pname, user, cmd = describe_pid(p)
+                who.append(f"{pname} (pid {p}{', user ' + user if user else ''}): {cmd[:80]}")
+        return Row("port", name, FAIL, f"{port} is held by {'; '.join(who)}",
+                   f"stop that process or give {name} another port in models.toml", {"pids": pids})
+    if not _bindable(model.host, port):
+        return Row("port", name, FAIL, f"{model.host}:{port} cannot be bound (in use by a process servedeck cannot see)",
+                   f"`ss -ltnp 'sport = :{port}'` as root names it")
+    return Row("port", name, OK, f"{model.host}:{port} is free")
+
+
+# ---------------------------------------------------------------- GPU memory
+def check_gpu(cfg: "Config", name: str, inv: Inventory, holdings: list[Holding],
+              plan_for: Callable[[str], Any] | None = None) -> Row:
+    from servedeck.gpu.modelplan import model_gpus
+
+    model = cfg.models[name]
+    build = cfg.deck.builds.get(model.build)
+    if not inv.available:
+        return Row("gpu", name, SKIP, f"no GPU to check here: {inv.reason}")
+    engine = build.engine if build else "vllm"
+    plan = None
+    if not (engine == "vllm" or (engine == "sglang" and model.gpu_memory_utilization is not None)) and plan_for:
+        plan = plan_for(name)
+    rep = check_fit(name, engine, model_gpus(model, engine, inv), inv, holdings,
+                    utilization=model.gpu_memory_utilization, plan=plan)
+    if rep.status == RUNNING:
+        return Row("gpu", name, OK, rep.reason)
+    if rep.status == FITS:
+        return Row("gpu", name, OK, rep.reason, data=rep.to_json())
+    if rep.status == NO_ROOM:
+        return Row("gpu", name, FAIL, rep.message(), rep.refusal().hint or "", rep.to_json())
+    return Row("gpu", name, SKIP, rep.reason)
+
+
+# ---------------------------------------------------------------- host RAM
+def check_host_ram(name: str, model: "Model", available: int | None = None) -> Row:
+    if model.host_ram_gib is None:
+        return Row("host-ram", name, SKIP, "the model sets no host_ram_gib, so there is nothing to check against",
+                   "measure its resident host memory and set host_ram_gib if it pins real RAM")
+    avail = psutil.virtual_memory().available if available is None else available
+    need = model.host_ram_gib * GiB
+    if avail >= need:
+        return Row("host-ram", name, OK, f"needs {model.host_ram_gib:g} GiB, {gib(avail)} available")
+    return Row("host-ram", name, FAIL, f"needs {model.host_ram_gib:g} GiB of host RAM, only {gib(avail)} available",
+               "stop what holds host memory (`servedeck status`, `ps aux --sort=-rss | head`)",
+               {"need": need, "available": avail})
+
+
+# ---------------------------------------------------------------- power
+def check_power(host: "Host | None", inv: Inventory) -> Row:
+    if not inv.available:
+        return Row("power", "", SKIP, f"no GPU to check here: {inv.reason}")
+    if host is None or (host.power_min_w is None and host.power_max_w is None):
+        limits = ", ".join(f"GPU {g.index} {g.power_limit_w:g} W" for g in inv.gpus if g.power_limit_w)
+        return Row("power", "", SKIP, f"no [host] power_min_w/power_max_w policy to check against ({limits})",
+                   "set [host] power_min_w/power_max_w in models.toml to the range this host is safe at")
+    lo, hi = host.power_min_w, host.power_max_w
+    over, under, unknown, seen = [], [], [], []
+    for g in inv.gpus:
+        if g.power_limit_w is None:
+            unknown.append(g.index)
+            continue
+        seen.append(f"GPU {g.index} {g.power_limit_w:g} W")
+        if hi is not None and g.power_limit_w > hi:
+            over.append(f"GPU {g.index} limit {g.power_limit_w:g} W > power_max_w {hi:g} W")
+        if lo is not None and g.power_limit_w < lo:
+            under.append(f"GPU {g.index} limit {g.power_limit_w:g} W < power_min_w {lo:g} W")
+    policy = f"policy {lo or '-'}–{hi or '-'} W"
+    if over:
+        return Row("power", "", FAIL, "; ".join(over) + f" ({policy})",
+                   f"lower it: `sudo nvidia-smi -i N -pl {hi:g}` (and fix the boot service that set it)")
+    if under:
+        return Row("power", "", WARN, "; ".join(under) + f" ({policy})",
+                   "the card runs below the host's planned limit: check the boot service that sets it (HOST.md)")
+    if unknown and not seen:
+        return Row("power", "", SKIP, "the driver reports no enforced power limit")
+    return Row("power", "", OK, ", ".join(seen) + f" within {policy}")
+
+
+# ---------------------------------------------------------------- kernel
+def check_kernel(klog: KernelLog) -> Row:
+    if not klog.readable:
+        return Row("kernel", "", SKIP, f"kernel log not readable: {klog.reason}",
+                   "run as a user who may read it (journalctl -k needs systemd-journal or root; dmesg needs "
+                   "kernel.dmesg_restrict=0)")
+    xids = klog.xids
+    ooms = [e for e in klog.events if e.kind == "oom-kill"]
+    if not xids and not ooms:
+        return Row("kernel", "", OK, f"no NVRM Xid events ({klog.lines_read:,} kernel lines from {klog.source})")
+    by_code: dict[int, list] = {}
+    for e in xids:
+        by_code.setdefault(int(e.code or 0), []).append(e)
+    parts = [f"Xid {c} ×{len(es)} ({es[0].meaning}; last {es[-1].line[:19] if es[-1].at else 'time unknown'})"
+             for c, es in sorted(by_code.items())]
+    if ooms:
+        parts.append(f"OOM killer ×{len(ooms)} ({', '.join(sorted({e.process or '?' for e in ooms}))})")
+    severe = any(e.severity in ("device", "node") for e in xids)
+    actions = sorted({e.action for e in xids if e.severity in ("device", "node")}) or sorted({e.action for e in xids})
+    return Row("kernel", "", FAIL if severe else WARN, "; ".join(parts),
+               " | ".join(actions) or "see host RAM", {"events": [e.to_json() for e in klog.events]})
+
+
+# ---------------------------------------------------------------- all of it
+def run_doctor(load: Callable[[], "Config"], model: str | None = None, *, inv: Inventory | None = None,
+               klog: KernelLog | None = None, integrity: bool = True) -> list[Row]:
+    """Every row for one model (and its build), or for all models and builds when `model` is None."""
+    rows: list[Row] = []
+    cfg_row, cfg = check_config(load)
+    rows.append(cfg_row)
+    inv = inv if inv is not None else inventory()
+    klog = klog if klog is not None else read_kernel_events()
+    if cfg is None:
+        rows += [check_power(None, inv), check_kernel(klog)]
+        return rows
+    names = [cfg.resolve(model)] if model else sorted(cfg.models)
+    builds = sorted({cfg.models[n].build for n in names if cfg.models[n].build in cfg.deck.builds})
+    for b in builds:
+        rows += build_rows(b, verify_build(cfg.deck.builds[b], b, cfg, integrity=integrity))
+    records = live_records()
+    holdings = holders(inv, records) if inv.available else []
+
+    def plan_for(n: str):
+        from servedeck.gpu.modelplan import plan_model
+
+        try:
+            return plan_model(cfg, n, inv)[0]
+        except (ServedeckError, ValueError, OSError):
+            return None
+
+    for n in names:
+        m = cfg.models[n]
+        rows += [check_weights(cfg, n), check_port(cfg, n, records), check_gpu(cfg, n, inv, holdings, plan_for),
+                 check_host_ram(n, m)]
+    rows += [check_power(cfg.deck.host, inv), check_kernel(klog)]
+    return rows
+
+
+def worst(rows: Iterable[Row]) -> str:
+    order = {FAIL: 3, WARN: 2, SKIP: 1, OK: 0}
+    return max((r.status for r in rows), key=lambda s: order[s], default=OK)
+
+
+def gpu_fit(name: str, cfg: "Config", releasing: Iterable[str] = ()) -> dict[str, Any] | None:
+    """The deck's pre-start check: None when there is no GPU to check (a CPU host), else
+    {"status": "OK" | "FAIL" | "SKIP", "detail", "hint", "report"}. FAIL means refuse the start:
+    `detail` names what is free and who holds the rest; the hint never suggests a lower utilisation."""
+    from servedeck.gpu.fit import fit_now
+
+    inv = inventory()
+    if not inv.available:
+        return None
+    rep = fit_now(cfg, name, releasing=releasing, inv=inv)
+    status = {FITS: OK, RUNNING: OK, NO_ROOM: FAIL}.get(rep.status, SKIP)
+    hint = rep.refusal().hint if rep.status == NO_ROOM else None
+    return {"status": status, "detail": rep.message(), "hint": hint, "report": rep.to_json()}

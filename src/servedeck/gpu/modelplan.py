@@ -1,0 +1,163 @@
+"""The planner's edge: a models.toml entry → files → `Arch` → `PlanInputs` → `Plan`.
+
+Everything the engine would be told (args, env, tp/dp/pp, gpu_memory_utilization) is read from the same
+model entry the deck launches, so the plan describes the launch servedeck would really make.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from servedeck.engines.base import flag_name
+from servedeck.errors import ServedeckError
+from servedeck.gpu import measured
+from servedeck.gpu.arch import Arch, from_gguf, from_hf_config
+from servedeck.gpu.gguf_header import GGUFError, read_header
+from servedeck.gpu.nvml import GiB, Inventory
+from servedeck.gpu.plan import Plan, PlanInputs, compute
+from servedeck.gpu.source import SourceFiles, read_json, resolve, safetensors_total
+
+if TYPE_CHECKING:
+    from servedeck.config import Build, Config, Model
+
+
+class PlanError(ServedeckError):
+    """The planner cannot read the model's shape (no config.json, unreadable GGUF)."""
+
+    exit_code = 2
+
+
+def arg(model: "Model", *names: str) -> Any:
+    """A model arg by any of its spellings (`kv_cache_dtype`, `kv-cache-dtype`, `--kv-cache-dtype`, `-ctk`)."""
+    wanted = {flag_name(n) for n in names}
+    for key, value in model.args.items():
+        if flag_name(key) in wanted:
+            return value
+    return None
+
+
+def engine_env(model: "Model", build: "Build") -> dict[str, str]:
+    return {**build.env, **model.env}
+
+
+def source_files(cfg: "Config", name: str) -> SourceFiles:
+    model = cfg.model(name)
+    build = cfg.deck.builds[model.build]
+    src = cfg.expand(model.source) if model.source.startswith(("/", "~", ".", "$")) else model.source
+    rev = arg(model, "revision")
+    return resolve(src, engine_env(model, build), str(rev) if rev else None, base=cfg.path.parent)
+
+
+def load_arch(sf: SourceFiles) -> Arch:
+    if sf.problem:
+        raise PlanError(f"cannot plan: {sf.problem}", hint="see `servedeck doctor MODEL`: its weights row says more")
+    gguf = next((w for w in sf.weight_files if w.suffix == ".gguf"), None) if sf.config_path is None else None
+    if sf.kind == "gguf" or gguf is not None:
+        path = sf.path if sf.kind == "gguf" else gguf
+        try:
+            return from_gguf(read_header(path), str(path))
+        except (GGUFError, OSError, ValueError) as e:
+            raise PlanError(f"cannot read the GGUF header of {path}: {e}") from None
+    raw = read_json(sf.config_path)
+    if raw is None:
+        raise PlanError(f"cannot plan: {sf.config_path} is missing or not valid JSON")
+    exact = safetensors_total(sf)
+    weights = exact if exact is not None else sf.weights_bytes
+    extra = read_json(sf.path / "hf_quant_config.json") if sf.path else None
+    try:
+        return from_hf_config(raw, sf.describe(), weights, extra)
+    except (ValueError, KeyError, TypeError) as e:
+        raise PlanError(f"cannot plan from {sf.config_path}: {e}") from None
+
+
+def model_gpus(model: "Model", engine: str, inv: Inventory | None) -> list[int]:
+    """The GPUs a launch would use: `gpus` when set; else what the engine takes by default (vLLM/SGLang
+    the first tp×pp×dp devices, llama.cpp every visible device)."""
+    if model.gpus:
+        return list(model.gpus)
+    have = [g.index for g in inv.gpus] if inv and inv.available else []
+    if engine == "llamacpp":
+        return have or [0]
+    n = model.tp * model.pp * model.dp
+    return have[:n] if len(have) >= n else list(range(n))
+
+
+def inputs_for(model: "Model", build: "Build", gpu_total_bytes: int | None,
+               measured_floor: int | None = None) -> PlanInputs:
+    env = engine_env(model, build)
+    engine = build.engine
+    pool = None
+    kvmem = arg(model, "kv_cache_memory_bytes")
+    if kvmem is not None:
+        pool = int(float(kvmem))
+    elif engine == "vllm" and env.get("VLLM_CPU_KVCACHE_SPACE"):
+        pool = int(env["VLLM_CPU_KVCACHE_SPACE"]) * GiB  # vLLM's CPU backend reads it as whole GiB
+    device = "cpu" if (engine == "vllm" and "VLLM_CPU_KVCACHE_SPACE" in env) else "gpu"
+    parallel = 1
+    if engine == "llamacpp":
+        parallel = int(arg(model, "parallel", "np", "-np") or 1)
+        kv_k = arg(model, "cache_type_k", "-ctk")
+        kv_v = arg(model, "cache_type_v", "-ctv")
+    else:
+        kv_k, kv_v = arg(model, "kv_cache_dtype"), None
+    return PlanInputs(
+        engine=engine,
+        context=model.context,
+        tp=model.tp, dp=model.dp, pp=model.pp,
+        dtype=str(arg(model, "dtype") or "auto"),
+        kv_dtype=str(kv_k or "auto"),
+        kv_dtype_v=str(kv_v) if kv_v else None,
+        device=device,
+        gpu_total_bytes=gpu_total_bytes,
+        utilization=model.gpu_memory_utilization,
+        pool_bytes=pool,
+        max_num_seqs=int(arg(model, "max_num_seqs") or 256),
+        max_num_batched_tokens=int(arg(model, "max_num_batched_tokens") or 8192),
+        block_size=int(arg(model, "block_size")) if arg(model, "block_size") else None,
+        enforce_eager=bool(arg(model, "enforce_eager")),
+        parallel=parallel,
+        measured_floor_bytes=measured_floor,
+    )
+
+
+def plan_model(cfg: "Config", name: str, inv: Inventory | None = None, gpus: list[int] | None = None,
+               gpu_total_bytes: int | None = None) -> tuple[Plan, dict[str, Any] | None]:
+    """(plan, last measurement) for a model as models.toml would launch it.
+
+    GPU size: `gpu_total_bytes` when given, else the smallest of the model's GPUs in `inv` (a pool is
+    sized by its smallest member)."""
+    mname = cfg.resolve(name)
+    model = cfg.models[mname]
+    build = cfg.deck.builds[model.build]
+    arch = load_arch(source_files(cfg, mname))
+    if gpu_total_bytes is None and inv is not None and inv.available:
+        use = gpus or model_gpus(model, build.engine, inv)
+        sizes = [g.memory_total for g in inv.gpus if g.index in use]
+        gpu_total_bytes = min(sizes) if sizes else None
+    last = measured.last_measurement(mname, model.build, model.context)
+    floor = last.get("floor_bytes_per_gpu") if last else None
+    # a floor is only comparable on the same GPU size and layout
+    if last and (last.get("predicted", {}).get("gpu_total_bytes") not in (None, gpu_total_bytes)
+                 or last.get("predicted", {}).get("tp", model.tp) != model.tp):
+        floor = None
+    plan = compute(arch, inputs_for(model, build, gpu_total_bytes, floor))
+    return plan, last
+
+
+def record_boot(name: str, cfg: "Config", boot_facts: dict[str, Any], launch_dir: str | None = None,
+                inv: Inventory | None = None) -> dict[str, Any] | None:
+    """What the deck calls after a boot: plan the launch as configured, read what the model's processes
+    hold on each GPU, and store both beside the engine's own figures. None when the model cannot be
+    planned (no config.json / header to read): nothing to compare against."""
+    from servedeck.gpu.holders import holders, model_gpu_use
+    from servedeck.gpu.nvml import inventory
+
+    mname = cfg.resolve(name)
+    inv = inv if inv is not None else inventory()
+    try:
+        prediction, _ = plan_model(cfg, mname, inv)
+    except (ServedeckError, ValueError, OSError):
+        return None
+    used = model_gpu_use(mname, holders(inv)) if inv.available else {}
+    return measured.record_measurement(mname, cfg.models[mname].build, boot_facts, prediction,
+                                       gpu_used_bytes=used, launch_dir=launch_dir)
