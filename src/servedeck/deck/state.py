@@ -129,6 +129,26 @@ def clear_live(model: str) -> None:
         pass
 
 
+# --- the watch loop's view -----------------------------------------------------------------
+# watch.json is written only by the watch loop (under its own lock) and read by `status`, so that
+# `status` can say "stalled" or "gave up" without importing the loop.
+
+def watch_file() -> Path:
+    return paths.home() / "watch.json"
+
+
+def read_watch() -> dict[str, Any]:
+    try:
+        doc = json.loads(watch_file().read_text())
+        return doc if isinstance(doc, dict) else {}
+    except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
+        return {}  # the loop rewrites it whole each time; a bad copy only hides advice, never state
+
+
+def write_watch(doc: dict[str, Any]) -> None:
+    atomic_write_json(watch_file(), doc)
+
+
 # --- journal -----------------------------------------------------------------------------
 
 def journal(event: str, model: str | None, outcome: str, **detail: Any) -> dict:

@@ -1,0 +1,321 @@
+"""The watch loop: reconcile desired state with reality on an interval, with a notice for every act.
+
+Each tick:
+  1. read desired.json (corrupt → StateError naming the file; the loop reports it once and acts on
+     nothing until it is readable again: nothing is started or reaped blindly);
+  2. under the deck lock (skipped this tick when a start/switch/stop holds it):
+       - settle engines found dead (the deck records the crash and its classified cause) → notice
+       - adopt running engines that desired state wants (a restarted loop starts no duplicate)
+       - reap engines nothing wants: not in desired state, or orphaned while `starting`
+       - relaunch wanted-but-absent models: try 1 at once, then `relaunch_spacing_s` after each
+         failure, up to `relaunch_tries`; then give up with the cause and each try's evidence
+  3. liveness of ready engines: every `liveness_interval_s` a probe (health + 1-token completion,
+     `stall_after_s` to answer) runs in a worker thread; verdict changes are notices.
+
+State of one wanted model's incident (watch.json "models", survives a loop restart):
+    relaunching  absent or crash-looping; `tries` so far, `next_at` for the next one
+    gave-up      stopped trying; `status` shows it until the model runs again or is unwanted
+A relaunched model that stays ready for `relaunch_spacing_s * relaunch_tries` closes its incident.
+
+One loop per state dir (watch.lock, separate from the deck lock). The loop opens no listener.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from filelock import FileLock, Timeout
+
+from servedeck import paths
+from servedeck.config import Config
+from servedeck.config.schema import Host
+from servedeck.deck import launch as L
+from servedeck.deck import state as S
+from servedeck.deck.deck import Deck, config_from_settings, is_orphan, spec_of_record
+from servedeck.engines import get_engine
+from servedeck.errors import BusyError, LaunchError, RefusedError, StateError
+from servedeck.fsio import atomic_write_json
+from servedeck.supervisor import process as P
+from servedeck.watch.liveness import ProbeResult, probe
+from servedeck.watch.notices import Notices, Redactor
+
+TAIL_LINES = 15
+
+
+def lock_path() -> Path:
+    return paths.home() / "watch.lock"
+
+
+@contextmanager
+def watch_lock() -> Iterator[None]:
+    """Exactly one loop per state dir. flock is released by the kernel if the loop is killed."""
+    lock = FileLock(str(lock_path()))
+    holder = lock_path().with_suffix(".holder")
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        who = "another watch loop"
+        try:
+            import json
+
+            h = json.loads(holder.read_text())
+            who = f"the watch loop with pid {h['pid']} (since {h['since']})"
+        except (OSError, ValueError, KeyError):
+            pass
+        raise BusyError(f"{who} already watches {paths.home()} (lock {lock_path()})",
+                        hint="one loop per state dir: stop that one first, or use another SERVEDECK_HOME") from None
+    try:
+        atomic_write_json(holder, {"pid": os.getpid(), "since": S.now_iso()})
+        yield
+    finally:
+        try:
+            holder.unlink()
+        except FileNotFoundError:
+            pass
+        lock.release()
+
+
+class Watcher:
+    def __init__(self, cfg: Config | None, interval_s: float = 5.0, notices: Notices | None = None):
+        self.cfg = cfg
+        self.host: Host = cfg.deck.host if cfg else Host()
+        self.interval_s = interval_s
+        self.deck = Deck(cfg)
+        self.notices = notices or Notices(self.host.on_notice, Redactor.from_config(cfg))
+        self.redact = self.notices.redactor
+        doc = S.read_watch()
+        self.incidents: dict[str, dict[str, Any]] = dict(doc.get("models") or {})
+        self.liveness: dict[str, dict[str, Any]] = dict(doc.get("liveness") or {})
+        self.known: set[str] = set()  # models this loop instance has seen running
+        self.launched: set[str] = set()  # launch folders this loop instance relaunched
+        self.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="liveness")
+        self.inflight: dict[str, tuple[str, Future[ProbeResult]]] = {}
+        self.last_probe: dict[str, float] = {}
+        self.desired_error: str | None = None
+
+    @property
+    def stable_s(self) -> float:
+        return self.host.relaunch_spacing_s * max(1, self.host.relaunch_tries)
+
+    def note(self, kind: str, model: str | None, message: str, **detail: Any) -> dict:
+        return self.notices.emit(kind, model, message, **detail)
+
+    # --- the loop ------------------------------------------------------------------------------
+    def run(self, stop: threading.Event | None = None, max_ticks: int | None = None) -> None:
+        """Tick every `interval_s` until `stop` is set. Sleeps between ticks: never a busy loop."""
+        stop = stop or threading.Event()
+        with watch_lock():
+            h = self.host
+            self.note("started", None, f"watch loop started (pid {os.getpid()}, every {self.interval_s:g} s; "
+                                       f"relaunch {h.relaunch_tries} tries {h.relaunch_spacing_s:g} s apart; "
+                                       f"liveness every {h.liveness_interval_s:g} s, stalled after {h.stall_after_s:g} s)")
+            ticks = 0
+            try:
+                while not stop.is_set():
+                    t0 = time.monotonic()
+                    try:
+                        self.tick()
+                    except StateError as e:
+                        self._desired_unreadable(e)
+                    ticks += 1
+                    if max_ticks is not None and ticks >= max_ticks:
+                        break
+                    stop.wait(max(0.05, self.interval_s - (time.monotonic() - t0)))
+            finally:
+                self.pool.shutdown(wait=False, cancel_futures=True)
+                self.note("stopped", None, f"watch loop stopped (pid {os.getpid()}); engines keep running")
+
+    def _desired_unreadable(self, e: StateError) -> None:
+        if e.message != self.desired_error:  # once per distinct problem, not once per tick
+            self.desired_error = e.message
+            self.note("error", None, e.message + " — the loop acts on nothing until it is readable", hint=e.hint)
+
+    def tick(self) -> None:
+        """One reconcile pass. Raises StateError when desired.json is unreadable (nothing was done)."""
+        desired = S.read_desired()["models"]
+        if self.desired_error:
+            self.note("recovered", None, f"{paths.desired_file()} is readable again")
+            self.desired_error = None
+        self._reconcile(desired)
+        self._liveness()
+        self._save()
+
+    # --- reconcile -----------------------------------------------------------------------------
+    def _reconcile(self, desired: dict[str, dict]) -> bool:
+        try:
+            with S.deck_lock("watch: reconcile", 0):
+                before = S.all_live()
+                running = self.deck.running()  # settles the dead: crash recorded with its cause
+                for name in before:
+                    if name not in running:
+                        self._ended(name, before[name])
+                for name, rec in list(running.items()):
+                    if is_orphan(rec):
+                        out = self.deck.reap_orphan(name, rec)
+                        running.pop(name)
+                        self.note("reaped", name, f"reaped {name}: left starting by servedeck pid {rec.get('owner_pid')}, "
+                                                  "which is gone", pid=rec["pid"], killed=out.get("killed"))
+                    elif name in desired:
+                        self._seen_running(name, rec)
+                    elif rec.get("state") == "starting" and rec.get("owner_pid") and P.alive(rec["owner_pid"]):
+                        continue  # a start by a live servedeck process (cannot happen under the lock; kept)
+                    else:
+                        running.pop(name)
+                        out = self.deck._stop_locked(name, rec, reason="reaped by watch: not in desired state")
+                        self.note("reaped", name, f"reaped {name} (pid {rec['pid']}, port {rec['port']}): running but "
+                                                  "not in desired state", killed=out.get("killed"))
+                for name in [n for n in self.incidents if n not in desired]:
+                    self.incidents.pop(name)  # unwanted now: nothing to keep trying or reporting
+                for name, settings in desired.items():
+                    if name not in running:
+                        self._absent(name, settings)
+            return True
+        except BusyError:
+            return False  # a start/switch/stop is under way; look again next tick
+
+    def _ended(self, name: str, rec: dict) -> None:
+        self.known.discard(name)
+        self.liveness.pop(name, None)
+        lrec = L.read_launch(Path(rec["launch_dir"]))
+        state = lrec.get("state")
+        if state not in ("crashed", "failed"):
+            return
+        cause = lrec.get("cause") or {}
+        tail = L.log_tail(Path(rec["launch_dir"]), TAIL_LINES).splitlines()
+        why = lrec.get("end_detail") or state
+        if cause.get("summary"):
+            why += f" — {cause['summary']}"
+        self.note("crashed", name, f"{name} {state}: {why}", launch_dir=rec["launch_dir"], exit=lrec.get("exit"),
+                  cause=cause, log_tail=tail)
+        inc = self.incidents.get(name)
+        if inc is not None and inc.get("state") == "relaunching":
+            inc["evidence"].append({"try": inc["tries"], "outcome": f"{state} after relaunch", "detail": why,
+                                    "cause": cause, "launch_dir": rec["launch_dir"], "log_tail": tail})
+            inc.pop("ready_at", None)
+        elif inc is None:
+            self.incidents[name] = self._new_incident(
+                {"try": 0, "outcome": state, "detail": why, "cause": cause, "launch_dir": rec["launch_dir"],
+                 "log_tail": tail})
+
+    @staticmethod
+    def _new_incident(first: dict | None = None) -> dict:
+        return {"state": "relaunching", "tries": 0, "next_at": 0.0, "since": S.now_iso(),
+                "evidence": [first] if first else []}
+
+    def _seen_running(self, name: str, rec: dict) -> None:
+        if name not in self.known:
+            self.known.add(name)
+            if rec.get("launch_dir") not in self.launched:
+                self.note("adopted", name, f"adopted {name} (pid {rec['pid']}, port {rec['port']}, {rec.get('state')}): "
+                                           "already running, not started again", pid=rec["pid"])
+        inc = self.incidents.get(name)
+        if inc is None:
+            return
+        if inc.get("state") == "gave-up":
+            self.incidents.pop(name)
+            self.note("resumed", name, f"{name} runs again (started outside the loop); the loop watches it again")
+        elif inc.get("ready_at") and time.time() - inc["ready_at"] >= self.stable_s:
+            self.incidents.pop(name)
+            self.note("stable", name, f"{name} stayed up {self.stable_s:g} s after relaunch; relaunch count reset")
+
+    def _absent(self, name: str, settings: dict) -> None:
+        inc = self.incidents.setdefault(name, self._new_incident())
+        n = self.host.relaunch_tries
+        if inc["state"] == "gave-up":
+            return
+        if n == 0:
+            if not inc.get("told"):
+                inc["told"] = True
+                self.note("absent", name, f"{name} is wanted but not running; relaunch_tries = 0, so the loop leaves it")
+            return
+        if inc["tries"] >= n:  # the last relaunch came up, then died again
+            self._give_up(name, inc)
+            return
+        if time.time() < inc["next_at"]:
+            return
+        inc["tries"] += 1
+        i = inc["tries"]
+        last = inc["evidence"][-1] if inc["evidence"] else {}
+        self.note("relaunch", name, f"relaunch {i}/{n} of {name}: {last.get('detail') or 'wanted but not running'}",
+                  attempt=i, of=n, cause=last.get("cause"))
+        t0 = time.monotonic()
+        try:
+            cfg = config_from_settings(name, settings, self.cfg)
+            rec = self.deck._start_locked(name, cfg, reason="relaunch", evict=False)  # we hold the deck lock
+        except (LaunchError, RefusedError, StateError) as e:
+            cause = getattr(e, "cause", None) or {}
+            tail = (getattr(e, "log_tail", "") or "").splitlines()
+            launch = L.past_launches(name)
+            inc["evidence"].append({"try": i, "outcome": "failed to start", "detail": e.message, "cause": cause,
+                                    "launch_dir": str(launch[-1]) if launch else None, "log_tail": tail})
+            inc["next_at"] = time.time() + self.host.relaunch_spacing_s
+            self.note("relaunch-failed", name, f"relaunch {i}/{n} of {name} failed: {e.message}", attempt=i, of=n,
+                      cause=cause, log_tail=tail)
+            if i >= n:
+                self._give_up(name, inc)
+            return
+        self.launched.add(rec["launch_dir"])
+        inc["ready_at"] = time.time()
+        inc["next_at"] = time.time() + self.host.relaunch_spacing_s
+        self.known.add(name)
+        self.note("relaunched", name, f"{name} is back after relaunch {i}/{n}: ready in {time.monotonic() - t0:.1f} s "
+                                      f"(pid {rec['pid']})", attempt=i, of=n, launch_dir=rec["launch_dir"])
+
+    def _give_up(self, name: str, inc: dict) -> None:
+        last = inc["evidence"][-1] if inc["evidence"] else {}
+        cause = last.get("cause") or {}
+        summary = cause.get("summary") or last.get("detail") or "unknown cause"
+        inc.update(state="gave-up", cause=cause, gave_up_at=S.now_iso(),
+                   detail=f"gave up after {inc['tries']} relaunch tries: {summary}")
+        self.note("gave-up", name, f"gave up on {name} after {inc['tries']} relaunch tries: {summary}. "
+                                   f"Evidence: `servedeck status --json`; start it by hand once fixed",
+                  cause=cause, evidence=inc["evidence"])
+        S.journal("watch", name, "gave-up", cause=cause, tries=inc["tries"], detail=inc["detail"])
+
+    # --- liveness ------------------------------------------------------------------------------
+    def _liveness(self) -> None:
+        for name, (launch_dir, fut) in list(self.inflight.items()):
+            if fut.done():
+                del self.inflight[name]
+                try:
+                    self._verdict(name, launch_dir, fut.result())
+                except Exception as e:  # a probe bug must not stop the loop; say so
+                    self.note("error", name, f"liveness probe of {name} failed: {type(e).__name__}: {e}")
+        now = time.monotonic()
+        for name, rec in S.all_live().items():
+            if rec.get("state") != "ready" or name in self.inflight:
+                continue
+            if now - self.last_probe.get(name, -1e9) < self.host.liveness_interval_s:
+                continue
+            self.last_probe[name] = now
+            metrics = get_engine(rec["engine"]).metrics
+            fut = self.pool.submit(probe, spec_of_record(rec), metrics, self.host.stall_after_s)
+            self.inflight[name] = (rec["launch_dir"], fut)
+
+    def _verdict(self, name: str, launch_dir: str, res: ProbeResult) -> None:
+        rec = S.read_live(name)
+        if not rec or rec.get("launch_dir") != launch_dir:
+            return  # the engine probed is gone or replaced; reconcile has spoken about it
+        prev = self.liveness.get(name) or {}
+        was = prev.get("verdict") if prev.get("launch_dir") == launch_dir else None
+        self.liveness[name] = {"verdict": res.verdict, "detail": res.detail, "launch_dir": launch_dir,
+                               "at": S.now_iso(), "counters": res.after, "moved": res.moved, "waited_s": res.waited_s,
+                               "since": prev.get("since") if was == res.verdict else S.now_iso()}
+        if res.verdict == was:
+            return
+        if res.verdict == "live":
+            if was:
+                self.note("recovered", name, f"{name} answers again ({res.latency_s} s for a 1-token completion)")
+            return
+        self.note(res.verdict, name, f"{name} {res.verdict}: {res.detail}", counters=res.after, moved=res.moved,
+                  waited_s=res.waited_s, launch_dir=launch_dir)
+
+    def _save(self) -> None:
+        S.write_watch({"pid": os.getpid(), "updated_at": S.now_iso(), "models": self.redact.data(self.incidents),
+                       "liveness": self.redact.data(self.liveness)})
