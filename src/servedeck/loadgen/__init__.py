@@ -1,0 +1,32 @@
+"""Load generation: a streaming client, request records, load shapes, prompts and statistics.
+
+    specs = synthetic_requests(tokens=1000, max_tokens=256, n=200)
+    warm = list(synthetic_requests(1000, 256, n=4, kind="warmup"))
+    async with StreamingClient(ClientConfig("http://127.0.0.1:8000", model="m")) as client:
+        await client.prewarm(64)
+        result = await run_load(client, ClosedLoop(64), specs, warmup=warm, on_record=write_line)
+    figures = summarize_run(result, slo=Slo(ttft_ms=500, tpot_ms=50))
+
+Definitions of every figure: docs/loadgen.md. The measuring instrument used to check this
+package's timing is servedeck.loadgen.instrument (a separate process).
+"""
+
+from servedeck.loadgen.client import ClientConfig, Streamer, StreamingClient
+from servedeck.loadgen.prompts import (
+    TokenCounter,
+    fit_prompt,
+    new_nonce,
+    sized_requests,
+    synthetic_requests,
+    synthetic_text,
+)
+from servedeck.loadgen.records import RequestRecord, RequestSpec
+from servedeck.loadgen.schedule import ClosedLoop, LoadResult, LoadRun, OpenLoop, Progress, Shape, run_load
+from servedeck.loadgen.stats import Slo, Thresholds, summarize, summarize_run
+
+__all__ = [
+    "ClientConfig", "ClosedLoop", "LoadResult", "LoadRun", "OpenLoop", "Progress", "RequestRecord",
+    "RequestSpec", "Shape", "Slo", "Streamer", "StreamingClient", "Thresholds", "TokenCounter",
+    "fit_prompt", "new_nonce", "run_load", "sized_requests", "summarize", "summarize_run",
+    "synthetic_requests", "synthetic_text",
+]

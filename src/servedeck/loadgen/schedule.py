@@ -1,0 +1,408 @@
+"""Load shapes: when each request is sent, and the bookkeeping of a run.
+
+Closed loop: N workers; each sends its next request when its previous one ends (the end is that
+request's target time, so client overhead between requests shows up as schedule lag).
+Open loop: arrivals at a rate, constant, Poisson or gamma (seeded), at `start + offset_i` from one fixed
+start, never from the previous request, so a slow client is visible as lag instead of silently
+lowering the rate.
+
+A run is: warm-up (its own prompts, kind="warmup", closed loop) → measured phase → drain. Every
+record goes to `on_record` as it finishes. Cancelling the run (Ctrl-C under asyncio.run, or
+task.cancel()) cancels what is in flight; those requests are recorded as "cancelled", finished
+ones are kept, and CancelledError propagates. `LoadRun.result()` is valid at any point.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from time import perf_counter, process_time
+from typing import Any, Literal
+
+from servedeck.loadgen.client import Streamer
+from servedeck.loadgen.records import Kind, RequestRecord, RequestSpec
+
+
+@dataclass(frozen=True)
+class ClosedLoop:
+    concurrency: int
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
+
+
+@dataclass(frozen=True)
+class OpenLoop:
+    rate: float  # requests per second
+    arrivals: Literal["constant", "poisson", "gamma"] = "constant"
+    seed: int = 0  # poisson/gamma: same seed, same send times
+    # gamma only: the shape k of the gaps (vLLM's --burstiness). k = 1 is Poisson; k < 1 burstier,
+    # k > 1 more regular; the mean gap stays 1/rate.
+    burstiness: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.rate > 0:
+            raise ValueError(f"rate must be > 0 requests/s, got {self.rate}")
+        if self.arrivals not in ("constant", "poisson", "gamma"):
+            raise ValueError(f"arrivals must be 'constant', 'poisson' or 'gamma', got {self.arrivals!r}")
+        if not self.burstiness > 0:
+            raise ValueError(f"burstiness must be > 0, got {self.burstiness}")
+
+    def offsets(self) -> Iterator[float]:
+        """Targeted send times in seconds after the phase start; the first is 0."""
+        if self.arrivals == "constant":
+            for i in itertools.count():
+                yield i / self.rate
+        rng = random.Random(self.seed)
+        k = self.burstiness if self.arrivals == "gamma" else 1.0
+        t = 0.0
+        while True:
+            yield t
+            t += rng.gammavariate(k, 1.0 / (self.rate * k))
+
+
+Shape = ClosedLoop | OpenLoop
+
+
+@dataclass(frozen=True)
+class Progress:
+    phase: Kind
+    done: int  # finished in this phase (any status)
+    errors: int  # of those, not ok
+    in_flight: int
+    total: int | None  # requests planned in this phase, None when bounded by duration only
+    elapsed_s: float  # since the phase started
+    duration_s: float | None
+
+
+@dataclass
+class LoadResult:
+    """A run's records plus what the stats need about the run itself (times relative to t0)."""
+
+    t0: float  # absolute perf_counter() at run start; records are relative to it
+    shape: dict[str, Any]
+    records: list[RequestRecord]
+    measured_start: float | None  # when the measured phase began
+    measured_end: float | None  # when its last request finished (or the run was cancelled)
+    cpu_s: float  # this process's CPU time during the measured phase
+    wall_s: float  # wall time of the measured phase
+    stop_reason: str  # "requests" | "duration" | "exhausted" | "cancelled" | "failed"
+
+    def meta(self) -> dict[str, Any]:
+        """Everything but the records, JSON-able (records go to requests.jsonl one by one)."""
+        return {
+            "t0_perf_counter": self.t0,
+            "shape": self.shape,
+            "measured_start": self.measured_start,
+            "measured_end": self.measured_end,
+            "client_cpu_s": self.cpu_s,
+            "wall_s": self.wall_s,
+            "stop_reason": self.stop_reason,
+            "n_records": len(self.records),
+        }
+
+
+def shape_json(shape: Shape) -> dict[str, Any]:
+    if isinstance(shape, ClosedLoop):
+        return {"type": "closed", "concurrency": shape.concurrency}
+    return {"type": "open", "rate": shape.rate, "arrivals": shape.arrivals, "seed": shape.seed,
+            "burstiness": shape.burstiness}
+
+
+class LoadRun:
+    """One run. States: ready → running (`run`) → finished | cancelled | failed. `run` is
+    single-use; a second call raises RuntimeError."""
+
+    def __init__(
+        self,
+        client: Streamer,
+        shape: Shape,
+        requests: Iterable[RequestSpec],
+        *,
+        warmup: Sequence[RequestSpec] = (),
+        max_requests: int | None = None,
+        duration_s: float | None = None,
+        warmup_concurrency: int | None = None,
+        on_record: Callable[[RequestRecord], None] | None = None,
+        on_progress: Callable[[Progress], None] | None = None,
+    ) -> None:
+        if max_requests is not None and max_requests < 1:
+            raise ValueError(f"max_requests must be >= 1, got {max_requests}")
+        if duration_s is not None and not duration_s > 0:
+            raise ValueError(f"duration_s must be > 0, got {duration_s}")
+        self.client = client
+        self.shape = shape
+        self._requests = requests
+        self._warmup = list(warmup)
+        # A warm-up prompt sent again would make a measured request a prefix-cache hit.
+        self._warmup_prompts = {s.prompt for s in self._warmup}
+        self.max_requests = max_requests
+        self.duration_s = duration_s
+        default_wc = shape.concurrency if isinstance(shape, ClosedLoop) else 4
+        self.warmup_concurrency = max(1, min(warmup_concurrency or default_wc, len(self._warmup) or 1))
+        self.on_record = on_record
+        self.on_progress = on_progress
+        self.records: list[RequestRecord] = []
+        self.state = "ready"
+        self.t0 = 0.0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._in_flight = 0
+        self._phase: Kind = "warmup"
+        self._phase_start = 0.0
+        self._phase_done = 0
+        self._phase_errors = 0
+        self._phase_total: int | None = None
+        self._measured_start: float | None = None
+        self._measured_end: float | None = None
+        self._cpu0 = 0.0
+        self._cpu_s = 0.0
+        self._stop_reason = "exhausted"
+        self._main: asyncio.Task[Any] | None = None
+        self._failure: BaseException | None = None  # raised by a request task (on_record, say)
+        self._dispatching = False  # the open-loop dispatcher is running (may be cancelled)
+        self._unreported: list[RequestRecord] = []  # finished, not yet given to on_record
+        self._flush_scheduled = False
+
+    # ---- public --------------------------------------------------------------------------
+
+    async def run(self) -> LoadResult:
+        if self.state != "ready":
+            raise RuntimeError(f"LoadRun.run called in state {self.state!r}; a run is single-use")
+        self.state = "running"
+        self._main = asyncio.current_task()
+        self.t0 = perf_counter()
+        try:
+            if self._warmup:
+                self._start_phase("warmup", len(self._warmup))
+                await self._closed(self.warmup_concurrency, iter(self._warmup), "warmup")
+                self._flush(from_loop=False)
+            self._start_phase("measured", self._planned())
+            self._measured_start = self._phase_start - self.t0
+            self._cpu0 = process_time()
+            specs = iter(self._requests)
+            if self.max_requests is not None:
+                specs = itertools.islice(specs, self.max_requests)
+            if isinstance(self.shape, ClosedLoop):
+                await self._closed(self.shape.concurrency, specs, "measured")
+            else:
+                await self._open(self.shape, specs)
+            self._flush(from_loop=False)
+            if self._failure is not None:
+                raise self._failure
+            self.state = "finished"
+        except asyncio.CancelledError:
+            failed = self._failure is not None
+            self.state, self._stop_reason = ("failed", "failed") if failed else ("cancelled", "cancelled")
+            await self._cancel_in_flight()
+            if self._failure is not None:
+                raise self._failure from None
+            raise
+        except BaseException:
+            self.state, self._stop_reason = "failed", "failed"
+            await self._cancel_in_flight()
+            raise
+        finally:
+            self._close_measured()
+        return self.result()
+
+    def result(self) -> LoadResult:
+        return LoadResult(
+            t0=self.t0,
+            shape=shape_json(self.shape),
+            records=list(self.records),
+            measured_start=self._measured_start,
+            measured_end=self._measured_end,
+            cpu_s=self._cpu_s,
+            wall_s=(self._measured_end - self._measured_start)
+            if self._measured_start is not None and self._measured_end is not None
+            else 0.0,
+            stop_reason=self._stop_reason,
+        )
+
+    # ---- phases --------------------------------------------------------------------------
+
+    def _planned(self) -> int | None:
+        if self.max_requests is not None:
+            return self.max_requests
+        if isinstance(self._requests, Sequence) and self.duration_s is None:
+            return len(self._requests)
+        return None
+
+    def _start_phase(self, phase: Kind, total: int | None) -> None:
+        self._phase, self._phase_total = phase, total
+        self._phase_done = self._phase_errors = 0
+        self._phase_start = perf_counter()
+        self._progress()
+
+    def _close_measured(self) -> None:
+        if self._measured_start is None or self._measured_end is not None:
+            return
+        self._cpu_s = process_time() - self._cpu0
+        ends = [r.t_end for r in self.records if r.kind == "measured" and r.t_end is not None]
+        self._measured_end = max(ends) if ends else perf_counter() - self.t0
+
+    def _past_deadline(self, now: float) -> bool:
+        if self._phase == "measured" and self.duration_s is not None:
+            if now - self._phase_start >= self.duration_s:
+                self._stop_reason = "duration"
+                return True
+        return False
+
+    async def _closed(self, n: int, specs: Iterator[RequestSpec], kind: Kind) -> None:
+        start = self._phase_start
+        exhausted = False
+
+        async def worker() -> None:
+            nonlocal exhausted
+            target = start
+            while not exhausted and not self._past_deadline(perf_counter()):
+                spec = next(specs, None)
+                if spec is None:
+                    exhausted = True
+                    return
+                rec = await self._one(spec, kind, target)
+                # The next request is due the moment this one ended; whatever the client does
+                # in between (parsing, bookkeeping) is lag, not latency.
+                target = rec.t_end + self.t0 if rec.t_end is not None else perf_counter()
+
+        await self._gather([asyncio.ensure_future(worker()) for _ in range(n)])
+        if exhausted and kind == "measured" and self._stop_reason == "exhausted" and self.max_requests:
+            self._stop_reason = "requests"
+
+    async def _open(self, shape: OpenLoop, specs: Iterator[RequestSpec]) -> None:
+        start = self._phase_start
+        self._dispatching = True
+        try:
+            for offset, spec in zip(shape.offsets(), specs):
+                if self.duration_s is not None and offset >= self.duration_s:
+                    self._stop_reason = "duration"
+                    break
+                target = start + offset
+                delay = target - perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                self._spawn(self._one(spec, "measured", target))
+            else:
+                if self.max_requests:
+                    self._stop_reason = "requests"
+        finally:
+            self._dispatching = False
+        await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        if self._failure is not None:
+            raise self._failure
+
+    # ---- one request ---------------------------------------------------------------------
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        # An open-loop request task that failed (a warm-up prompt reused, say) must stop the
+        # run now, not when the dispatcher finally gathers.
+        if not task.cancelled() and task.exception() is not None and self._failure is None:
+            self._failure = task.exception()
+            if self._dispatching and self._main is not None:
+                self._main.cancel()
+
+    async def _gather(self, tasks: list[asyncio.Future[Any]]) -> None:
+        for t in tasks:
+            if isinstance(t, asyncio.Task):
+                self._tasks.add(t)
+                t.add_done_callback(self._tasks.discard)
+        await asyncio.gather(*tasks)
+
+    async def _one(self, spec: RequestSpec, kind: Kind, target: float) -> RequestRecord:
+        if kind == "measured" and spec.prompt in self._warmup_prompts:
+            raise ValueError(f"request {spec.id} reuses a warm-up prompt; it would hit the prefix cache")
+        rec = RequestRecord(id=spec.id, kind=kind, t_target=target - self.t0)
+        self._in_flight += 1
+        try:
+            await self.client.send(spec, rec, self.t0)
+        except asyncio.CancelledError:
+            _close_as(rec, self.t0, "cancelled", "cancelled before it finished")
+            raise
+        except Exception as e:  # a client bug must cost one record, not the run
+            _close_as(rec, self.t0, "error", f"client raised {type(e).__name__}: {e}")
+        finally:
+            self._in_flight -= 1
+            if rec.status is None:
+                _close_as(rec, self.t0, "cancelled", "cancelled before it finished")
+            self._finished(rec)
+        return rec
+
+    def _finished(self, rec: RequestRecord) -> None:
+        # on_record (a JSON line to disk) is run after the sends due now, not before them: when
+        # 256 streams end in the same decode step, 256 file writes ahead of the next requests
+        # would be schedule lag the server never caused.
+        self.records.append(rec)
+        if rec.kind == self._phase:
+            self._phase_done += 1
+            self._phase_errors += rec.status != "ok"
+        self._unreported.append(rec)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self, from_loop: bool = True) -> None:
+        """Hand finished records to on_record and report progress (idempotent)."""
+        self._flush_scheduled = False
+        batch, self._unreported = self._unreported, []
+        try:
+            if self.on_record is not None:
+                for rec in batch:
+                    self.on_record(rec)
+            if batch:
+                self._progress()
+        except Exception as e:  # usually a loop callback: hand the error to the run itself
+            if self._failure is None:
+                self._failure = e
+                if from_loop and self.state == "running" and self._main is not None:
+                    self._main.cancel()
+
+    def _progress(self) -> None:
+        if self.on_progress is None:
+            return
+        self.on_progress(
+            Progress(
+                phase=self._phase,
+                done=self._phase_done,
+                errors=self._phase_errors,
+                in_flight=self._in_flight,
+                total=self._phase_total,
+                elapsed_s=perf_counter() - self._phase_start,
+                duration_s=self.duration_s if self._phase == "measured" else None,
+            )
+        )
+
+    async def _cancel_in_flight(self) -> None:
+        tasks = list(self._tasks)
+        for t in tasks:
+            t.cancel()
+        # Let each request record itself as cancelled before the run reports back.
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._flush(from_loop=False)
+
+
+def _close_as(rec: RequestRecord, t0: float, status: Literal["error", "cancelled"], why: str) -> None:
+    if rec.status is not None:
+        return
+    rec.status = status
+    rec.error = why
+    rec.t_end = perf_counter() - t0
+
+
+async def run_load(
+    client: Streamer,
+    shape: Shape,
+    requests: Iterable[RequestSpec],
+    **kwargs: Any,
+) -> LoadResult:
+    """Convenience: `LoadRun(client, shape, requests, **kwargs).run()`."""
+    return await LoadRun(client, shape, requests, **kwargs).run()

@@ -1,0 +1,378 @@
+"""Incremental HTTP/1.1 response framing and SSE event splitting, kept off the JSON path.
+
+`ResponseParser.feed(t, data)` runs inside the socket's data_received callback, so it only
+frames bytes and tags each SSE event with the arrival time `t` of the read that completed it.
+Events that plainly carry one content token take a fast path (a couple of `bytes.find`); the
+few others (role-only first chunk, finish, usage, llama.cpp timings, errors) are kept raw and
+decoded once the response has ended (`finish`), where their cost no longer shifts timestamps.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+# Parser states.
+_HEAD = 0  # reading status line + headers
+_CHUNK_SIZE = 1  # chunked body: expecting "<hex>\r\n"
+_CHUNK_DATA = 2  # chunked body: inside a chunk
+_CHUNK_CRLF = 3  # chunked body: the CRLF after a chunk
+_TRAILER = 4  # chunked body: trailers up to the empty line
+_LENGTH = 5  # Content-Length body
+_UNTIL_CLOSE = 6  # body ends when the server closes
+_DONE = 7
+
+_MAX_HEAD = 64 * 1024
+_MAX_ERROR_BODY = 16 * 1024
+
+# Matches `"content":"` and `"reasoning_content":"` (chat) in one search; `"text":"` (completions).
+_CONTENT = b'content":"'
+_TEXT = b'"text":"'
+_REASONING = b'"reasoning":"'
+_QUOTE = 0x22
+_PENDING = -1  # chunk_n placeholder: decide after the response ends
+
+
+class ProtocolError(Exception):
+    """The server's bytes are not HTTP/1.1 as we understand it."""
+
+
+@dataclass
+class StreamFacts:
+    """What the raw events said, decoded after the response ended."""
+
+    chunk_t: list[float] = field(default_factory=list)
+    chunk_n: list[int] = field(default_factory=list)
+    chunk_n_from_server: bool = False
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    cached_tokens: int | None = None
+    timings: dict[str, Any] | None = None
+    finish_reason: str | None = None
+    error: str | None = None
+
+
+class ResponseParser:
+    """One HTTP response. States advance only forward; `done` once the body is complete."""
+
+    __slots__ = (
+        "state", "status", "headers", "keep_alive", "is_sse", "t_first_byte", "t_end",
+        "saw_done_marker", "chunk_t", "chunk_n", "_raw", "_buf", "_remaining", "_sse", "_sep",
+        "_body",
+    )
+
+    def __init__(self) -> None:
+        self.state = _HEAD
+        self.status: int | None = None
+        self.headers: dict[str, str] = {}
+        self.keep_alive = True
+        self.is_sse = False
+        self.t_first_byte: float | None = None
+        self.t_end: float | None = None
+        self.saw_done_marker = False
+        self.chunk_t: list[float] = []
+        self.chunk_n: list[int] = []
+        self._raw: dict[int, bytes] = {}  # index into chunk_* -> event kept for JSON decoding
+        self._buf = b""
+        self._remaining = 0
+        self._sse = b""
+        self._sep: bytes | None = None
+        self._body = bytearray()  # non-SSE bodies (errors), capped
+
+    @property
+    def done(self) -> bool:
+        return self.state == _DONE
+
+    @property
+    def body_text(self) -> str:
+        return bytes(self._body).decode("utf-8", "replace")
+
+    def feed(self, t: float, data: bytes) -> bytes:
+        """Consume bytes that arrived at `t`; return bytes past the end of this response."""
+        if self.t_first_byte is None:
+            self.t_first_byte = t
+        buf = self._buf + data if self._buf else data
+        while buf and self.state != _DONE:
+            st = self.state
+            if st == _CHUNK_DATA:
+                rem = self._remaining
+                if len(buf) <= rem:
+                    self._on_body(t, buf)
+                    self._remaining = rem - len(buf)
+                    buf = b""
+                    if self._remaining == 0:
+                        self.state = _CHUNK_CRLF
+                else:
+                    self._on_body(t, buf[:rem])
+                    buf = buf[rem:]
+                    self._remaining = 0
+                    self.state = _CHUNK_CRLF
+            elif st == _CHUNK_CRLF:
+                if len(buf) < 2:
+                    break
+                buf = buf[2:]
+                self.state = _CHUNK_SIZE
+            elif st == _CHUNK_SIZE:
+                i = buf.find(b"\r\n")
+                if i < 0:
+                    break
+                try:
+                    size = int(buf[:i].split(b";", 1)[0], 16)
+                except ValueError:
+                    raise ProtocolError(f"bad chunk size line {buf[:i][:40]!r}") from None
+                buf = buf[i + 2 :]
+                if size == 0:
+                    self.state = _TRAILER
+                else:
+                    self._remaining = size
+                    self.state = _CHUNK_DATA
+            elif st == _TRAILER:
+                i = buf.find(b"\r\n")
+                if i < 0:
+                    break
+                buf = buf[i + 2 :]
+                if i == 0:
+                    self._finish(t)
+            elif st == _LENGTH:
+                rem = self._remaining
+                take = buf[:rem]
+                buf = buf[rem:]
+                self._on_body(t, take)
+                self._remaining = rem - len(take)
+                if self._remaining == 0:
+                    self._finish(t)
+            elif st == _UNTIL_CLOSE:
+                self._on_body(t, buf)
+                buf = b""
+            else:  # _HEAD
+                i = buf.find(b"\r\n\r\n")
+                if i < 0:
+                    if len(buf) > _MAX_HEAD:
+                        raise ProtocolError("response headers larger than 64 KiB")
+                    break
+                self._on_head(buf[:i].decode("latin-1"))
+                buf = buf[i + 4 :]
+                if self.state == _LENGTH and self._remaining == 0:
+                    self._finish(t)
+        if self.state == _DONE:
+            self._buf = b""
+            return buf
+        self._buf = buf
+        return b""
+
+    def eof(self, t: float) -> bool:
+        """The connection closed; True if that legitimately ended the response."""
+        if self.state == _UNTIL_CLOSE:
+            self._finish(t)
+        return self.state == _DONE
+
+    def _finish(self, t: float) -> None:
+        self.state = _DONE
+        self.t_end = t
+        if self._sse.strip():  # a last event without its blank line
+            self._on_event(t, self._sse.strip())
+            self._sse = b""
+
+    def _on_head(self, head: str) -> None:
+        lines = head.split("\r\n")
+        parts = lines[0].split(" ", 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/"):
+            raise ProtocolError(f"bad status line {lines[0][:80]!r}")
+        self.status = int(parts[1])
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            self.headers[name.strip().lower()] = value.strip()
+        conn = self.headers.get("connection", "").lower()
+        self.keep_alive = "close" not in conn and (parts[0] != "HTTP/1.0" or "keep-alive" in conn)
+        self.is_sse = self.status == 200 and "text/event-stream" in self.headers.get("content-type", "")
+        if "chunked" in self.headers.get("transfer-encoding", "").lower():
+            self.state = _CHUNK_SIZE
+        elif "content-length" in self.headers:
+            self.state = _LENGTH
+            self._remaining = int(self.headers["content-length"])
+        else:
+            self.state = _UNTIL_CLOSE
+            self.keep_alive = False
+
+    def _on_body(self, t: float, data: bytes) -> None:
+        if not self.is_sse:
+            if len(self._body) < _MAX_ERROR_BODY:
+                self._body += data[: _MAX_ERROR_BODY - len(self._body)]
+            return
+        s = self._sse + data if self._sse else data
+        sep = self._sep
+        if sep is None:
+            # "\r\n\r\n" contains no "\n\n", so the two separators cannot be confused.
+            if b"\n\n" in s:
+                sep = self._sep = b"\n\n"
+            elif b"\r\n\r\n" in s:
+                sep = self._sep = b"\r\n\r\n"
+            else:
+                self._sse = s
+                return
+        start = 0
+        n = len(sep)
+        while True:
+            j = s.find(sep, start)
+            if j < 0:
+                break
+            if j > start:
+                self._on_event(t, s[start:j])
+            start = j + n
+        self._sse = s[start:]
+
+    def _on_event(self, t: float, ev: bytes) -> None:
+        # Hot path: runs once per streamed chunk, before anything else sees the bytes.
+        k = ev.find(_CONTENT)
+        if k >= 0:
+            k += 10
+        else:
+            k = ev.find(_TEXT)
+            if k >= 0:
+                k += 8
+            else:
+                k = ev.find(_REASONING)
+                if k >= 0:
+                    k += 13
+        plain = not _has_usage(ev) and b'"timings"' not in ev and b'"finish_reason":"' not in ev
+        if plain and k > 0 and ev[k] != _QUOTE:
+            self.chunk_t.append(t)
+            self.chunk_n.append(1)
+            return
+        if ev.startswith((b"data: [DONE]", b"data:[DONE]")):
+            self.saw_done_marker = True
+            return
+        if plain and _is_empty_delta(ev):
+            return  # the role-only first chunk: nothing to count, nothing to decode
+        self._raw[len(self.chunk_t)] = ev
+        self.chunk_t.append(t)
+        self.chunk_n.append(_PENDING)
+
+    def facts(self) -> StreamFacts:
+        """Decode the kept events; drop chunks that carried no content. Call once, after done.
+
+        Only the kept (pending) events are visited: the fast-path chunks are already final,
+        so a 10,000-token answer costs no more here than a 10-token one.
+        """
+        f = StreamFacts(chunk_t=self.chunk_t, chunk_n=self.chunk_n)
+        content_chunks = len(self.chunk_n) - len(self._raw)
+        with_usage = 0  # content chunks that said how many tokens they carried
+        extra = 0  # tokens beyond one per chunk assigned so far (continuous usage)
+        drop: list[int] = []
+        for i in sorted(self._raw):
+            obj, err = _decode_event(self._raw[i])
+            n_tok = 0
+            if err is not None:
+                f.error = f.error or err
+            elif obj is not None:
+                if obj.get("error"):
+                    e = obj["error"]
+                    f.error = f.error or (e.get("message") if isinstance(e, dict) else None) or str(e)
+                usage = obj.get("usage")
+                has_content, finish = _choice_content(obj)
+                if finish:
+                    f.finish_reason = finish
+                if isinstance(usage, dict):
+                    _take_usage(f, usage)
+                if isinstance(obj.get("timings"), dict):
+                    f.timings = obj["timings"]
+                if has_content:
+                    n_tok = 1
+                    content_chunks += 1
+                    if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+                        # Continuous usage stats: the server says how many tokens this chunk
+                        # carried, including any generated for earlier empty chunks (held-back
+                        # partial UTF-8). Tokens before it: one per earlier chunk, plus extras.
+                        before = i - len(drop) + extra
+                        n_tok = max(usage["completion_tokens"] - before, 1)
+                        extra += n_tok - 1
+                        with_usage += 1
+            if n_tok:
+                f.chunk_n[i] = n_tok
+            else:
+                drop.append(i)
+        for i in reversed(drop):
+            del f.chunk_t[i]
+            del f.chunk_n[i]
+        f.chunk_n_from_server = content_chunks > 0 and with_usage == content_chunks
+        if f.timings is not None:
+            _take_timings(f, f.timings)
+        return f
+
+
+def _is_empty_delta(ev: bytes) -> bool:
+    """A chat chunk whose content is "" or null and that carries nothing else worth decoding."""
+    if b'"content":""' not in ev and b'"content":null' not in ev:
+        return False
+    return not any(m in ev for m in (b'"reasoning', b'"text"', b'"tool_calls"', b'"error"'))
+
+
+def _has_usage(ev: bytes) -> bool:
+    # OpenAI sends `"usage":null` on every chunk once include_usage is set; only a value counts.
+    u = ev.find(b'"usage"')
+    if u < 0:
+        return False
+    rest = ev[u + 7 : u + 14].lstrip(b": ")
+    return not rest.startswith(b"null")
+
+
+def _decode_event(ev: bytes) -> tuple[dict[str, Any] | None, str | None]:
+    """(json object or None, error text or None) for one SSE event."""
+    data_lines: list[bytes] = []
+    for line in ev.splitlines():
+        if line.startswith(b"data:"):
+            data_lines.append(line[5:].lstrip(b" "))
+        elif line.startswith(b"error:"):  # llama.cpp's in-stream error event
+            return None, line[6:].strip().decode("utf-8", "replace")[:500]
+    if not data_lines:
+        return None, None
+    data = b"\n".join(data_lines)
+    if data.strip() == b"[DONE]":
+        return None, None
+    try:
+        obj = json.loads(data)
+    except ValueError:
+        return None, f"undecodable event: {data[:200].decode('utf-8', 'replace')}"
+    return (obj, None) if isinstance(obj, dict) else (None, None)
+
+
+def _choice_content(obj: dict[str, Any]) -> tuple[bool, str | None]:
+    choices = obj.get("choices")
+    if not choices or not isinstance(choices, list):
+        return False, None
+    c = choices[0]
+    if not isinstance(c, dict):
+        return False, None
+    finish = c.get("finish_reason")
+    if c.get("text"):
+        return True, finish
+    delta = c.get("delta") or {}
+    if not isinstance(delta, dict):
+        return False, finish
+    has = bool(
+        delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+        or delta.get("tool_calls")
+    )
+    return has, finish
+
+
+def _take_usage(f: StreamFacts, usage: dict[str, Any]) -> None:
+    if isinstance(usage.get("prompt_tokens"), int):
+        f.prompt_tokens = usage["prompt_tokens"]
+    if isinstance(usage.get("completion_tokens"), int):
+        f.output_tokens = usage["completion_tokens"]
+    details = usage.get("prompt_tokens_details")
+    if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+        f.cached_tokens = details["cached_tokens"]
+
+
+def _take_timings(f: StreamFacts, timings: dict[str, Any]) -> None:
+    # llama.cpp: prompt_n = prompt tokens evaluated, cache_n = prompt tokens reused from cache.
+    prompt_n, cache_n = timings.get("prompt_n"), timings.get("cache_n")
+    if f.cached_tokens is None and isinstance(cache_n, int):
+        f.cached_tokens = cache_n
+    if f.prompt_tokens is None and isinstance(prompt_n, int):
+        f.prompt_tokens = prompt_n + (cache_n if isinstance(cache_n, int) else 0)
+    if f.output_tokens is None and isinstance(timings.get("predicted_n"), int):
+        f.output_tokens = timings["predicted_n"]

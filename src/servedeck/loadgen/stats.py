@@ -1,0 +1,270 @@
+"""Figures from request records, computed, never re-measured. Definitions: docs/loadgen.md.
+
+`summarize(records, ...)` returns a plain JSON-able dict. Latencies are in milliseconds,
+rates per second. Every distribution carries the number of values behind it (`n`), and
+`counts` says which records were left out and why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from servedeck.loadgen.records import RequestRecord
+
+if TYPE_CHECKING:
+    from servedeck.loadgen.schedule import LoadResult
+
+STATS_SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class Slo:
+    """A request is "good" when it succeeded and meets every bound given here."""
+
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    e2e_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    # The client set the pace when schedule lag p99 exceeds both of these: an absolute bound,
+    # and a share of the median E2E, because a closed loop at 256 streams spreads each wave of
+    # sends over ~10 ms of client work, which matters for 100 ms requests and not for 2 s ones.
+    lag_p99_ms: float = 5.0
+    lag_e2e_fraction: float = 0.01
+    cpu_fraction: float = 0.9  # client CPU time / wall at or above this: the client is saturated
+    cached_fraction: float = 0.05  # cached/prompt tokens above this: a prefix-cache hit
+    prefill_min_prompt_tokens: int = 1024  # below this TTFT is mostly not prefill
+
+
+def dist(values: Sequence[float] | np.ndarray) -> dict[str, Any]:
+    """n, mean, p50, p90, p99, min, max (linear interpolation); None figures when n == 0."""
+    a = np.asarray(values, dtype=float)
+    if a.size == 0:
+        return {"n": 0, "mean": None, "p50": None, "p90": None, "p99": None, "min": None, "max": None}
+    p50, p90, p99 = np.percentile(a, [50, 90, 99])
+    return {
+        "n": int(a.size), "mean": float(a.mean()), "p50": float(p50), "p90": float(p90),
+        "p99": float(p99), "min": float(a.min()), "max": float(a.max()),
+    }
+
+
+def output_tokens(r: RequestRecord) -> int:
+    """The server's count when it gave one, else what the client counted from the stream."""
+    return r.output_tokens if r.output_tokens is not None else r.streamed_tokens
+
+
+def tpot(r: RequestRecord) -> float | None:
+    """(e2e − ttft) / (output_tokens − 1), seconds; None below two tokens."""
+    out = output_tokens(r)
+    ttft, e2e = r.ttft, r.e2e
+    if ttft is None or e2e is None or out < 2:
+        return None
+    return (e2e - ttft) / (out - 1)
+
+
+def itl_values(r: RequestRecord) -> list[float]:
+    """Per token after the first chunk: each chunk's gap, divided among the tokens it carried."""
+    out: list[float] = []
+    t, n = r.chunk_t, r.chunk_n
+    for k in range(1, len(t)):
+        if n[k] <= 0:
+            continue
+        gap = (t[k] - t[k - 1]) / n[k]
+        out.extend([gap] * n[k])
+    return out
+
+
+def is_cached(r: RequestRecord, frac: float) -> bool | None:
+    """Whether the prefix cache served more than `frac` of the prompt; None if unknown."""
+    if r.cached_tokens is None or not r.prompt_tokens:
+        return None
+    return r.cached_tokens > frac * r.prompt_tokens
+
+
+def summarize(
+    records: Sequence[RequestRecord],
+    *,
+    cpu_s: float | None = None,
+    wall_s: float | None = None,
+    slo: Slo | None = None,
+    thresholds: Thresholds = Thresholds(),
+) -> dict[str, Any]:
+    """Figures over the measured, successful records. `cpu_s`/`wall_s`: the client process's
+    CPU and wall time over the measured phase (LoadResult.cpu_s / wall_s), for the self-check."""
+    measured = [r for r in records if r.kind == "measured"]
+    ok = [r for r in measured if r.status == "ok"]
+    warnings: list[str] = []
+    counts = {
+        "records": len(records),
+        "warmup": sum(r.kind == "warmup" for r in records),
+        "measured": len(measured),
+        "ok": len(ok),
+        "error": sum(r.status == "error" for r in measured),
+        "cancelled": sum(r.status == "cancelled" for r in measured),
+        "ok_without_content": sum(r.t_first_token is None for r in ok),
+    }
+    if counts["error"]:
+        first = next(r.error for r in measured if r.status == "error")
+        warnings.append(f"{counts['error']} of {len(measured)} measured requests failed (first: {first})")
+
+    sends = [r.t_send for r in measured if r.t_send is not None]
+    ends = [r.t_end for r in measured if r.t_end is not None]
+    window = (max(ends) - min(sends)) if sends and ends else 0.0
+
+    ttft = [r.ttft for r in ok if r.ttft is not None]
+    tpots = [x for x in (tpot(r) for r in ok) if x is not None]
+    e2e = [r.e2e for r in ok if r.e2e is not None]
+    itl: list[float] = []
+    for r in ok:
+        itl.extend(itl_values(r))
+    total_out = sum(output_tokens(r) for r in ok)
+
+    result: dict[str, Any] = {
+        "schema": STATS_SCHEMA,
+        "counts": counts,
+        "window_s": window,
+        "ttft_ms": _ms(ttft),
+        "tpot_ms": _ms(tpots),
+        "itl_ms": _ms(itl),
+        "e2e_ms": _ms(e2e),
+        "per_user_tok_s": dist([1.0 / x for x in tpots if x > 0]),
+        "output_tokens": total_out,
+        "output_tok_s": total_out / window if window > 0 else None,
+        "request_s": len(ok) / window if window > 0 else None,
+        "prefill_tok_s": _prefill(ok, thresholds),
+        "cache": _cache(ok, thresholds, warnings),
+        "token_counts": _token_counts(ok, warnings),
+        "goodput": _goodput(measured, slo, window) if slo is not None else None,
+        "client": _client(measured, cpu_s, wall_s, _median(e2e), thresholds, warnings),
+        "warnings": warnings,
+    }
+    return result
+
+
+def _ms(values_s: Sequence[float]) -> dict[str, Any]:
+    return dist(np.asarray(values_s, dtype=float) * 1000.0)
+
+
+def _prefill(ok: Sequence[RequestRecord], th: Thresholds) -> dict[str, Any]:
+    rates: list[float] = []
+    excluded_cached = excluded_short = 0
+    for r in ok:
+        if r.ttft is None or r.ttft <= 0 or r.prompt_tokens is None:
+            continue
+        if r.prompt_tokens < th.prefill_min_prompt_tokens:
+            excluded_short += 1
+            continue
+        if is_cached(r, th.cached_fraction):
+            excluded_cached += 1
+            continue
+        rates.append(r.prompt_tokens / r.ttft)
+    d = dist(rates)
+    d.update(excluded_cached=excluded_cached, excluded_short=excluded_short,
+             min_prompt_tokens=th.prefill_min_prompt_tokens)
+    return d
+
+
+def _cache(ok: Sequence[RequestRecord], th: Thresholds, warnings: list[str]) -> dict[str, Any]:
+    known = [r for r in ok if r.cached_tokens is not None and r.prompt_tokens]
+    cached = sum(r.cached_tokens or 0 for r in known)
+    prompt = sum(r.prompt_tokens or 0 for r in known)
+    hits = sum(bool(is_cached(r, th.cached_fraction)) for r in known)
+    if hits:
+        warnings.append(
+            f"{hits} of {len(known)} requests were served more than {th.cached_fraction:.0%} from the "
+            f"prefix cache ({cached / prompt:.1%} of prompt tokens cached): their TTFT is not a prefill time"
+        )
+    if len(known) < len(ok):
+        warnings.append(f"the server did not report cached tokens for {len(ok) - len(known)} requests")
+    return {
+        "reported": len(known),
+        "cached_tokens": cached,
+        "prompt_tokens": prompt,
+        "cached_fraction": cached / prompt if prompt else None,
+        "requests_over_threshold": hits,
+        "threshold": th.cached_fraction,
+    }
+
+
+def _token_counts(ok: Sequence[RequestRecord], warnings: list[str]) -> dict[str, Any]:
+    reported = [r for r in ok if r.output_tokens is not None]
+    diffs = [r.output_tokens - r.streamed_tokens for r in reported]  # type: ignore[operator]
+    mismatched = sum(d != 0 for d in diffs)
+    per_chunk = all(r.chunk_n_from_server for r in ok) and bool(ok)
+    if mismatched:
+        warnings.append(
+            f"client and server token counts disagree on {mismatched} of {len(reported)} requests "
+            f"(server − client: min {min(diffs)}, max {max(diffs)}); TPOT uses the server's count"
+            + ("" if per_chunk else ", ITL assumes one token per chunk and is per chunk there")
+        )
+    if len(reported) < len(ok):
+        warnings.append(f"the server reported no output token count for {len(ok) - len(reported)} requests")
+    return {
+        "server_reported": len(reported),
+        "mismatched": mismatched,
+        "max_abs_diff": max((abs(d) for d in diffs), default=0),
+        "itl_basis": "server per-chunk counts" if per_chunk else "one token per content chunk",
+    }
+
+
+def _goodput(measured: Sequence[RequestRecord], slo: Slo, window: float) -> dict[str, Any]:
+    good = 0
+    for r in measured:
+        if r.status != "ok" or r.ttft is None:
+            continue
+        if slo.ttft_ms is not None and r.ttft * 1000 > slo.ttft_ms:
+            continue
+        if slo.tpot_ms is not None:
+            t = tpot(r)
+            if t is None or t * 1000 > slo.tpot_ms:
+                continue
+        if slo.e2e_ms is not None and (r.e2e is None or r.e2e * 1000 > slo.e2e_ms):
+            continue
+        good += 1
+    return {
+        "slo": asdict(slo),
+        "good_requests": good,
+        "fraction": good / len(measured) if measured else None,
+        "request_s": good / window if window > 0 else None,
+    }
+
+
+def _median(e2e_s: Sequence[float]) -> float | None:
+    return float(np.median(e2e_s)) if len(e2e_s) else None
+
+
+def _client(
+    measured: Sequence[RequestRecord], cpu_s: float | None, wall_s: float | None,
+    e2e_p50_s: float | None, th: Thresholds, warnings: list[str],
+) -> dict[str, Any]:
+    lag = _ms([r.lag for r in measured if r.lag is not None])
+    cpu_fraction = cpu_s / wall_s if cpu_s is not None and wall_s else None
+    limit_ms = max(th.lag_p99_ms, th.lag_e2e_fraction * (e2e_p50_s or 0.0) * 1000)
+    reasons = []
+    if lag["p99"] is not None and lag["p99"] > limit_ms:
+        reasons.append(f"schedule lag p99 {lag['p99']:.1f} ms > {limit_ms:.1f} ms")
+    # Over a window shorter than a second the CPU share is noise (process start-up, imports).
+    if cpu_fraction is not None and cpu_fraction >= th.cpu_fraction and (wall_s or 0) >= 1.0:
+        reasons.append(f"client CPU {cpu_fraction:.0%} of a core >= {th.cpu_fraction:.0%}")
+    if reasons:
+        warnings.append("the client, not the server, may have set the pace: " + "; ".join(reasons))
+    return {
+        "lag_ms": lag,
+        "lag_limit_ms": limit_ms,
+        "cpu_s": cpu_s,
+        "wall_s": wall_s,
+        "cpu_fraction": cpu_fraction,
+        "client_bound": bool(reasons),
+        "reasons": reasons,
+    }
+
+
+def summarize_run(result: LoadResult, **kwargs: Any) -> dict[str, Any]:
+    """`summarize` with the client CPU and wall time the run measured."""
+    return summarize(result.records, cpu_s=result.cpu_s, wall_s=result.wall_s, **kwargs)

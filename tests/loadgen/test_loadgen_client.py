@@ -1,0 +1,153 @@
+"""The client's edges: failures become records, streams are parsed the way servers send them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+
+from servedeck.loadgen import ClientConfig, RequestRecord, RequestSpec, StreamingClient
+from servedeck.loadgen.sse import ResponseParser
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def send_one(url: str, prompt: str = "hello", max_tokens: int = 5, **cfg) -> RequestRecord:
+    async def go() -> RequestRecord:
+        rec = RequestRecord(id="r1", kind="measured", t_target=0.0)
+        async with StreamingClient(ClientConfig(url, model="m", **cfg)) as c:
+            await c.send(RequestSpec(id="r1", prompt=prompt, max_tokens=max_tokens), rec, 0.0)
+        return rec
+
+    return asyncio.run(go())
+
+
+def test_connection_refused_is_an_error_record_not_an_exception():
+    rec = send_one(f"http://127.0.0.1:{free_port()}")
+    assert rec.status == "error"
+    assert "connect failed" in (rec.error or "")
+    assert rec.t_end is not None and rec.t_send is None
+
+
+def test_http_error_status_is_recorded(instrument):
+    rec = send_one(instrument.url, prompt="please [fail:500]")
+    assert rec.status == "error" and rec.http_status == 500
+    assert "asked to fail" in (rec.error or "")
+
+
+def test_stream_cut_midway_is_an_error_with_the_chunks_seen(instrument):
+    rec = send_one(instrument.url, prompt="[fail:drop]", max_tokens=10)
+    assert rec.status == "error"
+    assert rec.streamed_tokens == 2  # what arrived before the cut is kept
+
+
+def test_request_timeout_is_an_error_record(instrument):
+    rec = send_one(instrument.url, max_tokens=100, request_timeout_s=0.2)
+    assert rec.status == "error" and "timeout" in (rec.error or "")
+
+
+def test_completions_api_and_usage(instrument):
+    rec = send_one(instrument.url, api="completions", max_tokens=7)
+    assert rec.status == "ok"
+    assert rec.streamed_tokens == 7 and rec.output_tokens == 7
+    assert rec.prompt_tokens is not None and rec.cached_tokens == 0
+    assert rec.finish_reason == "length"
+
+
+def test_multi_token_chunks_counted_from_continuous_usage(instrument_factory):
+    inst = instrument_factory("--ttft-ms", "5", "--itl-ms", "2", "--tokens-per-chunk", "3")
+    rec = send_one(inst.url, max_tokens=10, continuous_usage_stats=True)
+    assert rec.status == "ok"
+    assert rec.chunk_n == [3, 3, 3, 1] and rec.chunk_n_from_server
+    assert rec.streamed_tokens == rec.output_tokens == 10
+    # Without per-chunk counts the client sees 4 chunks and the server says 10 tokens.
+    rec = send_one(inst.url, max_tokens=10)
+    assert rec.chunk_n == [1, 1, 1, 1] and not rec.chunk_n_from_server
+    assert rec.output_tokens == 10
+
+
+def test_pool_reuses_connections_and_survives_a_server_side_close(instrument):
+    async def go() -> list[RequestRecord]:
+        recs = []
+        async with StreamingClient(ClientConfig(instrument.url, model="m")) as c:
+            for i in range(3):
+                rec = RequestRecord(id=f"p{i}", kind="measured", t_target=0.0)
+                await c.send(RequestSpec(id=f"p{i}", prompt="x", max_tokens=2), rec, 0.0)
+                recs.append(rec)
+                if i == 1:  # the server's keep-alive ran out while the connection sat idle
+                    for conn in c._idle:
+                        conn.transport.close()
+                    await asyncio.sleep(0.05)
+            assert len(c._idle) == 1
+        return recs
+
+    assert [r.status for r in asyncio.run(go())] == ["ok", "ok", "ok"]
+
+
+# ---- parsing, without a network -----------------------------------------------------------
+
+def _http(events: list[bytes], sep: bytes = b"\n\n") -> bytes:
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    body = b"".join(b"%x\r\n%s\r\n" % (len(e + sep), e + sep) for e in events)
+    return head + body + b"0\r\n\r\n"
+
+
+LLAMA_CPP = [  # as llama-server sent them (trimmed), including its null-content role chunk
+    b'data: {"choices":[{"finish_reason":null,"index":0,"delta":{"role":"assistant","content":null}}],"object":"chat.completion.chunk"}',
+    b'data: {"choices":[{"finish_reason":null,"index":0,"delta":{"content":"Your"}}],"object":"chat.completion.chunk"}',
+    b'data: {"choices":[{"finish_reason":null,"index":0,"delta":{"content":" friendly"}}],"object":"chat.completion.chunk"}',
+    b'data: {"choices":[{"finish_reason":"length","index":0,"delta":{}}],"object":"chat.completion.chunk"}',
+    b'data: {"choices":[],"usage":{"completion_tokens":2,"prompt_tokens":32,"total_tokens":34,'
+    b'"prompt_tokens_details":{"cached_tokens":24}},"timings":{"cache_n":24,"prompt_n":8,"prompt_ms":202.0,'
+    b'"predicted_n":2,"predicted_ms":75.5}}',
+    b"data: [DONE]",
+]
+
+
+def _feed_in_pieces(raw: bytes, size: int) -> ResponseParser:
+    p = ResponseParser()
+    for k, i in enumerate(range(0, len(raw), size)):
+        p.feed(float(k), raw[i : i + size])
+    assert p.done
+    return p
+
+
+def test_llama_cpp_stream_parsed_at_any_read_boundary():
+    raw = _http(LLAMA_CPP)
+    for size in (1, 7, 64, len(raw)):
+        f = _feed_in_pieces(raw, size).facts()
+        assert sum(f.chunk_n) == 2 and len(f.chunk_t) == 2
+        assert (f.prompt_tokens, f.output_tokens, f.cached_tokens) == (32, 2, 24)
+        assert f.timings is not None and f.timings["prompt_n"] == 8
+        assert f.finish_reason == "length" and f.error is None
+
+
+def test_empty_content_first_chunk_and_crlf_events():
+    events = [
+        b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}',
+        b'data: {"choices":[{"delta":{"reasoning_content":"hmm"}}]}',
+        b'data: {"choices":[{"delta":{"content": "spaced"}}]}',  # no fast path: decoded later
+        b"data: [DONE]",
+    ]
+    p = _feed_in_pieces(_http(events, sep=b"\r\n\r\n"), 5)
+    f = p.facts()
+    assert f.chunk_n == [1, 1]
+    assert f.chunk_t[0] > 0  # the role chunk's read is not the first token
+    assert p.saw_done_marker
+
+
+def test_error_event_inside_a_200_stream():
+    events = [b'data: {"choices":[{"delta":{"content":"a"}}]}', b'data: {"error":{"message":"out of memory"}}']
+    f = _feed_in_pieces(_http(events), 1000).facts()
+    assert f.error == "out of memory"
+
+
+def test_content_length_error_body():
+    body = json.dumps({"error": {"message": "model not found"}}).encode()
+    raw = b"HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+    p = _feed_in_pieces(raw, 3)
+    assert p.status == 404 and "model not found" in p.body_text
