@@ -11,7 +11,6 @@ processes; `probe` does the I/O.
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -19,42 +18,10 @@ from typing import Any
 import httpx
 
 from servedeck.engines.base import LaunchSpec
+from servedeck.engines.metrics import parse_prometheus, read_counters  # noqa: F401 (re-exported)
 from servedeck.supervisor import ready as R
 
 PROGRESS = ("prompt_tokens", "generation_tokens")  # counters that only grow when work is done
-_SAMPLE = re.compile(r"^([A-Za-z_:][\w:]*)(\{[^}]*\})?\s+([-+0-9.eEinfNa]+)")
-
-
-def parse_prometheus(text: str) -> dict[str, float]:
-    """Metric name → value summed over its label sets (one engine, several model_name labels)."""
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = _SAMPLE.match(line)
-        if not m:
-            continue
-        try:
-            out[m.group(1)] = out.get(m.group(1), 0.0) + float(m.group(3))
-        except ValueError:
-            continue
-    return out
-
-
-def read_counters(base_url: str, names: dict[str, str], timeout_s: float = 3.0) -> dict[str, float] | None:
-    """The engine's progress counters by servedeck's names; None when /metrics cannot be read."""
-    if not names:
-        return None
-    try:
-        r = httpx.get(base_url + "/metrics", timeout=timeout_s)
-        if r.status_code != 200:
-            return None
-    except httpx.HTTPError:
-        return None
-    raw = parse_prometheus(r.text)
-    return {ours: raw[theirs] for ours, theirs in names.items() if theirs in raw}
-
-
 @dataclass
 class ProbeResult:
     at: float  # epoch seconds when the probe began
