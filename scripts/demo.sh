@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The README's main job, start to finish: set everything up (cached after the first run), then in a
+# scratch folder write a models.toml, start the default model (SmolLM2-135M on llama.cpp), gate it,
+# benchmark it at two concurrencies, show the run's summary, and stop it. About 2-3 minutes on 2 cores
+# once set up. The scratch folder (state, results) is kept and named at the end.
+#
+#   SERVEDECK_DEMO_DIR   where to work (default: a new temp folder)
+#   DEMO_CONCURRENCY     default 1,4      DEMO_REQUESTS   requests per point, default 8
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(dirname "$here")
+t0=$SECONDS
+say() { printf '\n\033[1m== %s\033[0m (%ss)\n' "$1" "$((SECONDS - t0))"; }
+
+say "setup (engines and models are cached under ~/.cache/servedeck)"
+"$here/setup.sh"
+
+sd="$repo/.venv/bin/servedeck"
+demo=${SERVEDECK_DEMO_DIR:-$(mktemp -d -t servedeck-demo.XXXXXX)}
+mkdir -p "$demo"
+cd "$demo"
+# The demo keeps its own state and results, so it never touches a deck you already run.
+export SERVEDECK_HOME="$demo/home" SERVEDECK_RESULTS="$demo/results"
+unset SERVEDECK_CONFIG
+
+say "servedeck init (in $demo)"
+[ -f models.toml ] || "$sd" init
+# The starter uses port 8081; if something else holds it, give the demo's model a free one.
+"$repo/.venv/bin/python" - <<'PY'
+import re, socket
+with socket.socket() as s:
+    busy = s.connect_ex(("127.0.0.1", 8081)) == 0
+if busy:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    text = open("models.toml").read()
+    text = re.sub(r"(\[models\.smollm2\][^\[]*?)port = 8081", rf"\g<1>port = {port}", text, count=1, flags=re.S)
+    open("models.toml", "w").write(text)
+    print(f"port 8081 is busy: the demo's smollm2 listens on {port}")
+PY
+
+stop_model() { "$sd" stop smollm2 >/dev/null 2>&1 || true; }
+trap stop_model EXIT
+
+say "servedeck start smollm2"
+"$sd" start smollm2
+
+say "servedeck gate smollm2 (a 7-digit code planted at 10/50/90 % of a context-sized prompt)"
+gate_ok=1
+"$sd" gate smollm2 || gate_ok=0
+[ "$gate_ok" = 1 ] || echo "the gate failed: the benchmark below still runs, and its results are marked as not a result"
+
+say "servedeck bench smollm2 --workload chat --concurrency ${DEMO_CONCURRENCY:-1,4}"
+"$sd" bench smollm2 --workload chat --concurrency "${DEMO_CONCURRENCY:-1,4}" --input-tokens 512 \
+  --output-tokens 64 --requests "${DEMO_REQUESTS:-8}" --warmup 1 >/dev/null
+
+say "servedeck runs"
+"$sd" runs
+
+say "servedeck show last"
+"$sd" show last
+
+say "servedeck stop smollm2"
+"$sd" stop smollm2
+trap - EXIT
+
+say "done in $((SECONDS - t0)) s; state and run folders kept in $demo"

@@ -1,0 +1,258 @@
+"""`gate` and `bench` from start to finish: target, run folder, gate, points, verdict, summary.
+
+Every way a run can end writes its folder's final state before the error travels on:
+    finished            status ok
+    requests failed     status failed, reason names how many and the first error
+    server died         status failed, reason says how (exit code or signal, from the launch folder)
+    Ctrl-C              status failed, reason "interrupted"; CancelledError/KeyboardInterrupt propagate
+An engine this run started (--launch) is stopped afterwards, whatever happened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Optional
+
+import httpx
+
+from servedeck.campaign.bench import BenchSpec, ServerDied, run_point
+from servedeck.campaign.reporter import QuietReporter, Reporter
+from servedeck.campaign import counters
+from servedeck.campaign.target import Target, close_target, open_target
+from servedeck.config import Config
+from servedeck.deck.deck import settings_of
+from servedeck.errors import RunError, ServedeckError
+from servedeck.gates.niah import GateResult, GateSpec, run_gate
+from servedeck.gates.server import server_context
+from servedeck.report.render import markdown
+from servedeck.runs import inventory
+from servedeck.runs.folder import RunFolder, runs_root
+from servedeck.runs.read import gate_view, list_runs, load, summary_of
+
+
+@dataclass
+class Outcome:
+    """Filled in as the run goes, so a caller still knows the folder after Ctrl-C."""
+
+    folder: Optional[Path] = None
+    gate: Optional[GateResult] = None
+    target: Optional[Target] = None
+
+
+def _root(cfg: Config) -> Path:
+    return runs_root(cfg.deck.host.results_dir)
+
+
+def base_summary(target: Target, context: int, kind: str, workload: dict[str, Any]) -> dict[str, Any]:
+    model = target.cfg.models[target.name]
+    rec = target.record
+    boot = rec.get("boot") or {}
+    settings = settings_of(target.name, target.cfg)
+    settings.pop("since", None)
+    return {
+        "kind": kind, "model": target.name, "engine": target.engine, "layout": model.layout,
+        "context": context, "configured_context": model.context, "served_name": target.served_name,
+        "base_url": target.base_url,
+        "launch": {"launch_dir": target.launch_dir, "started_at": rec.get("started_at"),
+                   "ready_at": rec.get("ready_at"), "pid": rec.get("pid"), "engine_pid": rec.get("engine_pid"),
+                   "launched_by_run": target.launched},
+        "versions": inventory.versions(target.base_url, target.engine, boot),
+        "host": inventory.host(), "gpus": inventory.gpus(),
+        "config": settings, "command": (rec.get("spec") or {}).get("argv"), "boot": boot,
+        "workload": workload, "gate": {"status": "pending"}, "points": [],
+    }
+
+
+async def _served_context(target: Target) -> int:
+    """The context one request may fill: what the server reports, else models.toml."""
+    async with httpx.AsyncClient() as http:
+        served = await server_context(http, target.base_url)
+    ctx = served or target.cfg.models[target.name].context
+    if ctx is None:
+        raise RunError(f"the server does not report its context and models.{target.name}.context is unset",
+                       hint=f"set models.{target.name}.context in models.toml")
+    return ctx
+
+
+def _check_asked(target: Target, asked: int, served: int) -> None:
+    if asked > served:
+        raise ServedeckError(
+            f"--context {asked} is above what {target.name} serves per request ({served} tokens)",
+            hint=f"restart it with a larger context (models.{target.name}.context), or gate at --context {served}")
+
+
+async def _gate_into(folder: RunFolder, target: Target, spec: GateSpec, reporter: Reporter,
+                     outcome: Outcome) -> GateResult:
+    folder.update(gate={"status": "running", "source": "this run", "spec": _gate_spec_json(spec)})
+    reporter.gate_start(len(spec.depths) * spec.repeats, spec.context)
+
+    def on_probe(res: Any) -> None:
+        folder.niah(res.log_line())
+        reporter.gate_probe(res)
+
+    async with httpx.AsyncClient() as http:
+        async def hits() -> Optional[dict[str, float]]:
+            return await counters.read(http, target.base_url, target.engine)
+
+        try:
+            result = await run_gate(target.server, spec, on_probe, counters=hits)
+        except RunError as e:
+            death = target.death()
+            raise (ServerDied(death) if death else e) from None
+    folder.niah(result.line)
+    folder.update(gate={"status": result.verdict, "source": "this run", "spec": _gate_spec_json(spec),
+                        "result": result.to_json()})
+    outcome.gate = result
+    death = target.death()
+    if death:  # every probe after the death failed; the score is real but the server is gone
+        raise ServerDied(f"{death} (during the gate)")
+    return result
+
+
+def _gate_spec_json(spec: GateSpec) -> dict[str, Any]:
+    return {"context": spec.context, "depths": list(spec.depths), "repeats": spec.repeats,
+            "threshold": spec.threshold, "answer_tokens": spec.answer_tokens}
+
+
+def gate_of_launch(root: Path, launch_dir: Optional[str], context: int) -> Optional[Path]:
+    """The latest finished gate run on this very launch of the server at this context."""
+    if not launch_dir:
+        return None
+    for path in reversed(list_runs(root)):
+        summary = summary_of(path)
+        if (summary.get("launch") or {}).get("launch_dir") != launch_dir:
+            continue
+        g = gate_view(path, summary)
+        if g["status"] in ("passed", "failed") and (g.get("result") or {}).get("context") == context \
+                and g.get("source") == "this run":
+            return path
+    return None
+
+
+def _finish(folder: RunFolder, status: str, reason: Optional[str]) -> None:
+    folder.finish(status, reason)
+    try:
+        folder.write_markdown(markdown(load(folder.path)))
+    except Exception as e:  # the summary.json verdict matters more than its prose
+        folder.update(markdown_error=f"{type(e).__name__}: {e}")
+
+
+def _guarded(folder: RunFolder, work: Any) -> Any:
+    """Run `work` (a coroutine) and settle the folder however it ends."""
+    async def inner() -> Any:
+        try:
+            result = await work
+        except asyncio.CancelledError:
+            _finish(folder, "failed", "interrupted (Ctrl-C); every finished request and probe is kept")
+            raise
+        except ServedeckError as e:
+            _finish(folder, "failed", e.message)
+            raise
+        except Exception as e:
+            _finish(folder, "failed", f"servedeck failed: {type(e).__name__}: {e}")
+            raise
+        return result
+    return inner()
+
+
+# --- gate -------------------------------------------------------------------------------------
+
+async def _gate_async(target: Target, spec: GateSpec, reporter: Reporter, outcome: Outcome) -> GateResult:
+    ctx = await _served_context(target)
+    _check_asked(target, spec.context or ctx, ctx)
+    spec = replace(spec, context=spec.context or ctx)
+    spec.check()
+    folder = RunFolder.create(_root(target.cfg), target.name, target.cfg.models[target.name].layout,
+                              target.cfg.models[target.name].context or ctx, target.engine,
+                              base_summary(target, ctx, "gate", {"gate": _gate_spec_json(spec)}))
+    outcome.folder = folder.path
+    folder.attach_launch(target.launch_dir, whole_log=target.launched)
+
+    async def work() -> GateResult:
+        result = await _gate_into(folder, target, spec, reporter, outcome)
+        _finish(folder, "ok", None)
+        return result
+
+    return await _guarded(folder, work())
+
+
+def gate(cfg: Config, model: str, spec: GateSpec, *, launch: bool = False,
+         reporter: Optional[Reporter] = None, outcome: Optional[Outcome] = None) -> Outcome:
+    """`servedeck gate`: a run folder holding niah.log and its verdict. spec.context 0 = the server's."""
+    outcome = outcome or Outcome()
+    target = open_target(cfg, model, launch)
+    outcome.target = target
+    try:
+        asyncio.run(_gate_async(target, spec, reporter or QuietReporter(), outcome))
+    finally:
+        close_target(target)
+    return outcome
+
+
+# --- bench ------------------------------------------------------------------------------------
+
+async def _bench_async(target: Target, spec: BenchSpec, gate_mode: Optional[bool], gate_spec: GateSpec,
+                       reporter: Reporter, outcome: Outcome) -> None:
+    ctx = await _served_context(target)
+    if spec.workload == "long-prompt" and spec.prompt_tokens is None:
+        spec = replace(spec, prompt_tokens=ctx - spec.output_tokens)
+    spec.check(ctx)
+    _check_asked(target, gate_spec.context or ctx, ctx)
+    gate_spec = replace(gate_spec, context=gate_spec.context or ctx)
+    gate_spec.check()
+    model = target.cfg.models[target.name]
+    root = _root(target.cfg)
+    inherited = gate_of_launch(root, target.launch_dir, gate_spec.context) if gate_mode is not True else None
+    folder = RunFolder.create(root, target.name, model.layout, model.context or ctx, target.engine,
+                              base_summary(target, ctx, "bench", spec.to_json()))
+    outcome.folder = folder.path
+    folder.attach_launch(target.launch_dir, whole_log=target.launched)
+
+    async def work() -> None:
+        if inherited is not None:
+            # The gate is a fact about this launch of the server: copy its evidence in, say where from.
+            shutil.copyfile(inherited / "niah.log", folder.path / "niah.log")
+            g = gate_view(inherited, summary_of(inherited))
+            folder.update(gate={"status": g["status"], "source": inherited.name, "result": g["result"],
+                                "note": "gate run earlier on this same launch of the server"})
+        elif gate_mode is False:
+            folder.update(gate={"status": "not run", "note": "--no-gate, and no gate was run on this launch"})
+        else:
+            result = await _gate_into(folder, target, gate_spec, reporter, outcome)
+            if not result.passed:
+                reporter.stage(f"gate failed (score {round(result.score, 2)} < {result.threshold}): "
+                               "the figures below are recorded but marked as not a result")
+        for i, shape in enumerate(spec.shapes):
+            await run_point(i, shape, spec, target, folder, reporter)
+        errors = [(p["label"], p["figures"]["counts"]) for p in folder.summary["points"]
+                  if p["figures"]["counts"]["error"]]
+        if errors:
+            first = next((w for p in folder.summary["points"] for w in p["figures"]["warnings"] if "failed" in w), "")
+            _finish(folder, "failed", "requests failed: " + "; ".join(
+                f"{label}: {c['error']} of {c['measured']}" for label, c in errors) + f" ({first})")
+        else:
+            _finish(folder, "ok", None)
+
+    await _guarded(folder, work())
+
+
+def bench(cfg: Config, model: str, spec: BenchSpec, *, gate_mode: Optional[bool] = None,
+          gate_spec: Optional[GateSpec] = None, launch: bool = False, reporter: Optional[Reporter] = None,
+          outcome: Optional[Outcome] = None) -> Outcome:
+    """`servedeck bench`: gate (run, or inherited from this launch), then every point, into one run folder.
+
+    gate_mode None: reuse a gate already run on this launch, else run one; True: always run one;
+    False: run none (a gate already run on this launch is still recorded).
+    """
+    outcome = outcome or Outcome()
+    target = open_target(cfg, model, launch)
+    outcome.target = target
+    try:
+        asyncio.run(_bench_async(target, spec, gate_mode, gate_spec or GateSpec(context=0),
+                                 reporter or QuietReporter(), outcome))
+    finally:
+        close_target(target)
+    return outcome

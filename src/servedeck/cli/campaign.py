@@ -1,0 +1,257 @@
+"""Campaign commands: gate, bench, runs, show. Parse, call one function, render."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import typer
+from rich.markdown import Markdown
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from servedeck.campaign import BenchSpec, Outcome, bench as run_bench, gate as run_gate
+from servedeck.campaign.bench import shape_label
+from servedeck.cli.app import app, console, err_console, load_config, print_json
+from servedeck.errors import ServedeckError
+from servedeck.gates import GateSpec, ProbeResult
+from servedeck.loadgen import ClosedLoop, OpenLoop, Progress as LoadProgress, Slo
+from servedeck.report import list_row, markdown
+from servedeck.runs import find_run, list_runs, load, runs_root
+from servedeck.timeparse import seconds
+
+
+# --- parsing --------------------------------------------------------------------------------------
+
+def _numbers(text: str, what: str, kind: type = int) -> list[Any]:
+    try:
+        vals = [kind(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise ServedeckError(f"{what}: {text!r} is not a comma-separated list of numbers",
+                             hint=f"write it like {what} 1,4,16") from None
+    if not vals or any(v <= 0 for v in vals):
+        raise ServedeckError(f"{what}: every value must be above 0, got {text!r}", hint=f"write it like {what} 1,4,16")
+    return vals
+
+
+def _depths(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(x) for x in text.replace(" ", "").split(",") if x)
+    except ValueError:
+        raise ServedeckError(f"--depths: {text!r} is not a list of fractions", hint="write it like 0.1,0.5,0.9") from None
+
+
+def _slo(text: Optional[str]) -> Optional[Slo]:
+    if not text:
+        return None
+    bounds: dict[str, float] = {}
+    for part in text.replace(" ", "").split(","):
+        key, eq, value = part.partition("=")
+        if not eq or key not in ("ttft", "tpot", "e2e"):
+            raise ServedeckError(f"--slo: {part!r} is not ttft=…, tpot=… or e2e=…", hint="write it like ttft=2s,tpot=50ms")
+        bounds[f"{key}_ms"] = seconds(value, f"--slo {key}") * 1000
+    return Slo(**bounds)
+
+
+# --- progress -------------------------------------------------------------------------------------
+
+class RichReporter:
+    """Progress on stderr (stdout stays clean for --json): one bar for the gate, one per point."""
+
+    def __init__(self) -> None:
+        self.bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                            TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=err_console,
+                            transient=False)
+        self.tasks: dict[str, Any] = {}
+
+    def __enter__(self) -> "RichReporter":
+        self.bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.stop()
+
+    def stage(self, text: str) -> None:
+        self.bar.console.print(f"[dim]{text}[/]", highlight=False)
+
+    def gate_start(self, probes: int, context: int) -> None:
+        self.tasks["gate"] = self.bar.add_task(f"gate niah @ {context} tokens", total=probes, info="")
+
+    def gate_probe(self, r: ProbeResult) -> None:
+        mark = "[green]found[/]" if r.ok else "[red]MISSED[/]"
+        self.bar.console.print(f"  probe key={r.key} depth={r.depth} tokens={r.prompt_tokens} {mark} "
+                               f"{r.latency_s:.1f} s  {r.answer[:60]!r}", highlight=False)
+        self.bar.advance(self.tasks["gate"])
+
+    def point_start(self, label: str, total: Optional[int], duration_s: Optional[float]) -> None:
+        self.tasks[label] = self.bar.add_task(f"point {label}", total=total or duration_s, info="")
+
+    def progress(self, label: str, p: LoadProgress) -> None:
+        task = self.tasks.get(label)
+        if task is None or p.phase != "measured":
+            return
+        done = p.done if p.total else min(p.elapsed_s, p.duration_s or p.elapsed_s)
+        self.bar.update(task, completed=done, info=f"{p.done} done, {p.errors} errors, {p.in_flight} in flight")
+
+    def point_done(self, label: str, point: dict[str, Any]) -> None:
+        task = self.tasks.get(label)
+        if task is not None:
+            self.bar.update(task, completed=self.bar.tasks[task].total or 0, info=point.get("status", ""))
+
+
+def _ended(outcome: Outcome, interrupted: bool) -> None:
+    if outcome.folder is not None:
+        what = "interrupted; the run folder keeps every finished request" if interrupted else "run folder"
+        err_console.print(f"{what}: {outcome.folder}", highlight=False, soft_wrap=True)
+
+
+# --- commands -------------------------------------------------------------------------------------
+
+@app.command()
+def gate(
+    model: str,
+    context: Optional[int] = typer.Option(None, "--context", help="tokens each probe fills (default: what the server serves per request)"),
+    depths: str = typer.Option("0.1,0.5,0.9", "--depths", help="where the code is planted, as fractions of the prompt"),
+    repeats: int = typer.Option(1, "--repeats", help="probes per depth, each with its own haystack and code"),
+    threshold: float = typer.Option(0.67, "--threshold", help="pass when the score (rounded to 2 decimals) is at least this"),
+    seed: Optional[int] = typer.Option(None, "--seed", help="reproduce an earlier gate's haystacks and codes"),
+    launch: bool = typer.Option(False, "--launch", help="start the model for this run and stop it afterwards"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Correctness gate: find a planted 7-digit code at each depth of a context-sized prompt."""
+    cfg = load_config()
+    spec = GateSpec(context=context or 0, depths=_depths(depths), repeats=repeats, threshold=threshold, seed=seed)
+    outcome = Outcome()
+    try:
+        with RichReporter() as rep:
+            run_gate(cfg, model, spec, launch=launch, reporter=rep, outcome=outcome)
+    except KeyboardInterrupt:
+        _ended(outcome, True)
+        raise typer.Exit(130)
+    except ServedeckError:
+        _ended(outcome, False)
+        raise
+    view = load(outcome.folder) if outcome.folder else {}
+    if as_json:
+        print_json(view)
+    else:
+        g = view["gate"]
+        console.print(f"GATE niah score= {round(g['result']['score'], 2)}", highlight=False)
+        colour = "green" if g["status"] == "passed" else "red"
+        console.print(f"[{colour}]gate {g['status']}[/]: {g['result']['found']}/{g['result']['probes']} found, "
+                      f"threshold {g['result']['threshold']}", highlight=False)
+        _ended(outcome, False)
+    if view.get("gate", {}).get("status") != "passed":
+        raise typer.Exit(1)
+
+
+@app.command()
+def bench(
+    model: str,
+    workload: str = typer.Option("chat", "--workload", help="chat | long-prompt"),
+    concurrency: Optional[str] = typer.Option(None, "--concurrency", help="closed-loop points, e.g. 1,4,16"),
+    rate: Optional[str] = typer.Option(None, "--rate", help="open-loop points in requests/s, e.g. 2,4,8"),
+    arrivals: str = typer.Option("poisson", "--arrivals", help="poisson | constant (with --rate)"),
+    input_tokens: int = typer.Option(1024, "--input-tokens", help="chat: prompt tokens as the server counts them"),
+    output_tokens: Optional[int] = typer.Option(None, "--output-tokens", help="default 1024 (chat), 64 (long-prompt)"),
+    prompt_tokens: Optional[int] = typer.Option(None, "--prompt-tokens", help="long-prompt: default context − output"),
+    duration: Optional[str] = typer.Option(None, "--duration", help="per point, e.g. 60s (default for chat)"),
+    requests: Optional[int] = typer.Option(None, "--requests", help="per point (long-prompt default 3)"),
+    warmup: int = typer.Option(1, "--warmup", help="warm-up requests per point, with their own prompts"),
+    slo: Optional[str] = typer.Option(None, "--slo", help="goodput bounds, e.g. ttft=2s,tpot=50ms"),
+    gate_flag: Optional[bool] = typer.Option(None, "--gate/--no-gate", help="default: reuse this launch's gate, else run one"),
+    gate_context: Optional[int] = typer.Option(None, "--gate-context", help="context for the gate (default: the server's)"),
+    repeat_prompt: bool = typer.Option(False, "--repeat-prompt", help="send one prompt over and over: shows the prefix cache at work; not a benchmark"),
+    seed: Optional[int] = typer.Option(None, "--seed", help="seed for the prompts' words (each run still gets a fresh nonce)"),
+    launch: bool = typer.Option(False, "--launch", help="start the model for this run and stop it afterwards"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Benchmark MODEL: gate, then one measured point per concurrency or rate, recorded as a run folder."""
+    if workload not in ("chat", "long-prompt"):
+        raise ServedeckError(f"--workload {workload!r} is not chat or long-prompt",
+                             hint="chat: --input-tokens/--output-tokens per request; long-prompt: a prompt near the context")
+    if concurrency and rate:
+        raise ServedeckError("--concurrency and --rate are two different load shapes",
+                             hint="give one: --concurrency 1,4,16 (closed loop) or --rate 2,4,8 (open loop)")
+    if arrivals not in ("poisson", "constant"):
+        raise ServedeckError(f"--arrivals {arrivals!r} is not poisson or constant",
+                             hint="poisson: random gaps at the given mean rate; constant: evenly spaced")
+    if rate:
+        shapes = tuple(OpenLoop(r, arrivals) for r in _numbers(rate, "--rate", float))  # type: ignore[arg-type]
+    else:
+        shapes = tuple(ClosedLoop(c) for c in _numbers(concurrency or "1", "--concurrency"))
+    duration_s = seconds(duration, "--duration") if duration else None
+    if duration_s is None and requests is None:
+        duration_s, requests = (60.0, None) if workload == "chat" else (None, 3)
+    spec = BenchSpec(workload=workload, shapes=shapes,  # type: ignore[arg-type]
+                     output_tokens=output_tokens or (1024 if workload == "chat" else 64),
+                     input_tokens=input_tokens if workload == "chat" else None,
+                     prompt_tokens=prompt_tokens if workload == "long-prompt" else None,
+                     duration_s=duration_s, requests=requests, warmup=warmup, slo=_slo(slo),
+                     repeat_prompt=repeat_prompt, seed=seed)
+    cfg = load_config()
+    outcome = Outcome()
+    try:
+        with RichReporter() as rep:
+            run_bench(cfg, model, spec, gate_mode=gate_flag, gate_spec=GateSpec(context=gate_context or 0),
+                      launch=launch, reporter=rep, outcome=outcome)
+    except KeyboardInterrupt:
+        _ended(outcome, True)
+        raise typer.Exit(130)
+    except ServedeckError:
+        _ended(outcome, False)
+        raise
+    view = load(outcome.folder) if outcome.folder else {}
+    if as_json:
+        print_json(view)
+        return
+    console.print(Markdown(markdown(view)))
+    _ended(outcome, False)
+
+
+@app.command()
+def runs(as_json: bool = typer.Option(False, "--json"), limit: int = typer.Option(50, "-n", help="the latest N")) -> None:
+    """Run folders: model, engine, layout, context, gate, headline figures (rebuilt from each folder)."""
+    root = runs_root(_results_dir())
+    rows = [list_row(load(p)) for p in list_runs(root)[-limit:]]
+    if as_json:
+        print_json(rows)
+        return
+    if not rows:
+        console.print(f"no runs under {root}", highlight=False)
+        return
+    # One line per run, figures indented below: the folder name already says model, layout,
+    # context and engine, and a fixed-width table would crush it on an 80-column terminal.
+    width = max(len(r["run"]) for r in rows)
+    for r in rows:
+        result = r["kind"] == "gate" or r["gate"].startswith("passed")
+        gate_txt = r["gate"] if result else f"[yellow]{r['gate']}: not a result[/]"
+        status = "[red]FAILED[/]" if r["status"] == "failed" else r["status"]
+        what = r["workload"] or r["kind"] or "-"
+        console.print(f"{r['run']:<{width}}  {what:<11}  {status}  gate {gate_txt}", highlight=False, soft_wrap=True)
+        if r["kind"] != "gate" and r["headline"] != "-":
+            console.print(f"    {r['headline']}", highlight=False)
+        if r["status"] == "failed" and r.get("reason"):
+            console.print(f"    [red]{r['reason']}[/]", highlight=False)
+
+
+@app.command()
+def show(run: str = typer.Argument(..., help="run folder name, a unique part of it, a path, or `last`"),
+         as_json: bool = typer.Option(False, "--json")) -> None:
+    """One run's summary, rebuilt from its folder."""
+    path = find_run(runs_root(_results_dir()), run)
+    view = load(path)
+    if as_json:
+        print_json(view)
+        return
+    console.print(Markdown(markdown(view)))
+    console.print(f"folder: {path}", highlight=False, soft_wrap=True)
+
+
+def _results_dir() -> Optional[str]:
+    """[host] results_dir when models.toml is readable; runs are listable without one."""
+    try:
+        return load_config().deck.host.results_dir
+    except ServedeckError:
+        return None
+
+
+__all__ = ["bench", "gate", "runs", "show", "shape_label"]

@@ -1,0 +1,255 @@
+"""The seed's correctness gate: find a planted access code in a prompt the size of the context.
+
+For each repeat (`key`) and depth, one probe: its own haystack (own seed, own code), sized with
+the server's tokenizer so the whole chat request (template included) is the context minus room
+for the answer; asked at temperature 0; scored by substring match. Score = share of probes found.
+Pass when the score, rounded to two decimals as printed on the `GATE niah score=` line, is at
+least the threshold: with three probes and the seed's 0.67, two of three pass.
+
+A probe that fails (HTTP error, timeout, server gone) is a probe not found: it is logged with its
+error and counted, never dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from dataclasses import asdict, dataclass, field
+from time import perf_counter
+from typing import Any, Awaitable, Callable, Optional
+
+import httpx
+
+from servedeck.errors import RunError
+from servedeck.gates import haystack
+from servedeck.gates.server import ServerTokens
+
+Counters = Callable[[], Awaitable[Optional[dict[str, float]]]]
+
+
+@dataclass(frozen=True)
+class Server:
+    """Where the gate sends its probes."""
+
+    base_url: str
+    served_name: str
+    engine: str
+
+
+@dataclass(frozen=True)
+class GateSpec:
+    context: int  # tokens one probe fills: template + haystack + question + answer room
+    depths: tuple[float, ...] = (0.1, 0.5, 0.9)
+    repeats: int = 1
+    threshold: float = 0.67
+    answer_tokens: int = 32  # room left for the answer; also the request's max_tokens
+    seed: Optional[int] = None  # None: fresh randomness (a gate should not replay old prompts)
+    timeout_s: float = 3600.0  # one probe; a long prompt on a CPU takes minutes
+
+    def check(self) -> None:
+        from servedeck.errors import ServedeckError
+
+        if not self.depths or any(not 0.0 <= d <= 1.0 for d in self.depths):
+            raise ServedeckError(f"--depths: each depth must be between 0 and 1, got {list(self.depths)}",
+                                 hint="write them like 0.1,0.5,0.9")
+        if self.repeats < 1:
+            raise ServedeckError(f"--repeats must be at least 1, got {self.repeats}",
+                                 hint="each repeat adds one probe per depth, e.g. --repeats 3")
+        if not 0.0 <= self.threshold <= 1.0:
+            raise ServedeckError(f"--threshold must be between 0 and 1, got {self.threshold}",
+                                 hint="the seed's publication threshold is 0.67 (two of three probes)")
+        if self.context < self.answer_tokens + 128:
+            raise ServedeckError(f"--context {self.context} leaves no room for a haystack",
+                                 hint=f"use at least {self.answer_tokens + 128} tokens")
+
+
+@dataclass
+class ProbeResult:
+    key: int
+    depth: float
+    prompt_tokens: Optional[int]  # as the server reported it (usage); the sized count if it did not say
+    ok: bool
+    latency_s: Optional[float]
+    answer: str
+    cached_tokens: Optional[int]
+    code: str
+    seed: int
+    sized_tokens: int  # what the server's /tokenize counted before sending
+    error: Optional[str] = None
+
+    def log_line(self) -> dict[str, Any]:
+        """The niah.log line: the seed's fields first, then what makes a probe reproducible."""
+        d = {"key": self.key, "depth": self.depth, "prompt_tokens": self.prompt_tokens, "ok": self.ok,
+             "latency_s": self.latency_s, "answer": self.answer, "cached_tokens": self.cached_tokens,
+             "code": self.code, "seed": self.seed, "sized_tokens": self.sized_tokens}
+        if self.error:
+            d["error"] = self.error
+        return d
+
+
+@dataclass
+class GateResult:
+    score: float
+    found: int
+    probes: int
+    errors: int
+    threshold: float
+    passed: bool
+    context: int
+    depths: list[float]
+    repeats: int
+    prompt_tokens: list[int] = field(default_factory=list)  # min, max reported
+    cached_tokens: int = 0
+    name: str = "niah"
+
+    @property
+    def line(self) -> str:
+        return f"GATE {self.name} score= {round(self.score, 2)}"
+
+    @property
+    def verdict(self) -> str:
+        return "passed" if self.passed else "failed"
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "GateResult":
+        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+
+
+def score(results: list[ProbeResult], spec: GateSpec) -> GateResult:
+    """The gate's verdict from its probes (pure)."""
+    found = sum(r.ok for r in results)
+    n = len(results)
+    s = found / n if n else 0.0
+    toks = [r.prompt_tokens for r in results if r.prompt_tokens]
+    return GateResult(score=s, found=found, probes=n, errors=sum(r.error is not None for r in results),
+                      threshold=spec.threshold, passed=n > 0 and round(s, 2) >= spec.threshold,
+                      context=spec.context, depths=list(spec.depths), repeats=spec.repeats,
+                      prompt_tokens=[min(toks), max(toks)] if toks else [],
+                      cached_tokens=sum(r.cached_tokens or 0 for r in results))
+
+
+def read_log(text: str) -> tuple[list[dict[str, Any]], Optional[float]]:
+    """niah.log back into probe lines and the printed score (None when no GATE line was written)."""
+    probes, printed = [], None
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("GATE "):
+            try:
+                printed = float(line.split("score=", 1)[1])
+            except (IndexError, ValueError):
+                pass
+        elif line.startswith("{"):
+            try:
+                probes.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a torn last line after a crash
+    return probes, printed
+
+
+async def size_prompt(tokens: ServerTokens, target: int, seed: int, depth: float, code: str) -> tuple[str, int]:
+    """The longest haystack whose chat request is at most `target` tokens, by the server's count.
+
+    Filler is nearly additive in tokens, so a straight-line estimate from two counts lands within a
+    sentence or two; a few corrections then find the last whole sentence that fits.
+    """
+    async def count(n: int) -> int:
+        return await tokens.count_chat([{"role": "user", "content": haystack.build(seed, n, depth, code)}])
+
+    small, big = 8, 128
+    c_small, c_big = await count(small), await count(big)
+    per = max((c_big - c_small) / (big - small), 1.0)
+    if c_small > target:
+        raise RunError(f"a prompt of {target} tokens cannot even hold the question ({c_small} tokens)",
+                       hint="raise --context")
+    n = max(small, int((target - c_small) / per) + small)
+    best: tuple[int, int] = (small, c_small)
+    for _ in range(24):
+        c = await count(n)
+        if c <= target:
+            if c > best[1] or n > best[0]:
+                best = (n, c)
+            if target - c < per:  # one more sentence would not fit (or just barely)
+                nxt = await count(n + 1)
+                if nxt <= target:
+                    best = (n + 1, nxt)
+                break
+            n += max(1, int((target - c) / per))
+        else:
+            n -= max(1, math.ceil((c - target) / per))
+    n, c = best
+    return haystack.build(seed, n, depth, code), c
+
+
+async def ask(client: httpx.AsyncClient, server: Server, text: str, answer_tokens: int,
+              timeout_s: float) -> dict[str, Any]:
+    """One probe request. Never raises for a server-side failure: the error comes back in the dict."""
+    body = {"model": server.served_name, "messages": [{"role": "user", "content": text}],
+            "max_tokens": answer_tokens, "temperature": 0, "stream": False}
+    t0 = perf_counter()
+    try:
+        r = await client.post(server.base_url.rstrip("/") + "/v1/chat/completions", json=body, timeout=timeout_s)
+    except httpx.HTTPError as e:
+        return {"latency_s": perf_counter() - t0, "error": f"{type(e).__name__}: {e}".rstrip(": ")}
+    latency = perf_counter() - t0
+    if r.status_code != 200:
+        return {"latency_s": latency, "error": f"HTTP {r.status_code}: {r.text[:300]}"}
+    try:
+        doc = r.json()
+        msg = doc["choices"][0]["message"]
+    except (ValueError, KeyError, IndexError, TypeError) as e:
+        return {"latency_s": latency, "error": f"malformed answer ({type(e).__name__} {e}): {r.text[:200]}"}
+    # A reasoning model may put everything in reasoning_content when the answer room runs out.
+    answer = msg.get("content") or msg.get("reasoning_content") or msg.get("reasoning") or ""
+    return {"latency_s": latency, "answer": answer, "usage": doc.get("usage") or {}, "timings": doc.get("timings")}
+
+
+def _cached(reply: dict[str, Any]) -> Optional[int]:
+    details = (reply.get("usage") or {}).get("prompt_tokens_details") or {}
+    if isinstance(details.get("cached_tokens"), int):
+        return details["cached_tokens"]
+    timings = reply.get("timings") or {}
+    return timings.get("cache_n") if isinstance(timings.get("cache_n"), int) else None
+
+
+async def run_gate(server: Server, spec: GateSpec, on_probe: Callable[[ProbeResult], None],
+                   counters: Optional[Counters] = None) -> GateResult:
+    """Probe every (repeat, depth), in order, one at a time; call `on_probe` as each finishes.
+
+    `counters` (optional) reads the engine's prefix-cache hit counter; probes run one at a time,
+    so the counter's change across a probe is that probe's cached tokens, for engines that do not
+    report it per request (vLLM without --enable-prompt-tokens-details).
+    """
+    spec.check()
+    rng = random.Random(spec.seed)
+    target = spec.context - spec.answer_tokens
+    results: list[ProbeResult] = []
+    async with httpx.AsyncClient() as client:
+        tokens = ServerTokens(client, server.base_url, server.served_name, server.engine)
+        for key in range(spec.repeats):
+            for depth in spec.depths:
+                seed, code = rng.getrandbits(48), haystack.new_code(rng)
+                text, sized = await size_prompt(tokens, target, seed, depth, code)
+                before = await counters() if counters else None
+                reply = await ask(client, server, text, spec.answer_tokens, spec.timeout_s)
+                cached = _cached(reply)
+                if cached is None and before is not None and counters is not None:
+                    after = await counters()
+                    if after is not None and "hits" in after and "hits" in before:
+                        cached = int(after["hits"] - before["hits"])
+                err = reply.get("error")
+                answer = (reply.get("answer") or "").strip()
+                usage = reply.get("usage") or {}
+                res = ProbeResult(
+                    key=key, depth=depth,
+                    prompt_tokens=usage.get("prompt_tokens") if isinstance(usage.get("prompt_tokens"), int) else sized,
+                    ok=err is None and code in answer,
+                    latency_s=round(reply["latency_s"], 3),
+                    answer=f"ERROR {err}"[:300] if err else answer[:200],
+                    cached_tokens=cached, code=code, seed=seed, sized_tokens=sized, error=err)
+                results.append(res)
+                on_probe(res)
+    return score(results, spec)

@@ -1,0 +1,222 @@
+"""A run's view (runs.read.load) rendered for people: summary.md, `show`, and the `runs` list.
+
+Pure functions from the view dict to text. A result from a server whose gate failed, was never
+run, or did not finish says so in its first line and in every row that shows its numbers.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+NOT_A_RESULT = {
+    "failed": "NOT A RESULT: the server failed its correctness gate",
+    "not run": "NOT A RESULT: no correctness gate was run on this server",
+    "incomplete": "NOT A RESULT: the correctness gate did not finish",
+    "pending": "NOT A RESULT: the correctness gate did not finish",
+    "running": "NOT A RESULT: the correctness gate did not finish",
+}
+
+
+def ms(x: Optional[float]) -> str:
+    if x is None:
+        return "-"
+    if abs(x) >= 10_000:
+        return f"{x / 1000:.1f} s"
+    if abs(x) >= 100:
+        return f"{x:.0f} ms"
+    return f"{x:.1f} ms"
+
+
+def num(x: Optional[float], digits: int = 1) -> str:
+    if x is None:
+        return "-"
+    if abs(x) >= 1000:
+        return f"{x:,.0f}"
+    return f"{x:.{digits}f}"
+
+
+def pct(x: Optional[float]) -> str:
+    return "-" if x is None else f"{x:.1%}"
+
+
+def gate_cell(view: dict[str, Any]) -> str:
+    g = view.get("gate") or {}
+    status = g.get("status", "not run")
+    r = g.get("result") or {}
+    if status in ("passed", "failed") and "score" in r:
+        return f"{status} {round(r['score'], 2)} ({r.get('found')}/{r.get('probes')})"
+    return "no gate" if status == "not run" else status
+
+
+def banner(view: dict[str, Any]) -> str:
+    """The first line a person reads: failed run, not a result, or a result."""
+    lines = []
+    if view.get("status") == "failed":
+        lines.append(f"**RUN FAILED**: {view.get('reason') or 'no reason recorded'}")
+    elif view.get("status") == "running":
+        lines.append("**RUN IN PROGRESS** (figures so far)")
+    gate = (view.get("gate") or {}).get("status", "not run")
+    r = (view.get("gate") or {}).get("result") or {}
+    if view.get("kind") == "gate":
+        if gate in ("passed", "failed"):
+            lines.append(f"**GATE {gate.upper()}**: niah score {round(r['score'], 2)} "
+                         f"({r['found']}/{r['probes']} found), threshold {r['threshold']}")
+        else:
+            lines.append(f"**GATE {gate.upper()}**")
+    elif gate != "passed":
+        extra = f" (score {round(r['score'], 2)} < {r['threshold']})" if gate == "failed" and r else ""
+        lines.append(f"**{NOT_A_RESULT.get(gate, 'NOT A RESULT')}**{extra}")
+    else:
+        lines.append(f"**Result**: gate passed (niah score {round(r['score'], 2)}, {r['found']}/{r['probes']})")
+    lines += [f"**WARNING**: {w}" for w in view.get("warnings") or []]
+    return "\n\n".join(lines)
+
+
+def _table(head: list[str], rows: list[list[str]]) -> str:
+    out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    out += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
+    return "\n".join(out)
+
+
+def _gate_section(view: dict[str, Any]) -> list[str]:
+    g = view.get("gate") or {}
+    out = ["## Gate: needle in a haystack", ""]
+    if g.get("status") == "not run":
+        out.append(f"Not run. {g.get('note') or ''}".strip())
+        return out
+    r = g.get("result") or {}
+    src = g.get("source")
+    out.append(f"{g['status']}: score {round(r.get('score', 0), 2)} = {r.get('found')}/{r.get('probes')} probes "
+               f"found the code (threshold {r.get('threshold')}; {r.get('errors', 0)} probe requests failed). "
+               f"Context {r.get('context', '-')}, prompts of {'–'.join(str(t) for t in r.get('prompt_tokens') or [])} "
+               f"tokens by the server's count, depths {r.get('depths', '-')}."
+               + (f" Source: {src}." if src and src != "this run" else ""))
+    probes = g.get("probes") or []
+    if probes:
+        out += ["", _table(["key", "depth", "prompt tokens", "found", "latency", "cached", "answer"], [
+            [str(p.get("key")), str(p.get("depth")), str(p.get("prompt_tokens")), "yes" if p.get("ok") else "NO",
+             f"{p['latency_s']:.1f} s" if isinstance(p.get("latency_s"), (int, float)) else "-",
+             str(p.get("cached_tokens")), str(p.get("answer", ""))[:60].replace("\n", " ")] for p in probes])]
+    return out
+
+
+def _workload(view: dict[str, Any]) -> list[str]:
+    w = view.get("workload") or {}
+    if view.get("kind") == "gate":
+        return []
+    bits = [f"workload **{w.get('workload')}**", f"points {', '.join(w.get('points') or [])}"]
+    if w.get("workload") == "long-prompt":
+        bits.append(f"prompt {w.get('prompt_tokens')} tokens")
+    else:
+        bits.append(f"input {w.get('input_tokens')} tokens")
+    bits.append(f"output {w.get('output_tokens')} tokens (ignore_eos)")
+    bits.append(f"{w['requests']} requests per point" if w.get("requests") else f"{w.get('duration_s')} s per point")
+    bits.append(f"warm-up {w.get('warmup')} per point (prompts distinct from the measured ones)")
+    if w.get("repeat_prompt"):
+        bits.append("**one repeated prompt (a prefix-cache demonstration, not a benchmark)**")
+    if w.get("slo"):
+        bits.append("SLO " + ", ".join(f"{k}={v}" for k, v in w["slo"].items() if v is not None))
+    return ["## Workload", "", "; ".join(bits) + "."]
+
+
+def _figures(view: dict[str, Any]) -> list[str]:
+    pts = view.get("points") or []
+    if not pts:
+        return []
+    mark = "" if (view.get("gate") or {}).get("status") == "passed" else f" ({gate_cell(view)}: not a result)"
+    lat, thr = [], []
+    for p in pts:
+        f = p["figures"]
+        c = f["counts"]
+        good = f.get("goodput") or {}
+        name = p["label"] + ("" if p.get("status") == "ok" else f" ({p.get('status')})")
+        lat.append([name, f"{c['ok']}/{c['measured']}",
+                    f"{ms(f['ttft_ms']['p50'])} / {ms(f['ttft_ms']['p90'])} / {ms(f['ttft_ms']['p99'])}",
+                    f"{ms(f['tpot_ms']['p50'])} / {ms(f['tpot_ms']['p99'])}", ms(f["itl_ms"]["p50"]),
+                    ms(f["e2e_ms"]["p50"])])
+        thr.append([name, num(f.get("output_tok_s")), num((f.get("per_user_tok_s") or {}).get("p50")),
+                    num(f.get("request_s"), 2), num(f["prefill_tok_s"]["p50"]), pct(f.get("cached_fraction")),
+                    pct(good.get("fraction")) if good else "-"])
+    out = [f"## Figures{mark}", "",
+           _table(["point", "ok/measured", "TTFT p50/p90/p99", "TPOT p50/p99", "ITL p50", "E2E p50"], lat), "",
+           _table(["point", "out tok/s", "per-user tok/s p50", "req/s", "prefill tok/s p50", "cached", "goodput"],
+                  thr), "",
+           "TTFT: send → first non-empty content token. TPOT = (E2E − TTFT)/(output tokens − 1). ITL: chunk gaps "
+           "shared among the chunk's tokens. Rates over the measured window. Prefill: prompt tokens / TTFT, "
+           "only for prompts ≥ 1024 tokens not served from the prefix cache. Cached: share of prompt tokens "
+           "the prefix cache served (engine counters when available). Definitions: docs/campaign.md."]
+    for p in pts:
+        f = p["figures"]
+        notes = list(f.get("warnings") or [])
+        cl = f.get("client") or {}
+        lag = (cl.get("lag_ms") or {})
+        notes.append(f"client self-check: schedule lag p50 {ms(lag.get('p50'))}, p99 {ms(lag.get('p99'))}; client "
+                     f"CPU {pct(cl.get('cpu_fraction'))} of one core"
+                     + ("; **client-bound**" if cl.get("client_bound") else ""))
+        ctr = (f.get("cache") or {}).get("counters") or {}
+        if ctr.get("available"):
+            notes.append(f"engine prefix-cache counters over the measured phase: {num(ctr.get('hit_tokens'), 0)} of "
+                         f"{num(ctr.get('queried_tokens'), 0)} prompt tokens from cache ({pct(ctr.get('fraction'))})")
+        ag = f.get("agreement")
+        if ag:
+            notes.append(f"vs llama.cpp's own timings ({ag['requests']} requests, medians): TTFT − prompt_ms "
+                         f"{ms(ag['ttft_minus_prompt_ms']['p50'])}; TPOT − engine per-token "
+                         f"{ms(ag['tpot_minus_engine_ms']['p50'])} (ratio {num(ag['tpot_ratio']['p50'], 3)}); "
+                         f"prefill tok/s servedeck/engine {num(ag['prefill_ratio']['p50'], 3)}")
+        out += ["", f"**{p['label']}**:", ""] + [f"- {n}" for n in notes]
+    return out
+
+
+def _where(view: dict[str, Any]) -> list[str]:
+    v = view.get("versions") or {}
+    h = view.get("host") or {}
+    g = view.get("gpus") or {}
+    gpus = (", ".join(f"{x.get('index')}: {x.get('name')}" for x in g.get("gpus", []))
+            if g.get("available") else f"none ({g.get('reason', 'not read')})")
+    launch = view.get("launch") or {}
+    out = ["## Where and with what", "",
+           f"- servedeck {v.get('servedeck')}, Python {v.get('python')}, {v.get('engine')} {v.get('engine_version')}",
+           f"- host {h.get('hostname')}: {h.get('cpu_model')}, {h.get('cpus')} CPUs, {h.get('mem_gib')} GiB; "
+           f"load average at start {h.get('load_avg')}",
+           f"- GPUs: {gpus}",
+           f"- launch {launch.get('launch_dir')} (started {launch.get('started_at')}"
+           + ("; started and stopped by this run)" if launch.get("launched_by_run") else ")"),
+           "- files: cmd.sh, server.log, boot.json, niah.log, requests.jsonl, summary.json"]
+    boot = view.get("boot") or {}
+    if boot:
+        out.append("- boot: " + ", ".join(f"{k}={boot[k]}" for k in sorted(boot) if not isinstance(boot[k], dict)))
+    return out
+
+
+def markdown(view: dict[str, Any]) -> str:
+    head = [f"# {view['run']}", "", banner(view), "",
+            _table(["model", "engine", "layout", "context", "kind", "status", "created", "finished"], [[
+                str(view.get("model")), str(view.get("engine")), str(view.get("layout")), str(view.get("context")),
+                str(view.get("kind")), str(view.get("status")), str(view.get("created_at")),
+                str(view.get("finished_at"))]]), ""]
+    body = _gate_section(view) + [""] + _workload(view) + [""] + _figures(view) + [""] + _where(view)
+    return "\n".join(head + body).replace("\n\n\n", "\n\n") + "\n"
+
+
+def headline_cell(view: dict[str, Any]) -> str:
+    """One line of figures for the `runs` list, per point."""
+    parts = []
+    for p in view.get("points") or []:
+        h = p.get("headline") or {}
+        if view.get("workload", {}).get("workload") == "long-prompt":
+            parts.append(f"{p['label']}: TTFT {ms(h.get('ttft_p50_ms'))}, prefill {num(h.get('prefill_tok_s_p50'))} tok/s")
+        else:
+            parts.append(f"{p['label']}: TTFT {ms(h.get('ttft_p50_ms'))}, TPOT {ms(h.get('tpot_p50_ms'))}, "
+                         f"{num(h.get('output_tok_s'))} tok/s")
+        if h.get("cached_fraction"):
+            parts[-1] += f", cached {pct(h['cached_fraction'])}"
+    return "; ".join(parts) or "-"
+
+
+def list_row(view: dict[str, Any]) -> dict[str, Any]:
+    """What `runs --json` gives per run (and the table shows)."""
+    return {"run": view["run"], "kind": view.get("kind"), "model": view.get("model"), "engine": view.get("engine"),
+            "layout": view.get("layout"), "context": view.get("context"),
+            "workload": (view.get("workload") or {}).get("workload"), "status": view.get("status"),
+            "reason": view.get("reason"), "gate": gate_cell(view), "label": view.get("label"),
+            "headline": headline_cell(view), "path": view.get("path")}

@@ -1,0 +1,103 @@
+"""A measured point's figures, from its request records plus the few facts records cannot hold.
+
+Used twice with the same code: when a point finishes (to write summary.json) and whenever a run
+is shown (recomputed from requests.jsonl), so the two can never disagree.
+
+Beyond loadgen.stats.summarize, a point gets:
+  cache      the prefix-cache use the engine's own counters saw across the measured phase
+             (vLLM prefix_cache_hits/queries, llama.cpp prompt_tokens_cached/processed), next to
+             what the requests reported one by one
+  agreement  llama.cpp only: servedeck's TTFT/TPOT against the engine's `timings` per request
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Optional
+
+from servedeck.loadgen.records import RequestRecord
+from servedeck.loadgen.stats import Slo, dist, summarize, tpot
+
+
+def slo_of(workload: dict[str, Any]) -> Optional[Slo]:
+    s = workload.get("slo") or {}
+    if not any(s.get(k) is not None for k in ("ttft_ms", "tpot_ms", "e2e_ms")):
+        return None
+    return Slo(ttft_ms=s.get("ttft_ms"), tpot_ms=s.get("tpot_ms"), e2e_ms=s.get("e2e_ms"))
+
+
+def counter_delta(before: Optional[dict[str, float]], after: Optional[dict[str, float]]) -> dict[str, Any]:
+    """Change of the engine's prefix-cache counters over the measured phase (tokens)."""
+    if not before or not after or "queries" not in before or "queries" not in after:
+        return {"available": False}
+    q = after["queries"] - before["queries"]
+    h = after.get("hits", 0.0) - before.get("hits", 0.0)
+    return {"available": True, "queried_tokens": q, "hit_tokens": h, "fraction": (h / q) if q > 0 else None}
+
+
+def agreement(records: Iterable[RequestRecord]) -> Optional[dict[str, Any]]:
+    """servedeck vs llama.cpp's own account of each request (ms), for requests carrying `timings`.
+
+    ttft_minus_prompt_ms   client TTFT − engine prompt_ms: HTTP, queueing and the first token's send
+    tpot_minus_engine_ms   client TPOT − engine predicted_ms/(predicted_n − 1): same definition both sides
+    tpot_ratio             client TPOT / engine per-token time
+    e2e_minus_engine_ms    client E2E − (prompt_ms + predicted_ms)
+    """
+    d_ttft, d_tpot, r_tpot, d_e2e, prefill_client, prefill_engine = [], [], [], [], [], []
+    for r in records:
+        t = r.timings
+        if r.kind != "measured" or r.status != "ok" or not isinstance(t, dict) or r.ttft is None:
+            continue
+        p_ms, g_ms, g_n, p_n = t.get("prompt_ms"), t.get("predicted_ms"), t.get("predicted_n"), t.get("prompt_n")
+        if not isinstance(p_ms, (int, float)) or not isinstance(g_ms, (int, float)):
+            continue
+        d_ttft.append(r.ttft * 1000 - p_ms)
+        if r.e2e is not None:
+            d_e2e.append(r.e2e * 1000 - (p_ms + g_ms))
+        client_tpot = tpot(r)
+        if isinstance(g_n, int) and g_n >= 2 and client_tpot is not None:
+            engine_tpot = g_ms / (g_n - 1)
+            d_tpot.append(client_tpot * 1000 - engine_tpot)
+            if engine_tpot > 0:
+                r_tpot.append(client_tpot * 1000 / engine_tpot)
+        if isinstance(p_n, int) and p_n > 0 and p_ms > 0:
+            prefill_client.append(p_n / r.ttft)
+            prefill_engine.append(p_n / (p_ms / 1000))
+    if not d_ttft:
+        return None
+    ratio = [c / e for c, e in zip(prefill_client, prefill_engine) if e > 0]
+    return {"requests": len(d_ttft), "ttft_minus_prompt_ms": dist(d_ttft), "tpot_minus_engine_ms": dist(d_tpot),
+            "tpot_ratio": dist(r_tpot), "e2e_minus_engine_ms": dist(d_e2e),
+            "prefill_tok_s_client": dist(prefill_client), "prefill_tok_s_engine": dist(prefill_engine),
+            "prefill_ratio": dist(ratio)}
+
+
+def point_figures(records: list[RequestRecord], point: dict[str, Any], workload: dict[str, Any]) -> dict[str, Any]:
+    """Figures of one point: `point` carries the load meta (client cpu/wall) and cache counters."""
+    load = point.get("load") or {}
+    fig = summarize(records, cpu_s=load.get("client_cpu_s"), wall_s=load.get("wall_s"), slo=slo_of(workload))
+    counters = point.get("counters") or {"available": False}
+    fig["cache"]["counters"] = counters
+    frac_counters = counters.get("fraction") if counters.get("available") else None
+    # The engine's counters see every request (including any the server did not report per
+    # request); the per-request figure is the fallback.
+    fig["cached_fraction"] = frac_counters if frac_counters is not None else fig["cache"]["cached_fraction"]
+    fig["cached_fraction_source"] = ("engine counters" if frac_counters is not None
+                                     else "per-request usage" if fig["cache"]["cached_fraction"] is not None else None)
+    if frac_counters is not None and frac_counters > 0.05 and not fig["cache"]["requests_over_threshold"]:
+        fig["warnings"].append(f"the engine's counters say {frac_counters:.1%} of prompt tokens came from the "
+                               "prefix cache during this point: TTFT and prefill figures are inflated")
+    fig["agreement"] = agreement(records)
+    return fig
+
+
+def headline(fig: dict[str, Any]) -> dict[str, Any]:
+    """The few numbers a list shows for a point."""
+    def p50(key: str) -> Optional[float]:
+        d = fig.get(key) or {}
+        return d.get("p50")
+
+    return {"ok": (fig.get("counts") or {}).get("ok"), "errors": (fig.get("counts") or {}).get("error"),
+            "ttft_p50_ms": p50("ttft_ms"), "tpot_p50_ms": p50("tpot_ms"), "output_tok_s": fig.get("output_tok_s"),
+            "prefill_tok_s_p50": p50("prefill_tok_s"), "cached_fraction": fig.get("cached_fraction")}
+
+

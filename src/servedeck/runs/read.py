@@ -1,0 +1,161 @@
+"""Reading run folders back: find them, list them, and rebuild a run's view from its files alone.
+
+The view is summary.json's facts (what ran, where, with what) with every figure recomputed from
+requests.jsonl and the gate rescored from niah.log, so a summary written by a crashed or older
+servedeck cannot show numbers its own records do not support.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from servedeck.errors import RunError
+from servedeck.fsio import read_jsonl
+from servedeck.gates.niah import read_log
+from servedeck.loadgen.records import RequestRecord
+from servedeck.runs.figures import headline, point_figures
+from servedeck.supervisor.process import alive
+
+RUN_FILES = ("summary.json", "requests.jsonl", "niah.log")
+
+
+def list_runs(root: Path) -> list[Path]:
+    """Run folders under `root`, oldest first (by the time stamp in their name, then mtime)."""
+    if not root.exists():
+        return []
+    runs = [p for p in root.iterdir() if p.is_dir() and any((p / f).exists() for f in RUN_FILES)]
+
+    def stamp(p: Path) -> tuple[str, float]:
+        parts = p.name.split("__")
+        return (parts[4] if len(parts) >= 5 else "", p.stat().st_mtime)
+
+    return sorted(runs, key=stamp)
+
+
+def find_run(root: Path, ref: str) -> Path:
+    """A run by path, folder name, `last`, or a fragment of its name that matches exactly one run."""
+    p = Path(ref).expanduser()
+    if p.is_dir() and any((p / f).exists() for f in RUN_FILES):
+        return p
+    runs = list_runs(root)
+    if not runs:
+        raise RunError(f"no runs under {root}", hint="run `servedeck gate MODEL` or `servedeck bench MODEL` first")
+    if ref in ("last", "-1", "latest"):
+        return runs[-1]
+    exact = [r for r in runs if r.name == ref]
+    if exact:
+        return exact[0]
+    matches = [r for r in runs if ref in r.name]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise RunError(f"no run matching {ref!r} under {root}", hint="`servedeck runs` lists them")
+    names = ", ".join(m.name for m in matches[-5:])
+    raise RunError(f"{ref!r} matches {len(matches)} runs ({names}{', …' if len(matches) > 5 else ''})",
+                   hint="give more of the name, or `last`")
+
+
+def summary_of(path: Path) -> dict[str, Any]:
+    try:
+        doc = json.loads((path / "summary.json").read_text())
+        return doc if isinstance(doc, dict) else {}
+    except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
+        return {}
+
+
+def _from_name(path: Path) -> dict[str, Any]:
+    parts = path.name.split("__")
+    keys = ("model", "layout", "ctx_label", "engine", "stamp")
+    return dict(zip(keys, parts)) if len(parts) >= 5 else {}
+
+
+def gate_view(path: Path, summary: dict[str, Any]) -> dict[str, Any]:
+    """The gate as niah.log tells it: status passed | failed | incomplete | not run."""
+    recorded = summary.get("gate") or {}
+    log = path / "niah.log"
+    if not log.exists():
+        return {"status": "not run", **{k: v for k, v in recorded.items() if k in ("source", "note")}}
+    probes, printed = read_log(log.read_text())
+    result = dict(recorded.get("result") or {})
+    threshold = result.get("threshold", 0.67)
+    found = sum(bool(p.get("ok")) for p in probes)
+    n = len(probes)
+    score = found / n if n else 0.0
+    toks = [p["prompt_tokens"] for p in probes if isinstance(p.get("prompt_tokens"), int)]
+    result.update(score=score, found=found, probes=n, errors=sum(bool(p.get("error")) for p in probes),
+                  threshold=threshold, passed=n > 0 and round(score, 2) >= threshold,
+                  prompt_tokens=[min(toks), max(toks)] if toks else [],
+                  cached_tokens=sum(p.get("cached_tokens") or 0 for p in probes))
+    if printed is None:
+        status = "incomplete"  # probes logged but the run stopped before the GATE line
+    else:
+        status = "passed" if result["passed"] else "failed"
+    return {"status": status, "result": result, "probes": probes, "printed_score": printed,
+            "source": recorded.get("source", "this run"), "note": recorded.get("note")}
+
+
+def result_label(view: dict[str, Any]) -> str:
+    """How every listing marks a run: a failed run, a failed/missing gate, or a result."""
+    gate = view["gate"]["status"]
+    if view.get("status") == "failed":
+        tag = "FAILED"
+    elif view.get("status") == "running":
+        tag = "running"
+    else:
+        tag = "ok"
+    if view.get("kind") == "gate":
+        return f"{tag}; gate {gate}"
+    mark = {"passed": "result", "failed": "gate failed: not a result", "not run": "no gate: not a result",
+            "incomplete": "gate incomplete: not a result"}[gate]
+    return f"{tag}; {mark}"
+
+
+def load(path: Path) -> dict[str, Any]:
+    """Rebuild a run's view from its folder."""
+    summary = summary_of(path)
+    view: dict[str, Any] = {**_from_name(path), **summary, "path": str(path), "run": path.name}
+    if not summary:
+        view.setdefault("status", "failed")
+        view.setdefault("reason", "summary.json missing or unreadable; figures rebuilt from the records alone")
+    if view.get("status") == "running" and not _writer_alive(summary):
+        view["status"] = "failed"
+        view["reason"] = "servedeck stopped before finishing the run (no final summary was written)"
+    view["gate"] = gate_view(path, summary)
+    workload = summary.get("workload") or {}
+    lines = read_jsonl(path / "requests.jsonl")
+    by_point: dict[int, list[RequestRecord]] = {}
+    bad, first_bad = 0, None
+    for line in lines:
+        idx = line.pop("point", 0)
+        try:
+            by_point.setdefault(int(idx), []).append(RequestRecord.from_json(line))
+        except (TypeError, ValueError) as e:
+            bad += 1
+            first_bad = first_bad or f"{type(e).__name__}: {e}"
+    points = [dict(p) for p in summary.get("points") or []]
+    known = {p.get("index") for p in points}
+    for idx in sorted(by_point):
+        if idx not in known:  # a point whose summary entry was never written (crash mid-point)
+            points.append({"index": idx, "label": f"point {idx}", "status": "incomplete"})
+    for p in points:
+        if p.get("status") == "running" and view["status"] == "failed":
+            p["status"] = "incomplete"  # the run ended while this point was being prepared or measured
+        recs = by_point.get(p.get("index"), [])
+        p["figures"] = point_figures(recs, p, workload)
+        p["headline"] = headline(p["figures"])
+    view["points"] = sorted(points, key=lambda p: p.get("index", 0))
+    view["requests"] = {"lines": len(lines), "unreadable": bad,
+                        "measured": sum(r.kind == "measured" for rs in by_point.values() for r in rs)}
+    view["warnings"] = []
+    if bad:  # never silently: figures below leave these lines out
+        view["warnings"].append(f"{bad} of {len(lines)} lines of requests.jsonl could not be read and are left out "
+                                f"of every figure (first: {first_bad})")
+    view["label"] = result_label(view)
+    return view
+
+
+def _writer_alive(summary: dict[str, Any]) -> bool:
+    pid = summary.get("pid")
+    return isinstance(pid, int) and alive(pid)

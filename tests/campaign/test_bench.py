@@ -1,0 +1,137 @@
+"""Benchmarks on real servers: complete run folders, prefix-cache detection on both engines, and
+agreement with llama.cpp's own timings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from servedeck.campaign import BenchSpec, bench
+from servedeck.fsio import read_jsonl
+from servedeck.gates import GateSpec
+from servedeck.loadgen import ClosedLoop, Slo
+from servedeck.runs import load
+
+pytestmark = [pytest.mark.engine]
+
+RUN_FILES = ["cmd.sh", "server.log", "boot.json", "niah.log", "requests.jsonl", "summary.json", "summary.md"]
+
+
+def _point(view: dict, i: int = 0) -> dict:
+    return view["points"][i]["figures"]
+
+
+@pytest.mark.llamacpp
+def test_chat_run_writes_a_complete_folder(campaign_config, llama):
+    spec = BenchSpec(workload="chat", shapes=(ClosedLoop(1), ClosedLoop(2)), input_tokens=256, output_tokens=16,
+                     duration_s=4.0, warmup=1, slo=Slo(ttft_ms=60_000, tpot_ms=5_000))
+    out = bench(campaign_config, "smollm2", spec, gate_spec=GateSpec(context=768))
+    folder = out.folder
+    assert folder.name.startswith("smollm2__tp1__8k__llamacpp__")
+    assert sorted(p.name for p in folder.iterdir()) == sorted(RUN_FILES)
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["schema"] == 1 and summary["status"] == "ok" and summary["reason"] is None
+    assert summary["versions"]["servedeck"] and summary["versions"]["python"] and summary["versions"]["engine"]
+    assert summary["host"]["cpus"] >= 1 and "available" in summary["gpus"]
+    assert summary["config"]["model"]["context"] == 8192 and summary["config"]["build"]["engine"] == "llamacpp"
+    assert summary["command"][0].endswith("llama-server")
+    assert summary["workload"]["points"] == ["c=1", "c=2"] and summary["workload"]["duration_s"] == 4.0
+    assert summary["gate"]["status"] == "passed"
+    lines = read_jsonl(folder / "requests.jsonl")
+    assert {ln["point"] for ln in lines} == {0, 1}
+    assert sum(ln["kind"] == "warmup" for ln in lines) == 2
+    view = load(folder)  # rebuilt from the files: same figures as the summary written at the time
+    for i, (p, q) in enumerate(zip(view["points"], summary["points"])):
+        assert p["figures"]["counts"] == q["figures"]["counts"]
+        assert p["figures"]["ttft_ms"] == q["figures"]["ttft_ms"] and p["figures"]["tpot_ms"] == q["figures"]["tpot_ms"]
+        assert p["figures"]["counts"]["ok"] >= 1
+        # goodput counts exactly the measured requests inside both bounds
+        good = 0
+        for ln in lines:
+            if ln["point"] != i or ln["kind"] != "measured" or ln["status"] != "ok":
+                continue
+            ttft = ln["t_first_token"] - ln["t_send"]
+            tpot = (ln["t_end"] - ln["t_first_token"]) / (ln["output_tokens"] - 1)
+            good += ttft <= 60 and tpot <= 5
+        assert p["figures"]["goodput"]["good_requests"] == good
+    assert view["label"] == "ok; result"
+    assert "Result" in (folder / "summary.md").read_text().splitlines()[2]
+    assert "kv_tokens" in json.loads((folder / "boot.json").read_text()) or (folder / "boot.json").stat().st_size
+    assert "llama_server" in (folder / "server.log").read_text() or (folder / "server.log").stat().st_size > 0
+
+
+@pytest.mark.llamacpp
+def test_long_prompt_run_and_agreement_with_llamacpp_timings(campaign_config, llama):
+    spec = BenchSpec(workload="long-prompt", shapes=(ClosedLoop(1),), prompt_tokens=1536, output_tokens=32,
+                     requests=2, warmup=0)
+    out = bench(campaign_config, "smollm2", spec, gate_mode=False)
+    view = load(out.folder)
+    assert view["status"] == "ok" and view["gate"]["status"] == "not run"
+    assert view["label"] == "ok; no gate: not a result"
+    assert "NOT A RESULT: no correctness gate" in (out.folder / "summary.md").read_text()
+    lines = [ln for ln in read_jsonl(out.folder / "requests.jsonl") if ln["kind"] == "measured"]
+    assert [ln["prompt_tokens"] for ln in lines] == [1536] * 2  # sized exactly by the server's tokenizer
+    f = _point(view)
+    assert f["prefill_tok_s"]["n"] == 2 and f["prefill_tok_s"]["excluded_cached"] == 0
+    assert f["cached_fraction"] < 0.05
+    ag = f["agreement"]
+    assert ag["requests"] == 2
+    # servedeck's TTFT holds the engine's prompt_ms plus HTTP and the first token's trip: never less
+    assert 0 <= ag["ttft_minus_prompt_ms"]["p50"] < 150
+    assert 0.85 < ag["prefill_ratio"]["p50"] <= 1.0
+    assert 0.9 < ag["tpot_ratio"]["p50"] < 1.1
+    print(f"\nllama.cpp agreement, long prompt 1536: TTFT-prompt_ms p50 {ag['ttft_minus_prompt_ms']['p50']:.1f} ms, "
+          f"prefill ratio p50 {ag['prefill_ratio']['p50']:.4f}, TPOT ratio p50 {ag['tpot_ratio']['p50']:.4f}, "
+          f"TPOT diff p50 {ag['tpot_minus_engine_ms']['p50']:.2f} ms")
+
+
+def _flags(view: dict) -> list[bool]:
+    """Per measured request, in order: served more than 5 % from the prefix cache?"""
+    lines = [ln for ln in read_jsonl(Path(view["path"]) / "requests.jsonl") if ln["kind"] == "measured"]
+    return [ln["cached_tokens"] > 0.05 * ln["prompt_tokens"] for ln in lines]
+
+
+def _cache_runs(cfg, model: str) -> tuple[dict, dict]:
+    # 1100 tokens: the ~24 tokens every chat prompt shares (template, run tag) stay under the 5 % flag,
+    # and prompts are long enough (>= 1024) to count in prefill figures unless served from cache
+    common = dict(workload="chat", shapes=(ClosedLoop(1),), input_tokens=1100, output_tokens=16, requests=3,
+                  warmup=1)
+    own = load(bench(cfg, model, BenchSpec(**common), gate_mode=False).folder)
+    rep = load(bench(cfg, model, BenchSpec(**common, repeat_prompt=True), gate_mode=False).folder)
+    return own, rep
+
+
+@pytest.mark.llamacpp
+def test_cached_fraction_on_llamacpp(campaign_config, llama):
+    own, rep = _cache_runs(campaign_config, "smollm2")
+    fo, fr = _point(own), _point(rep)
+    # servedeck's prompts: only the chat template and the run tag are shared (~2 % of 1100 tokens)
+    assert fo["cached_fraction"] < 0.05 and fo["cache"]["requests_over_threshold"] == 0
+    assert fo["cache"]["counters"]["available"] and fo["cache"]["counters"]["fraction"] < 0.05
+    # one prompt sent three times: the two after the first come from the cache
+    assert fr["cached_fraction"] > 0.5 and fr["cache"]["counters"]["fraction"] > 0.5
+    assert fr["cache"]["requests_over_threshold"] == 2
+    assert _flags(rep) == [False, True, True]
+    assert fr["prefill_tok_s"]["n"] == 1 and fr["prefill_tok_s"]["excluded_cached"] == 2
+    assert any("prefix cache" in w for w in fr["warnings"])
+    ag = fo["agreement"]
+    print(f"\nllama.cpp cached fraction: own prompts {fo['cached_fraction']:.3f}, repeated {fr['cached_fraction']:.3f}; "
+          f"agreement (chat 1100/16): TTFT-prompt_ms p50 {ag['ttft_minus_prompt_ms']['p50']:.1f} ms, "
+          f"TPOT ratio p50 {ag['tpot_ratio']['p50']:.4f}, E2E-engine p50 {ag['e2e_minus_engine_ms']['p50']:.1f} ms")
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_cached_fraction_on_vllm(campaign_config, vllm):
+    own, rep = _cache_runs(campaign_config, "smollm2-vllm")
+    fo, fr = _point(own), _point(rep)
+    assert fo["cache"]["counters"]["available"] and fr["cache"]["counters"]["available"]
+    assert fo["cached_fraction"] < 0.05
+    assert fr["cached_fraction"] > 0.5
+    # with --enable-prompt-tokens-details vLLM says it per request too, so the hits are flagged
+    assert fr["cache"]["requests_over_threshold"] == 2 and _flags(rep) == [False, True, True]
+    assert fr["prefill_tok_s"]["n"] == 1 and fr["prefill_tok_s"]["excluded_cached"] == 2
+    print(f"\nvLLM cached fraction (counters): own prompts {fo['cache']['counters']['fraction']:.3f}, "
+          f"repeated {fr['cache']['counters']['fraction']:.3f}")

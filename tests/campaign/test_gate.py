@@ -1,0 +1,83 @@
+"""The needle-in-a-haystack gate on real servers: a pass at a short context, an honest score near
+SmolLM2's 8K training context, and a refusal above what the server serves."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from servedeck.campaign import gate
+from servedeck.errors import ServedeckError
+from servedeck.gates import GateSpec, read_log
+from servedeck.runs import load
+
+pytestmark = [pytest.mark.engine]
+
+SEED_KEYS = ["key", "depth", "prompt_tokens", "ok", "latency_s", "answer", "cached_tokens"]
+
+
+def _probes(folder: Path) -> tuple[list[dict], float | None]:
+    return read_log((folder / "niah.log").read_text())
+
+
+@pytest.mark.llamacpp
+def test_gate_passes_at_2k_on_llamacpp(campaign_config, llama):
+    out = gate(campaign_config, "smollm2", GateSpec(context=2048))
+    assert out.gate is not None and out.gate.passed, out.gate
+    probes, printed = _probes(out.folder)
+    assert printed == round(out.gate.score, 2)
+    assert (out.folder / "niah.log").read_text().splitlines()[-1].startswith("GATE niah score= ")
+    assert [p["depth"] for p in probes] == [0.1, 0.5, 0.9]
+    for p in probes:
+        assert list(p)[:7] == SEED_KEYS  # the seed's niah.log line, in its order
+        # sized by the server's tokenizer to the context minus the 32-token answer room, within a sentence
+        assert 2048 - 32 - 40 <= p["prompt_tokens"] <= 2048 - 32
+        assert p["prompt_tokens"] == p["sized_tokens"]  # what /tokenize said is what the server prefilled
+        # each probe has its own haystack: only the chat template's opening can come from cache
+        assert p["cached_tokens"] is not None and p["cached_tokens"] < 64
+    assert len({p["code"] for p in probes}) == 3
+    view = load(out.folder)
+    assert view["status"] == "ok" and view["gate"]["status"] == "passed" and view["kind"] == "gate"
+    assert view["context"] == 8192 and view["gate"]["result"]["context"] == 2048
+    assert (out.folder / "summary.md").read_text().count("GATE PASSED") == 1
+
+
+@pytest.mark.llamacpp
+def test_gate_near_the_training_context_is_scored_as_it_is(campaign_config, llama):
+    """At 8K (SmolLM2's training context) the gate may pass or fail; whatever it scores is what
+    the files say, and every probe is there."""
+    out = gate(campaign_config, "smollm2", GateSpec(context=8192))
+    probes, printed = _probes(out.folder)
+    assert len(probes) == 3 and all(8192 - 32 - 40 <= p["prompt_tokens"] <= 8192 - 32 for p in probes)
+    found = sum(p["ok"] for p in probes)
+    assert out.gate.found == found and out.gate.score == found / 3 and printed == round(found / 3, 2)
+    assert out.gate.passed == (round(found / 3, 2) >= 0.67)
+    view = load(out.folder)
+    assert view["gate"]["status"] == ("passed" if out.gate.passed else "failed")
+    for p in probes:  # a miss keeps what the model said; it is scored, never dropped
+        assert p["ok"] == (p["code"] in p["answer"])
+    summary = json.loads((out.folder / "summary.json").read_text())
+    assert summary["gate"]["result"]["found"] == found
+    print(f"\nGATE at 8192 on llama.cpp: {found}/3 "
+          + ", ".join(f"d={p['depth']} {'ok' if p['ok'] else 'MISS'} {p['answer']!r} {p['latency_s']}s" for p in probes))
+
+
+@pytest.mark.llamacpp
+def test_gate_above_the_served_context_is_refused(campaign_config, llama):
+    with pytest.raises(ServedeckError) as e:
+        gate(campaign_config, "smollm2", GateSpec(context=16384))
+    assert "above what smollm2 serves per request (8192" in e.value.message
+    assert "models.smollm2.context" in e.value.hint
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_gate_passes_at_2k_on_vllm(campaign_config, vllm):
+    out = gate(campaign_config, "smollm2-vllm", GateSpec(context=2048))
+    assert out.gate.passed, out.gate
+    probes, _ = _probes(out.folder)
+    for p in probes:
+        assert 2048 - 32 - 40 <= p["prompt_tokens"] <= 2048 - 32
+        assert p["cached_tokens"] is not None and p["cached_tokens"] < 64
