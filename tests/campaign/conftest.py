@@ -61,12 +61,8 @@ def campaign_toml() -> str:
     text = text.replace(llama.group(0), block)
     vllm = re.search(r"\[models\.smollm2-vllm\]\n(.*?)\n\n", text + "\n\n", re.S)
     assert vllm
-    vblock = vllm.group(0)
-    if re.search(r"^args = \{", vblock, re.M):
-        vblock = re.sub(r"^args = \{", "args = { enable-prompt-tokens-details = true,", vblock, count=1, flags=re.M)
-    else:
-        vblock = vblock.replace("\nbuild =", "\nargs = { enable-prompt-tokens-details = true }\nbuild =", 1)
-    text = text.replace(vllm.group(0), vblock)
+    # the starter turns on per-request cached_tokens for vLLM; the cache tests rely on it
+    assert "enable-prompt-tokens-details = true" in vllm.group(0)
     source = re.search(r'source = "([^"]+\.gguf)"', llama.group(0))
     assert source
     text += (f'\n[models.victim]\nsource = "{source.group(1)}"\nbuild = "llamacpp"\nport = {free_port()}\n'

@@ -12,34 +12,15 @@ run is counted too (docs/campaign.md says so).
 
 from __future__ import annotations
 
-import re
 from typing import Optional
 
 import httpx
 
 from servedeck.engines import get_engine
+from servedeck.engines.metrics import parse_prometheus
 
 # llama.cpp's adapter names no prefix-cache counters yet; these are the names its /metrics uses.
 _LLAMACPP = {"processed": "llamacpp:prompt_tokens_total", "cached": "llamacpp:prompt_tokens_cached_total"}
-_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEinfaINFA]+)")
-
-
-def parse(text: str) -> dict[str, float]:
-    """Prometheus text → {metric name: sum over its series}."""
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = _LINE.match(line)
-        if not m:
-            continue
-        try:
-            out[m.group(1)] = out.get(m.group(1), 0.0) + float(m.group(3))
-        except ValueError:
-            continue
-    return out
-
-
 def prefix_counters(engine: str, metrics: dict[str, float]) -> Optional[dict[str, float]]:
     """{"queries": tokens looked up, "hits": tokens found} from a parsed page; None if absent."""
     names = get_engine(engine).metrics
@@ -60,4 +41,4 @@ async def read(client: httpx.AsyncClient, base_url: str, engine: str) -> Optiona
         return None
     if r.status_code != 200:
         return None
-    return prefix_counters(engine, parse(r.text))
+    return prefix_counters(engine, parse_prometheus(r.text))
