@@ -21,12 +21,9 @@ import gc
 import json
 import os
 import platform
-import signal
 import statistics
-import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -45,45 +42,18 @@ from servedeck.loadgen import (
     synthetic_requests,
 )
 
+from servedeck.loadgen.instrument_process import InstrumentProcess  # noqa: E402
+
 HERE = Path(__file__).resolve().parent
 console = Console(width=150)  # the tables are wider than a default terminal
 
 
-class InstrumentProcess:
-    """The instrument in its own process group; `stop` ends the whole group."""
+class BenchInstrument(InstrumentProcess):
+    """The instrument with the timing it was started with, which the error figures need."""
 
     def __init__(self, ttft_ms: float, itl_ms: float, tokens: int, cpus: set[int] | None = None) -> None:
         self.ttft_ms, self.itl_ms, self.tokens = ttft_ms, itl_ms, tokens
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "servedeck.loadgen.instrument", "--port", "0",
-             "--ttft-ms", str(ttft_ms), "--itl-ms", str(itl_ms), "--tokens", str(tokens)],
-            stdout=subprocess.PIPE, text=True, start_new_session=True,
-        )
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if "READY" not in line:
-            self.stop()
-            raise RuntimeError(f"instrument did not start: {line!r}")
-        self.port = int(line.split("port=")[1])
-        self.url = f"http://127.0.0.1:{self.port}"
-        if cpus:
-            os.sched_setaffinity(self.proc.pid, cpus)
-
-    def clear(self) -> None:
-        urllib.request.urlopen(urllib.request.Request(self.url + "/records", method="DELETE")).read()
-
-    def records(self) -> dict[str, dict[str, Any]]:
-        data = json.load(urllib.request.urlopen(self.url + "/records"))
-        return {r["id"]: r for r in data["records"]}
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        super().__init__("--ttft-ms", str(ttft_ms), "--itl-ms", str(itl_ms), "--tokens", str(tokens), cpus=cpus)
 
 
 def make_client(kind: str, url: str, connections: int) -> Any:
@@ -159,7 +129,7 @@ def pct(values: list[float], q: float) -> float | None:
     return float(np.percentile(values, q)) if values else None
 
 
-def accuracy_point(inst: InstrumentProcess, kind: str, conc: int, rounds: int) -> dict[str, Any]:
+def accuracy_point(inst: BenchInstrument, kind: str, conc: int, rounds: int) -> dict[str, Any]:
     inst.clear()
     n = max(10, conc * rounds)
     res = asyncio.run(drive(kind, [inst.url], ClosedLoop(conc), n, inst.tokens, conc))
@@ -188,7 +158,7 @@ def accuracy_point(inst: InstrumentProcess, kind: str, conc: int, rounds: int) -
     }
 
 
-def capacity_point(insts: list[InstrumentProcess], kind: str, streams: int, duration_s: float) -> dict[str, Any]:
+def capacity_point(insts: list[BenchInstrument], kind: str, streams: int, duration_s: float) -> dict[str, Any]:
     """Open loop at the rate that keeps `streams` requests in flight; steady-state tok/s."""
     inst = insts[0]
     for i in insts:
@@ -262,7 +232,7 @@ def main() -> None:
     if a.instrument_cpus:
         lo, _, hi = a.instrument_cpus.partition("-")
         cpus = set(range(int(lo), int(hi or lo) + 1))
-    insts = [InstrumentProcess(ttft_ms=50.0, itl_ms=20.0, tokens=100, cpus=cpus) for _ in range(a.instruments)]
+    insts = [BenchInstrument(ttft_ms=50.0, itl_ms=20.0, tokens=100, cpus=cpus) for _ in range(a.instruments)]
     inst = insts[0]
     if a.client_cpu is not None:
         os.sched_setaffinity(0, {a.client_cpu})  # after the instruments started: they keep theirs

@@ -10,21 +10,9 @@ from servedeck.cli.app import app, err_console
 from servedeck.errors import ServedeckError
 
 # Importing a module registers its commands on `app`.
-from servedeck.cli import deck as _deck  # noqa: F401,E402
+from servedeck.cli import campaign, deck, doctor, watch  # noqa: E402
 
-
-def _load_optional() -> None:
-    import importlib
-
-    for mod in ("campaign", "doctor", "watch"):
-        try:
-            importlib.import_module(f"servedeck.cli.{mod}")
-        except ModuleNotFoundError as e:
-            if e.name != f"servedeck.cli.{mod}":
-                raise
-
-
-_load_optional()
+__all__ = ["app", "campaign", "deck", "doctor", "main", "watch"]
 
 
 def main() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import typer
 from rich.markdown import Markdown
@@ -97,6 +97,19 @@ class RichReporter:
             self.bar.update(task, completed=self.bar.tasks[task].total or 0, info=point.get("status", ""))
 
 
+def _guarded(outcome: "Outcome", run: Callable[["RichReporter"], object]) -> None:
+    """Run a gate or bench under a progress display; on Ctrl-C or an error, say where the folder is."""
+    try:
+        with RichReporter() as rep:
+            run(rep)
+    except KeyboardInterrupt:
+        _ended(outcome, True)
+        raise typer.Exit(130)
+    except ServedeckError:
+        _ended(outcome, False)
+        raise
+
+
 def _ended(outcome: Outcome, interrupted: bool) -> None:
     if outcome.folder is not None:
         what = "interrupted; the run folder keeps every finished request" if interrupted else "run folder"
@@ -120,15 +133,7 @@ def gate(
     cfg = load_config()
     spec = GateSpec(context=context or 0, depths=_depths(depths), repeats=repeats, threshold=threshold, seed=seed)
     outcome = Outcome()
-    try:
-        with RichReporter() as rep:
-            run_gate(cfg, model, spec, launch=launch, reporter=rep, outcome=outcome)
-    except KeyboardInterrupt:
-        _ended(outcome, True)
-        raise typer.Exit(130)
-    except ServedeckError:
-        _ended(outcome, False)
-        raise
+    _guarded(outcome, lambda rep: run_gate(cfg, model, spec, launch=launch, reporter=rep, outcome=outcome))
     view = load(outcome.folder) if outcome.folder else {}
     if as_json:
         print_json(view)
@@ -189,16 +194,9 @@ def bench(
                      repeat_prompt=repeat_prompt, seed=seed)
     cfg = load_config()
     outcome = Outcome()
-    try:
-        with RichReporter() as rep:
-            run_bench(cfg, model, spec, gate_mode=gate_flag, gate_spec=GateSpec(context=gate_context or 0),
-                      launch=launch, reporter=rep, outcome=outcome)
-    except KeyboardInterrupt:
-        _ended(outcome, True)
-        raise typer.Exit(130)
-    except ServedeckError:
-        _ended(outcome, False)
-        raise
+    _guarded(outcome, lambda rep: run_bench(cfg, model, spec, gate_mode=gate_flag,
+                                            gate_spec=GateSpec(context=gate_context or 0),
+                                            launch=launch, reporter=rep, outcome=outcome))
     view = load(outcome.folder) if outcome.folder else {}
     if as_json:
         print_json(view)

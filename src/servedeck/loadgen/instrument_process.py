@@ -1,0 +1,50 @@
+"""The instrument in a process of its own (its own process group), for the tests and the bench.
+
+Target and client must not share an event loop: the point is to measure the client's error with
+the instrument's clock running independently, as an engine's would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from typing import Any
+
+
+class InstrumentProcess:
+    """`python -m servedeck.loadgen.instrument ARGS` on a free port; `stop` ends the whole group."""
+
+    def __init__(self, *args: str, cpus: set[int] | None = None) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "servedeck.loadgen.instrument", "--port", "0", *args],
+            stdout=subprocess.PIPE, text=True, start_new_session=True,  # own group: no orphans
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if "READY" not in line:
+            self.stop()
+            raise RuntimeError(f"instrument did not start: {line!r}")
+        self.port = int(line.split("port=")[1])
+        self.url = f"http://127.0.0.1:{self.port}"
+        if cpus:
+            os.sched_setaffinity(self.proc.pid, cpus)
+
+    def clear(self) -> None:
+        urllib.request.urlopen(urllib.request.Request(self.url + "/records", method="DELETE")).read()
+
+    def records(self) -> dict[str, dict[str, Any]]:
+        data = json.load(urllib.request.urlopen(self.url + "/records"))
+        return {r["id"]: r for r in data["records"]}
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
