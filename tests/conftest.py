@@ -5,14 +5,12 @@ and the session ends by checking that no engine started under a test home is sti
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 from pathlib import Path
 
 import psutil
 import pytest
 
-from servedeck import paths
 from servedeck.config import load
 from servedeck.init import default_locations, render_starter
 

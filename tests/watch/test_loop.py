@@ -3,7 +3,6 @@ reap after a restart, refuse a corrupt desired.json, report a stalled engine."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess

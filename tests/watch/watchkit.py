@@ -3,7 +3,6 @@ instrument as a build, and waiting for notices."""
 
 from __future__ import annotations
 
-import os
 import stat
 import sys
 import time

@@ -17,7 +17,6 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from servedeck.config import Build, Config, Deck as DeckConfig, Model
 from servedeck.deck import launch as L
@@ -32,14 +31,12 @@ from servedeck.supervisor import ready as R
 
 TERMINAL = {"stopped", "failed", "crashed"}
 
-
 def classify(log_tail: str, exit_info: dict | None, when: float | None = None) -> dict:
     """The classified cause of an ending, from the forensic catalogue (doctor/forensics)."""
     from servedeck.doctor.forensics import classify as catalogue_classify
     from servedeck.doctor.kernel import events_near
 
     return catalogue_classify(log_tail, exit_info, events_near(when) if when else [])
-
 
 def describe_exit(exit_info: dict | None) -> str:
     if not exit_info:
@@ -49,7 +46,6 @@ def describe_exit(exit_info: dict | None) -> str:
     if exit_info.get("error"):
         return exit_info["error"]
     return f"exited with code {exit_info.get('returncode')}"
-
 
 # --- settings as desired.json keeps them ---------------------------------------------------
 
@@ -63,7 +59,6 @@ def settings_of(name: str, cfg: Config) -> dict:
     build["env"] = red(b.env)
     return {"model": model, "build_name": m.build, "build": build, "config_path": str(cfg.path),
             "since": S.now_iso()}
-
 
 def config_from_settings(name: str, settings: dict, current: Config | None) -> Config:
     """Rebuild the one-model config a launch was made with; secrets come from the current config or env."""
@@ -91,7 +86,6 @@ def config_from_settings(name: str, settings: dict, current: Config | None) -> C
     deck = DeckConfig(builds={settings["build_name"]: Build(**build)}, models={name: Model(**model)})
     return Config(path=Path(settings.get("config_path", "desired.json")), deck=deck)
 
-
 @dataclass
 class Status:
     model: str
@@ -110,7 +104,6 @@ class Status:
                 "engine_pid": rec.get("engine_pid"), "uptime_s": uptime, "started_at": rec.get("started_at"),
                 "launch_dir": rec.get("launch_dir"), "boot": rec.get("boot", {}), "detail": self.detail,
                 "cause": rec.get("cause"), "evidence": rec.get("evidence"), "liveness": rec.get("liveness")}
-
 
 class Deck:
     """Operations on the deck described by one models.toml."""
@@ -431,12 +424,10 @@ class Deck:
                     out.append({"model": name, "outcome": "failed", "error": e.message})
             return out
 
-
 def is_orphan(rec: dict) -> bool:
     """A launch still `starting` whose servedeck process is gone: nobody will ever finish starting it."""
     owner = rec.get("owner_pid")
     return rec.get("state") == "starting" and bool(owner) and owner != os.getpid() and not P.alive(owner)
-
 
 def _spec_stub(rec: dict) -> LaunchSpec:
     return LaunchSpec(model=rec["model"], engine=rec["engine"], argv=[], env={}, host=rec.get("host", "127.0.0.1"),
@@ -444,10 +435,8 @@ def _spec_stub(rec: dict) -> LaunchSpec:
                       health_path=rec.get("spec", {}).get("health_path", "/health"), slot=rec.get("slot", "main"),
                       stop_timeout_s=rec.get("stop_timeout_s", 120.0), ready_timeout_s=0)
 
-
 def spec_of_record(rec: dict) -> LaunchSpec:
     return _spec_stub(rec)
-
 
 def _read_json(path: Path) -> dict:
     try:
