@@ -30,7 +30,7 @@ def _start_bench(cfg_path: Path) -> subprocess.Popen:
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
 
 
-def _wait_for_requests(n: int, timeout_s: float = 180) -> Path:
+def _wait_for_requests(n: int, timeout_s: float = 600) -> Path:
     runs = Path(os.environ["SERVEDECK_RESULTS"]) / "runs"
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -49,7 +49,7 @@ def test_engine_killed_mid_bench_leaves_a_failed_folder_with_every_finished_requ
         rec = S.read_live("victim")
         assert rec is not None
         os.kill(rec["engine_pid"], signal.SIGKILL)
-        out, err = proc.communicate(timeout=120)
+        out, err = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -76,7 +76,7 @@ def test_ctrl_c_mid_bench_keeps_the_folder_and_stops_the_launched_engine(campaig
         rec = S.read_live("victim")
         assert rec is not None
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=180)
+        out, err = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:
             proc.kill()
