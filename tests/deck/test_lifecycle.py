@@ -103,7 +103,7 @@ def test_restore_starts_desired_and_adopts_running(deck_config):
     while group_members(rec["pgid"]):
         time.sleep(0.05)
     [r] = deck.restore()
-    assert r["outcome"] == "started" and r["pid"] != rec["pid"]
+    assert r["outcome"] == "started" and r["pid"] != rec["pid"], r
     [r2] = deck.restore()
     assert r2["outcome"] == "adopted" and r2["pid"] == r["pid"]
     assert len([s for s in deck.status() if s.state == "ready"]) == 1

@@ -40,5 +40,17 @@ def load_config() -> Config:
     return load(paths.config_file(Ctx.config_path))
 
 
+def config_or_none(doing: str) -> Optional[Config]:
+    """For commands that still work from state alone (status, history, watch): warn, don't fail."""
+    from servedeck.errors import ServedeckError
+
+    try:
+        return load_config()
+    except ServedeckError as e:
+        err_console.print(f"[yellow]warning:[/] {e.message.splitlines()[0]} ({doing} without it)", markup=True,
+                          highlight=False)
+        return None
+
+
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")

@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 
 from servedeck import paths
-from servedeck.cli.app import Ctx, app, console, err_console, load_config, print_json
+from servedeck.cli.app import Ctx, app, config_or_none, console, load_config, print_json
 from servedeck.deck import Deck
 from servedeck.deck import launch as L
 from servedeck.deck import state as S
@@ -112,7 +112,7 @@ def _fmt_uptime(s: float | None) -> str:
 @app.command()
 def status(as_json: bool = typer.Option(False, "--json")) -> None:
     """What runs: model, engine, port, pid, state, uptime, boot facts."""
-    cfg = _config_or_none()
+    cfg = config_or_none("showing state")
     rows = [s.to_json() for s in Deck(cfg).status()]
     if as_json:
         print_json(rows)
@@ -136,14 +136,6 @@ def status(as_json: bool = typer.Option(False, "--json")) -> None:
     console.print(t)
 
 
-def _config_or_none():
-    try:
-        return load_config()
-    except ServedeckError as e:
-        err_console.print(f"[yellow]warning:[/] {e.message.splitlines()[0]} (showing state without it)")
-        return None
-
-
 @app.command()
 def logs(
     model: str,
@@ -152,7 +144,7 @@ def logs(
     lines: int = typer.Option(200, "-n", "--lines"),
 ) -> None:
     """The engine's output for the current (or a past) launch."""
-    cfg = _config_or_none()
+    cfg = config_or_none("showing state")
     name = cfg.resolve(model) if cfg else model
     past = L.past_launches(name)
     if not past:
@@ -188,7 +180,7 @@ def logs(
 @app.command()
 def restore(wait: float = WAIT) -> None:
     """After a reboot: start what desired state says should run; adopt engines that still run."""
-    cfg = _config_or_none()
+    cfg = config_or_none("showing state")
     results = Deck(cfg).restore(wait_s=wait)
     if not results:
         console.print("desired state is empty: nothing to restore")
@@ -200,7 +192,7 @@ def restore(wait: float = WAIT) -> None:
 def history(model: Optional[str] = typer.Argument(None), as_json: bool = typer.Option(False, "--json"),
             limit: int = typer.Option(50, "-n")) -> None:
     """The journal: every start/stop/switch/crash, with outcome."""
-    cfg = _config_or_none()
+    cfg = config_or_none("showing state")
     name = cfg.resolve(model) if (cfg and model) else model
     rows = S.read_journal(name)[-limit:]
     if as_json:

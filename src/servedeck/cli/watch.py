@@ -10,18 +10,8 @@ from typing import Optional
 
 import typer
 
-from servedeck.cli.app import app, console, err_console, load_config, print_json
-from servedeck.errors import ServedeckError
+from servedeck.cli.app import app, config_or_none, console, err_console, load_config, print_json
 from servedeck.timeparse import seconds
-
-
-def _config_or_none():
-    try:
-        return load_config()
-    except ServedeckError as e:
-        # the loop can still keep desired state running from desired.json's recorded settings
-        err_console.print(f"[yellow]warning:[/] {e.message.splitlines()[0]} (watching desired state without it)")
-        return None
 
 
 @app.command()
@@ -33,7 +23,7 @@ def watch(
     from servedeck.watch import Notices, Redactor, Watcher
     from servedeck.watch.notices import format_notice
 
-    cfg = _config_or_none()
+    cfg = config_or_none("watching desired state")  # desired.json keeps the settings
     host_hook = cfg.deck.host.on_notice if cfg else []
 
     class Echo(Notices):

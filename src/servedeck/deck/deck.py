@@ -200,6 +200,11 @@ class Deck:
         spec = self.render(name, cfg)
         model = cfg.models[name]
         holder = P.port_holder(spec.port)
+        if holder is not None and not holder.get("pid"):
+            # A listener no process owns is a socket still being torn down (an engine killed a moment
+            # ago, e.g. before `restore`): give the kernel a few seconds before calling it someone else's.
+            P.wait_port_free(spec.port, 5.0)
+            holder = P.port_holder(spec.port)
         if holder is not None:
             who = f"pid {holder.get('pid')} ({holder.get('name', '?')}: {holder.get('cmdline', '')[:80]})" \
                 if holder.get("pid") else "a process servedeck cannot see"
