@@ -376,7 +376,7 @@ class Deck:
                     detail = (f"the servedeck process that started it (pid {rec['owner_pid']}) is gone; "
                               "this engine is not in desired state: `servedeck stop` it or `servedeck start` it again")
                 elif state == "ready":
-                    ok, why = R.health_ok(_spec_stub(rec), timeout_s=2.0)
+                    ok, why = R.health_ok(spec_of_record(rec), timeout_s=2.0)
                     if not ok:
                         state, detail = "unhealthy", f"health check: {why}"
                     else:  # the watch loop's last liveness verdict on this very launch
@@ -434,14 +434,14 @@ def is_orphan(rec: dict) -> bool:
     owner = rec.get("owner_pid")
     return rec.get("state") == "starting" and bool(owner) and owner != os.getpid() and not P.alive(owner)
 
-def _spec_stub(rec: dict) -> LaunchSpec:
+
+def spec_of_record(rec: dict) -> LaunchSpec:
+    """Enough of a LaunchSpec, rebuilt from a live record, to probe a running engine."""
     return LaunchSpec(model=rec["model"], engine=rec["engine"], argv=[], env={}, host=rec.get("host", "127.0.0.1"),
                       port=rec["port"], served_name=rec.get("served_name", rec["model"]),
                       health_path=rec.get("spec", {}).get("health_path", "/health"), slot=rec.get("slot", "main"),
                       stop_timeout_s=rec.get("stop_timeout_s", 120.0), ready_timeout_s=0)
 
-def spec_of_record(rec: dict) -> LaunchSpec:
-    return _spec_stub(rec)
 
 def _read_json(path: Path) -> dict:
     try:

@@ -97,10 +97,6 @@ def render_args(args: dict[str, Any]) -> list[str]:
     return out
 
 
-def normalise_flag(key: str) -> str:
-    return flag_name(key)
-
-
 @dataclass(frozen=True)
 class BootPattern:
     """One fact read from a boot log: a regex and how to turn its groups into fields."""

@@ -54,7 +54,7 @@ class LlamaCpp(Engine):
     def command(self, name, model, build, cfg):
         env = self.base_env(model, build)
         source = cfg.expand(model.source)
-        flags = ["-m", source if not build.image else source, "--host", model.host, "--port", str(model.port),
+        flags = ["-m", source, "--host", model.host, "--port", str(model.port),
                  "--alias", model.served_name or name]
         if model.context:
             # -c is shared by the slots (each gets c/np): size it so every slot holds a full `context`.
