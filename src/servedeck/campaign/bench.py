@@ -26,7 +26,10 @@ from servedeck.gates.server import ServerTokens
 from servedeck.loadgen import (ClientConfig, ClosedLoop, LoadRun, OpenLoop, RequestRecord, RequestSpec,
                                Shape, Slo, StreamingClient, new_nonce, sized_requests, synthetic_requests,
                                synthetic_text)
+from servedeck.engines import get_engine
+from servedeck.engines.metrics import parse_prometheus
 from servedeck.loadgen.prompts import DEFAULT_CHARS_PER_TOKEN
+from servedeck.loadgen.spread import Spread
 from servedeck.runs.figures import counter_delta, headline, point_figures
 from servedeck.runs.folder import RunFolder
 
@@ -181,16 +184,17 @@ async def run_point(index: int, shape: Shape, spec: BenchSpec, target: Target, f
             death = target.death()
             raise (ServerDied(death) if death else e) from None
         point["prompts"] = how
-        cfg = ClientConfig(target.base_url, target.served_name, api="chat",
-                           continuous_usage_stats=target.engine == "vllm")
         conc = shape.concurrency if isinstance(shape, ClosedLoop) else None
-        async with StreamingClient(cfg) as client:
+        async with _client(target) as client:
             await client.prewarm(min(conc or 16, 256))
             if warm:
                 reporter.stage(f"{label}: warm-up ({len(warm)} requests, distinct prompts)")
                 await LoadRun(client, ClosedLoop(min(len(warm), conc or 4)), [], warmup=warm,
                               on_record=on_record).run()
             before = await counters.read(http, target.base_url, target.engine)
+            gen_before = await _generated(http, target) if isinstance(client, Spread) else None
+            if isinstance(client, Spread):
+                client.reset_counts()
             total = spec.requests if spec.duration_s is None else None
             reporter.point_start(label, total, spec.duration_s)
             run = LoadRun(client, shape, measured, max_requests=spec.requests, duration_s=spec.duration_s,
@@ -209,6 +213,12 @@ async def run_point(index: int, shape: Shape, spec: BenchSpec, target: Target, f
                     current.uncancel()
                 point["status"] = "failed"
             after = await counters.read(http, target.base_url, target.engine) if watch.death is None else None
+            if isinstance(client, Spread):
+                point["replicas"] = client.counts()
+                gen_after = await _generated(http, target) if watch.death is None else None
+                for i, r in enumerate(point["replicas"]):
+                    if gen_before and gen_after and gen_before[i] is not None and gen_after[i] is not None:
+                        r["generated_tokens_by_server"] = gen_after[i] - gen_before[i]
         point["load"] = run.result().meta()
         point["counters"] = counter_delta(before, after)
     _finish_point(folder, point, records, spec)
@@ -217,6 +227,28 @@ async def run_point(index: int, shape: Shape, spec: BenchSpec, target: Target, f
         raise ServerDied(f"{watch.death} (during point {label}, after {point['headline']['ok'] or 0} "
                          "finished requests)")
     return point
+
+
+def _client(target: Target) -> Any:
+    """One streaming client, or one per replica behind a least-outstanding-requests Spread."""
+    def config(t: Target) -> ClientConfig:
+        return ClientConfig(t.base_url, t.served_name, api="chat", continuous_usage_stats=t.engine == "vllm")
+    if not target.peers:
+        return StreamingClient(config(target))
+    return Spread([StreamingClient(config(t)) for t in target.replicas])
+
+
+async def _generated(http: httpx.AsyncClient, target: Target) -> list[Optional[float]]:
+    """Each replica's own count of generated tokens (its /metrics), to check the spread against."""
+    name = get_engine(target.engine).metrics.get("generation_tokens")
+    out: list[Optional[float]] = []
+    for t in target.replicas:
+        try:
+            r = await http.get(t.base_url.rstrip("/") + "/metrics", timeout=10)
+            out.append(parse_prometheus(r.text).get(name) if r.status_code == 200 and name else None)
+        except httpx.HTTPError:
+            out.append(None)
+    return out
 
 
 def _finish_point(folder: RunFolder, point: dict[str, Any], records: list[RequestRecord], spec: BenchSpec) -> None:

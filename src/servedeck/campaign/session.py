@@ -53,7 +53,8 @@ def base_summary(target: Target, context: int, kind: str, workload: dict[str, An
     settings = settings_of(target.name, target.cfg)
     settings.pop("since", None)
     return {
-        "kind": kind, "model": target.name, "engine": target.engine, "layout": model.layout,
+        "kind": kind, "model": target.model_label, "engine": target.engine, "layout": target.layout_label,
+        "model_entry": target.name,
         "context": context, "configured_context": model.context, "served_name": target.served_name,
         "base_url": target.base_url,
         "launch": {"launch_dir": target.launch_dir, "started_at": rec.get("started_at"),
@@ -63,6 +64,7 @@ def base_summary(target: Target, context: int, kind: str, workload: dict[str, An
         "host": inventory.host(), "gpus": inventory.gpus(),
         "config": settings, "command": (rec.get("spec") or {}).get("argv"), "boot": boot,
         "workload": workload, "gate": {"status": "pending"}, "points": [],
+        **target.extra,
     }
 
 
@@ -165,7 +167,7 @@ async def _gate_async(target: Target, spec: GateSpec, reporter: Reporter, outcom
     _check_asked(target, spec.context or ctx, ctx)
     spec = replace(spec, context=spec.context or ctx)
     spec.check()
-    folder = RunFolder.create(_root(target.cfg), target.name, target.cfg.models[target.name].layout,
+    folder = RunFolder.create(_root(target.cfg), target.model_label, target.layout_label,
                               target.cfg.models[target.name].context or ctx, target.engine,
                               base_summary(target, ctx, "gate", {"gate": _gate_spec_json(spec)}))
     outcome.folder = folder.path
@@ -177,6 +179,26 @@ async def _gate_async(target: Target, spec: GateSpec, reporter: Reporter, outcom
         return result
 
     return await _guarded(folder, work())
+
+
+def gate_on(target: Target, spec: GateSpec, reporter: Optional[Reporter] = None,
+            outcome: Optional[Outcome] = None) -> Outcome:
+    """A gate on a server the caller opened (and closes): a campaign's launch."""
+    outcome = outcome or Outcome()
+    outcome.target = target
+    asyncio.run(_gate_async(target, spec, reporter or QuietReporter(), outcome))
+    return outcome
+
+
+def bench_on(target: Target, spec: BenchSpec, *, gate_mode: Optional[bool] = None,
+             gate_spec: Optional[GateSpec] = None, reporter: Optional[Reporter] = None,
+             outcome: Optional[Outcome] = None) -> Outcome:
+    """`bench` on a server the caller opened (and closes): a campaign's launch."""
+    outcome = outcome or Outcome()
+    outcome.target = target
+    asyncio.run(_bench_async(target, spec, gate_mode, gate_spec or GateSpec(context=0),
+                             reporter or QuietReporter(), outcome))
+    return outcome
 
 
 def gate(cfg: Config, model: str, spec: GateSpec, *, launch: bool = False,
@@ -206,7 +228,7 @@ async def _bench_async(target: Target, spec: BenchSpec, gate_mode: Optional[bool
     model = target.cfg.models[target.name]
     root = _root(target.cfg)
     inherited = gate_of_launch(root, target.launch_dir, gate_spec.context) if gate_mode is not True else None
-    folder = RunFolder.create(root, target.name, model.layout, model.context or ctx, target.engine,
+    folder = RunFolder.create(root, target.model_label, target.layout_label, model.context or ctx, target.engine,
                               base_summary(target, ctx, "bench", spec.to_json()))
     outcome.folder = folder.path
     folder.attach_launch(target.launch_dir, whole_log=target.launched)

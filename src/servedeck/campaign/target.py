@@ -7,7 +7,7 @@ the engine has gone, and what the shim recorded about how.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -26,6 +26,25 @@ class Target:
     cfg: Config
     record: dict[str, Any]  # the deck's live record
     launched: bool  # this run started it, so this run stops it
+    # A campaign's launch: run folders are named after the base model with the variant as layout
+    # label, the summary carries `extra` (campaign, replicas, gpus_used), and `peers` are the other
+    # replicas of the same launch, which the load generator spreads requests across.
+    run_model: Optional[str] = None
+    run_layout: Optional[str] = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    peers: list["Target"] = field(default_factory=list)
+
+    @property
+    def replicas(self) -> list["Target"]:
+        return [self, *self.peers]
+
+    @property
+    def model_label(self) -> str:
+        return self.run_model or self.name
+
+    @property
+    def layout_label(self) -> str:
+        return self.run_layout or self.cfg.models[self.name].layout
 
     @property
     def engine(self) -> str:
@@ -48,7 +67,11 @@ class Target:
         return Server(self.base_url, self.served_name, self.engine)
 
     def death(self) -> Optional[str]:
-        """None while the engine lives; otherwise how it ended, as its launch folder records it."""
+        """None while the engine (every replica) lives; otherwise how one ended, as its launch folder records it."""
+        for peer in self.peers:
+            why = peer.death()
+            if why is not None:
+                return why
         if P.alive(self.record["pid"], self.record.get("create_time")):
             return None
         exit_info = R.read_exit(Path(self.launch_dir)) if self.launch_dir else None

@@ -206,10 +206,14 @@ def bench(
 
 
 @app.command()
-def runs(as_json: bool = typer.Option(False, "--json"), limit: int = typer.Option(50, "-n", help="the latest N")) -> None:
+def runs(as_json: bool = typer.Option(False, "--json"), limit: int = typer.Option(50, "-n", help="the latest N"),
+         campaign: Optional[str] = typer.Option(None, "--campaign", help="only the runs of this campaign (name or folder)")) -> None:
     """Run folders: model, engine, layout, context, gate, headline figures (rebuilt from each folder)."""
     root = runs_root(_results_dir())
-    rows = [list_row(load(p)) for p in list_runs(root)[-limit:]]
+    paths = list_runs(root)
+    if campaign:
+        paths = [p for p in paths if _in_campaign(p, campaign)]
+    rows = [list_row(load(p)) for p in paths[-limit:]]
     if as_json:
         print_json(rows)
         return
@@ -242,6 +246,13 @@ def show(run: str = typer.Argument(..., help="run folder name, a unique part of 
         return
     console.print(Markdown(markdown(view)))
     console.print(f"folder: {path}", highlight=False, soft_wrap=True)
+
+
+def _in_campaign(path: Any, name: str) -> bool:
+    from servedeck.runs.read import summary_of
+
+    c = summary_of(path).get("campaign") or {}
+    return name in (c.get("name"), c.get("folder"))
 
 
 def _results_dir() -> Optional[str]:

@@ -72,6 +72,7 @@ class Model(_Strict):
     aliases: list[str] = Field(default_factory=list)
     context: Optional[int] = None
     gpus: list[int] = Field(default_factory=list)
+    cpus: list[int] = Field(default_factory=list)  # CPU set for the engine's processes (affinity / --cpuset-cpus)
     gpu_memory_utilization: Optional[float] = None
     tp: int = Field(default=1, ge=1)  # tensor parallel size
     dp: int = Field(default=1, ge=1)  # data parallel size
@@ -111,6 +112,13 @@ class Model(_Strict):
     def _gpus(cls, v: list[int]) -> list[int]:
         if any(g < 0 for g in v) or len(set(v)) != len(v):
             raise ValueError(f"gpus must be distinct GPU indices >= 0, got {v}")
+        return v
+
+    @field_validator("cpus")
+    @classmethod
+    def _cpus(cls, v: list[int]) -> list[int]:
+        if any(c < 0 for c in v) or len(set(v)) != len(v):
+            raise ValueError(f"cpus must be distinct CPU numbers >= 0, got {v}")
         return v
 
     @property

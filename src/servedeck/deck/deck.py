@@ -218,6 +218,7 @@ class Deck:
         live = {**lrec, "pid": proc.pid, "pgid": proc.pgid, "create_time": proc.create_time,
                 "owner_pid": os.getpid(), "host": spec.host, "served_name": spec.served_name,
                 "base_url": spec.base_url, "stop_timeout_s": spec.stop_timeout_s, "gpus": spec.gpus,
+                "cpus": list(model.cpus),
                 "image": cfg.deck.builds[model.build].image, "docker": cfg.deck.builds[model.build].docker}
         S.write_live(name, live)
         S.journal(reason, name, "spawned", pid=proc.pid, launch_dir=str(d))

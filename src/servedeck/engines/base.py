@@ -35,6 +35,9 @@ class LaunchSpec:
     stop_timeout_s: float
     ready_timeout_s: float
     gpus: list[int] = field(default_factory=list)
+    # CPUs the launcher pins the engine to before exec (sched_setaffinity, inherited by every child);
+    # empty for a container, whose argv carries --cpuset-cpus instead.
+    cpus: list[int] = field(default_factory=list)
 
     @property
     def base_url(self) -> str:
@@ -71,6 +74,7 @@ class LaunchSpec:
             "health_path": self.health_path,
             "slot": self.slot,
             "gpus": self.gpus,
+            "cpus": self.cpus,
         }
 
 
@@ -168,6 +172,7 @@ class Engine:
             stop_timeout_s=model.stop_timeout_s,
             ready_timeout_s=model.ready_timeout_s,
             gpus=list(model.gpus),
+            cpus=[] if build.image else list(model.cpus),
         )
 
     # --- shared by adapters ----------------------------------------------------------
@@ -191,6 +196,13 @@ class Engine:
         gpus = "all" if not model.gpus else '"device=' + ",".join(str(g) for g in model.gpus) + '"'
         argv = [build.docker, "run", "--rm", "--name", f"servedeck-{name}", "--gpus", gpus,
                 "--ipc=host", "--network=host", f"--shm-size={build.shm_size}"]
+        if model.cpus:
+            from servedeck.hostcpu import numa_nodes_of
+
+            argv.append("--cpuset-cpus=" + ",".join(str(c) for c in model.cpus))
+            nodes = numa_nodes_of(model.cpus)
+            if nodes:  # memory from the NUMA node(s) of those CPUs, as the seed pinned each arm to its socket
+                argv.append("--cpuset-mems=" + ",".join(str(n) for n in nodes))
         for key in env:
             argv += ["-e", key]
         hf_home = os.environ.get("HF_HOME", os.path.expanduser("~/.cache/huggingface"))

@@ -35,7 +35,9 @@ def spawn(spec: LaunchSpec, launch_dir: Path) -> Proc:
         env.update(spec.env)
         env.setdefault("PYTHONUNBUFFERED", "1")
         p = subprocess.Popen(
-            [sys.executable, "-m", "servedeck.supervisor.shim", str(launch_dir), "--", *spec.argv],
+            [sys.executable, "-m", "servedeck.supervisor.shim",
+             *(["--cpus", ",".join(str(c) for c in spec.cpus)] if spec.cpus else []), str(launch_dir), "--",
+             *spec.argv],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True, env=env, close_fds=True,
         )

@@ -1,11 +1,13 @@
 """The process servedeck actually spawns: it starts the engine, waits for it, and writes how it ended.
 
-    python -m servedeck.supervisor.shim LAUNCH_DIR -- ARGV...
+    python -m servedeck.supervisor.shim [--cpus 0,1] LAUNCH_DIR -- ARGV...
 
 It leads the engine's process group (the spawner passes start_new_session), so a stop is one
 signal to one group. It outlives the engine on purpose: when the engine dies, by a signal or an
 exit code, the shim writes `exit.json` in the launch folder, which is how servedeck later says what
-an engine died of even though servedeck itself was not running. Kept tiny: it runs for every launch.
+an engine died of even though servedeck itself was not running. With --cpus it pins itself to that
+CPU set before it starts the engine, so the engine and every process it forks inherit the affinity.
+Kept tiny: it runs for every launch.
 """
 
 from __future__ import annotations
@@ -19,10 +21,22 @@ import time
 
 
 def main(argv: list[str]) -> int:
-    launch_dir, sep, *cmd = argv
+    cpus: list[int] = []
+    if argv[:1] == ["--cpus"] and len(argv) > 1:
+        cpus = [int(c) for c in argv[1].split(",") if c]
+        argv = argv[2:]
+    launch_dir, sep, *cmd = argv if len(argv) >= 2 else ["", ""]
     if sep != "--" or not cmd:
-        print("usage: python -m servedeck.supervisor.shim LAUNCH_DIR -- ARGV...", file=sys.stderr)
+        print("usage: python -m servedeck.supervisor.shim [--cpus 0,1] LAUNCH_DIR -- ARGV...", file=sys.stderr)
         return 2
+    if cpus:
+        try:
+            os.sched_setaffinity(0, cpus)
+        except OSError as e:
+            print(f"servedeck: cannot pin to CPUs {cpus}: {e.strerror}", file=sys.stderr, flush=True)
+            _write(launch_dir, {"returncode": 126, "signal": None, "error": f"cannot pin to CPUs {cpus}: {e.strerror}",
+                                "started_at": time.time(), "ended_at": time.time()})
+            return 126
     stop_signal: list[int] = []
 
     def note(signum, _frame):  # the group got the signal too; just remember it and keep waiting

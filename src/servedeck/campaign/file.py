@@ -1,0 +1,335 @@
+"""The campaign file: one TOML file declaring launches (variants × repeats) and workloads.
+
+Validated like models.toml: every problem names the file, the key path and what was expected;
+unknown keys are refused; nothing starts while anything is wrong. `parse` is pure (text in,
+CampaignFile out); `variants()` expands `[matrix]` into named variants.
+
+    [campaign]     name, model (a models.toml model or alias), cell_timeout, repeats, gate, base, reference
+    [[variants]]   name + overrides of the model's entry (build, args, env, context, gpus, cpus, tp, dp, pp,
+                   gpu_memory_utilization, replicas)
+    [matrix]       "args.max-num-seqs" = [64, 128]: every combination becomes a variant named after its values
+    [[workloads]]  kind = chat | long-prompt and the keys of `servedeck bench`
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from servedeck.config.schema import ArgValue
+from servedeck.errors import ConfigError
+from servedeck.timeparse import seconds
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+# keys a variant may override, and where a [matrix] key may point
+OVERRIDABLE = ("build", "args", "env", "context", "gpus", "cpus", "tp", "dp", "pp", "gpu_memory_utilization",
+               "replicas")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=+,-]*$")
+Sets = Union[list[int], list[list[int]]]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class GateCfg(_Strict):
+    """Runs first on every launch. context 0/absent: what the server serves per request."""
+
+    context: int = Field(default=0, ge=0)
+    depths: list[float] = Field(default_factory=lambda: [0.1, 0.5, 0.9])
+    repeats: int = Field(default=1, ge=1)
+    threshold: float = Field(default=0.67, ge=0, le=1)
+    seed: Optional[int] = None
+
+    @field_validator("depths")
+    @classmethod
+    def _depths(cls, v: list[float]) -> list[float]:
+        if not v or any(not 0 <= d <= 1 for d in v):
+            raise ValueError(f"depths must be fractions between 0 and 1, got {v}")
+        return v
+
+
+class Head(_Strict):
+    name: str
+    model: str
+    cell_timeout: str = "30m"
+    repeats: int = Field(default=1, ge=1)
+    gate: Union[GateCfg, Literal[False]] = Field(default_factory=GateCfg)
+    base: Optional[str] = None  # the variant others are compared with (default: the first)
+    reference: Optional[str] = None  # issue 10: variant whose outputs the others are compared with
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _NAME.match(v) or "__" in v:
+            raise ValueError(f"{v!r} is not a usable name: letters, digits and . _ = + , - only, no '__'")
+        return v
+
+    @field_validator("cell_timeout")
+    @classmethod
+    def _timeout(cls, v: str) -> str:
+        try:
+            s = seconds(v, "cell_timeout")
+        except Exception:
+            raise ValueError(f"{v!r} is not a duration (write it like 90s, 30m or 2h)") from None
+        if s <= 0:
+            raise ValueError("cell_timeout must be above 0")
+        return v
+
+    @property
+    def cell_timeout_s(self) -> float:
+        return seconds(self.cell_timeout, "cell_timeout")
+
+
+class Variant(_Strict):
+    """One launch: overrides of the base model's models.toml entry."""
+
+    name: str
+    build: Optional[str] = None
+    args: dict[str, ArgValue] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict)
+    context: Optional[int] = Field(default=None, gt=0)
+    gpus: Optional[Sets] = None  # one list (one replica) or one list per replica
+    cpus: Optional[Sets] = None
+    tp: Optional[int] = Field(default=None, ge=1)
+    dp: Optional[int] = Field(default=None, ge=1)
+    pp: Optional[int] = Field(default=None, ge=1)
+    gpu_memory_utilization: Optional[float] = Field(default=None, gt=0, le=1)
+    replicas: int = Field(default=1, ge=1)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _NAME.match(v) or "__" in v or "@" in v:
+            raise ValueError(f"{v!r} is not a usable variant name: letters, digits and . _ = + , - only, "
+                             "no '__' (it becomes part of run folder names)")
+        return v
+
+    @model_validator(mode="after")
+    def _sets(self) -> "Variant":
+        for key in ("gpus", "cpus"):
+            sets = getattr(self, key)
+            if sets is None or not sets or not isinstance(sets[0], list):
+                if self.replicas > 1 and sets:
+                    raise ValueError(f"{key}: replicas = {self.replicas} needs one list per replica, like "
+                                     f"{key} = [[0], [1]]; got {sets}")
+                continue
+            if len(sets) != self.replicas:
+                raise ValueError(f"{key}: {len(sets)} lists given for replicas = {self.replicas} (one per replica)")
+            flat = [c for s in sets for c in s]
+            if any(c < 0 for c in flat) or len(set(flat)) != len(flat):
+                raise ValueError(f"{key}: replicas must get distinct indices >= 0, got {sets}")
+        return self
+
+    def overrides(self) -> dict[str, Any]:
+        """The keys this variant sets, as the file wrote them."""
+        return {k: v for k, v in self.model_dump(mode="json", exclude_unset=True).items() if k != "name"}
+
+    def sets(self, key: str) -> list[list[int]]:
+        """gpus/cpus per replica ([] each when unset)."""
+        v = getattr(self, key)
+        if not v:
+            return [[] for _ in range(self.replicas)]
+        return [list(s) for s in v] if isinstance(v[0], list) else [list(v)]
+
+
+class WorkloadCfg(_Strict):
+    """One `servedeck bench` per launch: the same keys as its options."""
+
+    kind: Literal["chat", "long-prompt"]
+    concurrency: Optional[list[int]] = None
+    rate: Optional[list[float]] = None
+    arrivals: Literal["poisson", "constant"] = "poisson"
+    input_tokens: int = Field(default=1024, ge=16)
+    output_tokens: Optional[int] = Field(default=None, ge=1)
+    prompt_tokens: Optional[int] = Field(default=None, ge=16)
+    duration: Optional[str] = None
+    requests: Optional[int] = Field(default=None, ge=1)
+    warmup: int = Field(default=1, ge=0)
+    seed: Optional[int] = None
+    label: Optional[str] = None
+
+    @model_validator(mode="after")
+    def _shape(self) -> "WorkloadCfg":
+        if self.concurrency and self.rate:
+            raise ValueError("concurrency and rate are two different load shapes: give one")
+        for key in ("concurrency", "rate"):
+            v = getattr(self, key)
+            if v is not None and (not v or any(x <= 0 for x in v)):
+                raise ValueError(f"{key}: every value must be above 0, got {v}")
+        if self.duration is not None:
+            try:
+                seconds(self.duration, "duration")
+            except Exception:
+                raise ValueError(f"duration {self.duration!r} is not a duration (like 60s)") from None
+        return self
+
+    @property
+    def title(self) -> str:
+        return self.label or self.kind
+
+
+class CampaignFile(_Strict):
+    campaign: Head
+    variants: list[Variant] = Field(default_factory=list)
+    matrix: dict[str, list[ArgValue]] = Field(default_factory=dict)
+    workloads: list[WorkloadCfg] = Field(default_factory=list)
+
+    @field_validator("matrix")
+    @classmethod
+    def _matrix(cls, v: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        for key, values in v.items():
+            head = key.split(".")[0]
+            if head not in OVERRIDABLE or head == "replicas" and "." in key:
+                raise ValueError(f"{key!r}: a matrix key is one of {', '.join(OVERRIDABLE)} "
+                                 "(args.NAME and env.NAME for one flag or variable)")
+            if head in ("args", "env") and "." not in key:
+                raise ValueError(f"{key!r}: name the flag or variable, like \"args.max-num-seqs\"")
+            if not values:
+                raise ValueError(f"{key!r}: give at least one value")
+        return v
+
+
+@dataclass(frozen=True)
+class Campaign:
+    """A validated campaign file with its variants expanded."""
+
+    path: Path
+    text: str
+    file: CampaignFile
+    variants: tuple[Variant, ...]
+    knobs: dict[str, dict[str, Any]] = field(default_factory=dict)  # variant → {"args.x": v} from [matrix]
+
+    @property
+    def name(self) -> str:
+        return self.file.campaign.name
+
+    @property
+    def head(self) -> Head:
+        return self.file.campaign
+
+    def variant(self, name: str) -> Variant:
+        return next(v for v in self.variants if v.name == name)
+
+    @property
+    def base_variant(self) -> Optional[str]:
+        return self.head.base or (self.variants[0].name if self.variants else None)
+
+
+def _value_label(v: Any) -> str:
+    if isinstance(v, bool):
+        return "on" if v else "off"
+    if isinstance(v, (list, dict)):
+        return re.sub(r"[^A-Za-z0-9.+-]", "", str(v))
+    return re.sub(r"[^A-Za-z0-9.+-]", "-", str(v))
+
+
+def expand_matrix(matrix: dict[str, list[Any]]) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """Pure: every combination → (variant name, its overrides, its knobs). Name: `leaf=value,...`."""
+    if not matrix:
+        return []
+    keys = list(matrix)
+    out = []
+    for combo in itertools.product(*(matrix[k] for k in keys)):
+        overrides: dict[str, Any] = {}
+        for key, value in zip(keys, combo):
+            head, _, leaf = key.partition(".")
+            if leaf:
+                overrides.setdefault(head, {})[leaf] = value
+            else:
+                overrides[head] = value
+        name = ",".join(f"{k.split('.')[-1]}={_value_label(v)}" for k, v in zip(keys, combo))
+        out.append((name, overrides, dict(zip(keys, combo))))
+    return out
+
+
+def knobs_of(variant: Variant) -> dict[str, Any]:
+    """Flattened overrides, e.g. {"args.parallel": 4, "replicas": 2}: what a report compares."""
+    out: dict[str, Any] = {}
+    for k, v in variant.overrides().items():
+        if isinstance(v, dict):
+            out.update({f"{k}.{leaf}": x for leaf, x in v.items()})
+        else:
+            out[k] = v
+    return out
+
+
+def _describe(loc: tuple) -> str:
+    return ".".join(str(p) for p in loc if not str(p).startswith(("function-after", "list[", "literal[")))
+
+
+def _explain(err: dict) -> str:
+    kind = err.get("type", "")
+    if kind == "extra_forbidden":
+        return "unknown key (see docs/campaign.md for the keys of a campaign file)"
+    if kind == "missing":
+        return "required key is missing"
+    msg = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
+    if "input" in err and kind != "value_error" and not isinstance(err["input"], dict):
+        msg = f"{msg} (got {err['input']!r})"
+    return msg
+
+
+def parse(text: str, path: Path) -> Campaign:
+    """Pure: the file's text → a Campaign, or ConfigError naming every problem (file: key path: what)."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML: {e}", hint="fix the syntax at the line named above") from None
+    try:
+        cf = CampaignFile.model_validate(raw)
+    except ValidationError as e:
+        seen, lines = set(), []
+        for err in e.errors():
+            line = f"{path}: {_describe(err['loc'])}: {_explain(err)}"
+            if line not in seen:  # a union reports each branch; one line per place is enough
+                seen.add(line)
+                lines.append(line)
+        raise ConfigError("\n".join(lines), hint="see docs/campaign.md for every key and its type") from None
+    variants, knobs = list(cf.variants), {}
+    for v in cf.variants:
+        knobs[v.name] = knobs_of(v)
+    problems = []
+    for name, overrides, kn in expand_matrix(cf.matrix):
+        try:
+            variants.append(Variant.model_validate({"name": name, **overrides}))
+            knobs[name] = kn
+        except ValidationError as e:
+            problems += [f"matrix: combination {name}: {_describe(err['loc'])}: {_explain(err)}" for err in e.errors()]
+    if not variants:
+        problems.append("variants: no variants and no [matrix]: add at least one [[variants]] (name = \"base\" "
+                        "with no overrides launches the model as models.toml has it)")
+    names = [v.name for v in variants]
+    for n in sorted({n for n in names if names.count(n) > 1}):
+        problems.append(f"variants: name {n!r} is used twice (variant names must be unique)")
+    if not cf.workloads:
+        problems.append("workloads: no [[workloads]]: add at least one (kind = \"chat\" or \"long-prompt\")")
+    for key in ("base", "reference"):
+        ref = getattr(cf.campaign, key)
+        if ref is not None and ref not in names:
+            problems.append(f"campaign.{key}: no variant named {ref!r} (variants: {', '.join(names)})")
+    if problems:
+        raise ConfigError("\n".join(f"{path}: {p}" for p in problems), hint="each line names the key to fix")
+    return Campaign(path=path, text=text, file=cf, variants=tuple(variants), knobs=knobs)
+
+
+def load(path: Path) -> Campaign:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such campaign file", hint="give the path of a campaign .toml "
+                          "(docs/campaign.md shows one)") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
+    return parse(text, path.resolve())

@@ -1,0 +1,75 @@
+"""campaign.md and `campaign status`: the cells and a variant × point table, rebuilt from the run folders."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+from servedeck.runs.read import load
+
+
+def _num(x: Optional[float], digits: int = 1) -> str:
+    return "—" if x is None else f"{x:,.{digits}f}"
+
+
+def point_rows(doc: dict[str, Any], runs_root: Path) -> list[dict[str, Any]]:
+    """One row per measured point of every workload run of every cell, figures from requests.jsonl."""
+    rows = []
+    for cell in doc.get("cells", []):
+        for run in cell.get("runs", []):
+            path = runs_root / run
+            if not path.exists():
+                continue
+            view = load(path)
+            if view.get("kind") != "bench":
+                continue
+            gate = view["gate"]
+            g = gate.get("result") or {}
+            gate_txt = gate["status"] if not g.get("probes") else f"{gate['status']} {g.get('found')}/{g.get('probes')}"
+            for p in view.get("points", []):
+                f = p.get("figures") or {}
+                rows.append({"variant": cell["variant"], "cell": cell["id"], "run": run,
+                             "workload": (view.get("workload") or {}).get("workload"), "point": p.get("label"),
+                             "status": p.get("status"),
+                             "output_tok_s": f.get("output_tok_s"),
+                             "per_user_tok_s_p50": (f.get("per_user_tok_s") or {}).get("p50"),
+                             "ttft_p50_ms": (f.get("ttft_ms") or {}).get("p50"),
+                             "ok": (f.get("counts") or {}).get("ok"), "errors": (f.get("counts") or {}).get("error"),
+                             "gate": gate_txt, "replicas": [r.get("requests") for r in p.get("replicas") or []] or None})
+    return rows
+
+
+def status_view(doc: dict[str, Any], runs_root: Path, folder: Path) -> dict[str, Any]:
+    cells = doc.get("cells", [])
+    counts: dict[str, int] = {}
+    for c in cells:
+        counts[c["state"]] = counts.get(c["state"], 0) + 1
+    return {"folder": str(folder), "name": doc.get("name"), "file": doc.get("file"), "model": doc.get("model"),
+            "started": doc.get("started"), "updated": doc.get("updated"), "counts": counts, "cells": cells,
+            "points": point_rows(doc, runs_root)}
+
+
+def table(rows: list[dict[str, Any]]) -> list[str]:
+    out = ["| variant | workload | point | output tok/s | per-user tok/s p50 | TTFT p50 ms | ok/err | gate | per replica |",
+           "|---|---|---|---:|---:|---:|---:|---|---|"]
+    for r in rows:
+        rep = "/".join(str(x) for x in r["replicas"]) if r["replicas"] else ""
+        out.append(f"| {r['variant']} | {r['workload']} | {r['point']} | {_num(r['output_tok_s'])} | "
+                   f"{_num(r['per_user_tok_s_p50'])} | {_num(r['ttft_p50_ms'], 0)} | {r['ok']}/{r['errors']} | "
+                   f"{r['gate']} | {rep} |")
+    return out
+
+
+def render_markdown(doc: dict[str, Any], runs_root: Path) -> str:
+    lines = [f"# Campaign {doc.get('name')}", "",
+             f"File `{doc.get('file')}`, model `{doc.get('model')}`, host `{doc.get('host')}`; "
+             f"started {doc.get('started')}, updated {doc.get('updated')}.", "", "## Cells", "",
+             "| cell | state | runs | reason |", "|---|---|---|---|"]
+    for c in doc.get("cells", []):
+        reason = (c.get("reason") or "").replace("|", "\\|").replace("\n", " ")[:200]
+        lines.append(f"| {c['id']} | {c['state']} | {len(c.get('runs') or [])} | {reason} |")
+    rows = point_rows(doc, runs_root)
+    if rows:
+        lines += ["", "## Figures (from each run's requests.jsonl)", "", *table(rows)]
+    lines += ["", "A figure whose gate is not `passed` is recorded but is not a result."]
+    return "\n".join(lines) + "\n"

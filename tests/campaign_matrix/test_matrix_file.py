@@ -1,0 +1,145 @@
+"""The campaign file, its [matrix], derived model entries and scheduling: pure, no process started."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from servedeck.campaign.cells import Cell, cell_list, conflicts, derive, eta_s, holders_in_the_way, next_cells, to_run
+from servedeck.campaign.file import expand_matrix, parse
+from servedeck.config.load import parse as parse_models
+from servedeck.engines import get_engine
+from servedeck.errors import ConfigError
+from servedeck.init import render_starter
+
+P = Path("/x/camp.toml")
+
+BASE = """
+[campaign]
+name = "smol"
+model = "smol"
+cell_timeout = "10m"
+repeats = 2
+gate = { context = 1024, depths = [0.5] }
+
+[[variants]]
+name = "p1"
+args = { parallel = 1 }
+
+[[variants]]
+name = "2x"
+replicas = 2
+cpus = [[0], [1]]
+
+[matrix]
+"args.batch-size" = [64, 128]
+
+[[workloads]]
+kind = "chat"
+concurrency = [1, 4]
+input_tokens = 64
+output_tokens = 8
+requests = 4
+"""
+
+
+def cfg():
+    return parse_models(render_starter(Path("/cache")), Path("/x/models.toml"))
+
+
+def test_parse_expands_matrix_and_names_variants():
+    camp = parse(BASE, P)
+    assert [v.name for v in camp.variants] == ["p1", "2x", "batch-size=64", "batch-size=128"]
+    assert camp.knobs["batch-size=64"] == {"args.batch-size": 64}
+    assert camp.knobs["2x"] == {"replicas": 2, "cpus": [[0], [1]]}
+    assert camp.base_variant == "p1"
+    assert camp.head.cell_timeout_s == 600
+    assert expand_matrix({"tp": [1, 2], "env.X": ["a"]})[1][:2] == ("tp=2,X=a", {"tp": 2, "env": {"X": "a"}})
+
+
+@pytest.mark.parametrize("change, expect", [
+    ('name = "p1"\nargs', "variants.0.nme: unknown key"),  # typo'd key refused
+    ("cell_timeout = \"10m\"", "campaign.cell_timeout: 'soon' is not a duration"),
+    ("replicas = 2\ncpus = [[0], [1]]", "variants.1: Value error, cpus: 1 lists given for replicas = 2"),
+    ('"args.batch-size"', "matrix: 'port': a matrix key is one of"),
+    ('kind = "chat"', "workloads.0.kind: Input should be 'chat' or 'long-prompt'"),
+])
+def test_errors_name_file_key_and_expectation(change, expect):
+    bad = {
+        'name = "p1"\nargs': 'nme = "p1"\nname = "p1"\nargs',
+        "cell_timeout = \"10m\"": "cell_timeout = \"soon\"",
+        "replicas = 2\ncpus = [[0], [1]]": "replicas = 2\ncpus = [[0]]",
+        '"args.batch-size"': '"port"',
+        'kind = "chat"': 'kind = "chatty"',
+    }[change]
+    with pytest.raises(ConfigError) as e:
+        parse(BASE.replace(change, bad, 1), P)
+    assert str(P) in e.value.message
+    assert expect.replace("Value error, ", "") in e.value.message, e.value.message
+
+
+def test_duplicate_names_and_missing_workloads_refused():
+    text = BASE.replace('name = "2x"', 'name = "p1"').split("[[workloads]]")[0]
+    with pytest.raises(ConfigError) as e:
+        parse(text, P)
+    assert "name 'p1' is used twice" in e.value.message
+    assert "workloads: no [[workloads]]" in e.value.message
+
+
+def test_derive_makes_one_model_entry_per_replica_on_its_own_port():
+    c = cfg()
+    d = derive(c, parse(BASE, P))
+    assert d.base == "smollm2"
+    assert d.models["2x"] == ("smollm2@2x.r1", "smollm2@2x.r2")
+    r1, r2 = (d.cfg.models[n] for n in d.models["2x"])
+    assert (r1.cpus, r2.cpus) == ([0], [1])
+    ports = [d.cfg.models[n].port for names in d.models.values() for n in names]
+    assert len(set(ports)) == len(ports) and not set(ports) & {m.port for m in c.models.values()}
+    p1 = d.cfg.models["smollm2@p1"]
+    assert p1.args["parallel"] == 1 and p1.served_name == "smollm2" and p1.slot == "smollm2@p1"
+    argv = get_engine("llamacpp").render("smollm2@batch-size=64", d.cfg).argv
+    assert argv[argv.index("--batch-size") + 1] == "64"
+    spec = get_engine("llamacpp").render("smollm2@2x.r2", d.cfg)
+    assert spec.cpus == [1]
+
+
+def test_derive_refuses_what_models_toml_would_refuse():
+    bad = BASE.replace("args = { parallel = 1 }", 'args = { port = 9 }').replace("replicas = 2", 'build = "nope"\nreplicas = 2')
+    with pytest.raises(ConfigError) as e:
+        derive(cfg(), parse(bad, P))
+    assert "variants.2x" in e.value.message and "build 'nope' does not exist" in e.value.message
+    assert "variants.p1 (its entry smollm2@p1.args.port: servedeck renders this flag" in e.value.message
+
+
+def test_cells_round_robin_repeats_and_sets():
+    d = derive(cfg(), parse(BASE, P))
+    cells = cell_list(parse(BASE, P), d)
+    assert [c.id for c in cells[:5]] == ["p1#1", "2x#1", "batch-size=64#1", "batch-size=128#1", "p1#2"]
+    assert cells[1].cpus == frozenset({0, 1}) and not cells[0].pinned
+
+
+def test_scheduling_parallel_only_on_disjoint_sets():
+    a = Cell("a#1", "a", 1, ("m@a",), cpus=frozenset({0}))
+    b = Cell("b#1", "b", 1, ("m@b",), cpus=frozenset({1}))
+    c = Cell("c#1", "c", 1, ("m@c",), cpus=frozenset({0, 1}))
+    free = Cell("f#1", "f", 1, ("m@f",))
+    g0 = Cell("g#1", "g", 1, ("m@g",), gpus=frozenset({0}))
+    assert next_cells([a, b, c], [], parallel=False) == [a]
+    assert next_cells([a, b, c], [a], parallel=False) == []
+    assert next_cells([a, b, c], [], parallel=True) == [a, b]
+    assert next_cells([c, a], [b], parallel=True) == [a]
+    assert next_cells([free, a], [], parallel=True) == [free]  # unpinned: alone
+    assert next_cells([a], [free], parallel=True) == []
+    assert not conflicts(g0, a) and conflicts(a, c)
+
+
+def test_resume_decisions_and_holders_and_eta():
+    assert to_run("running", "a", None, False) and to_run("pending", "a", None, False)
+    assert not to_run("done", "a", None, True)
+    assert not to_run("failed", "a", None, False) and to_run("timed-out", "a", None, True)
+    assert not to_run("pending", "a", {"b"}, False)
+    cell = Cell("a#1", "a", 1, ("m@a",), gpus=frozenset({1}))
+    running = {"user": {"gpus": [1]}, "other": {"gpus": [0]}, "m@a": {"gpus": [1]}}
+    assert holders_in_the_way(cell, running, {"m@a"}) == ["user"]
+    assert eta_s([10, 20], 3) == 45 and eta_s([10], 4, parallel_width=2) == 20 and eta_s([], 0) == 0.0
