@@ -143,3 +143,86 @@ def test_resume_decisions_and_holders_and_eta():
     running = {"user": {"gpus": [1]}, "other": {"gpus": [0]}, "m@a": {"gpus": [1]}}
     assert holders_in_the_way(cell, running, {"m@a"}) == ["user"]
     assert eta_s([10, 20], 3) == 45 and eta_s([10], 4, parallel_width=2) == 20 and eta_s([], 0) == 0.0
+
+
+GPU_MODELS = """
+[builds.vllm]
+engine = "vllm"
+python = "/opt/vllm/bin/python"
+
+[models.llama8b]
+source = "{src}"
+build = "vllm"
+port = 8000
+context = 8192
+gpus = [0]
+gpu_memory_utilization = 0.9
+"""
+
+GPU_CAMPAIGN = """
+[campaign]
+name = "h200-layouts"
+model = "llama8b"
+
+[[variants]]
+name = "tp1"
+gpus = [1]
+
+[[variants]]
+name = "tp2"
+tp = 2
+gpus = [0, 1]
+
+[[variants]]
+name = "2x"
+replicas = 2
+gpus = [[0], [1]]
+
+[matrix]
+"args.max-num-seqs" = [64, 256]
+
+[[workloads]]
+kind = "chat"
+concurrency = [1, 8, 32]
+input_tokens = 256
+output_tokens = 128
+requests = 64
+"""
+
+
+def test_plan_json_of_a_gpu_campaign_gives_fit_verdicts(tmp_path):
+    """Rendered here against a saved two-H200 inventory (GPU 0 mostly held by someone else): planner only."""
+    import json
+    import subprocess
+    import sys
+
+    from servedeck.gpu import Inventory
+    from servedeck.gpu.nvml import Gpu, GpuProcess
+
+    src = tmp_path / "llama3-8b"
+    src.mkdir()
+    (src / "config.json").write_text((Path(__file__).parents[1] / "gpu/fixtures/llama3-8b.json").read_text())
+    (tmp_path / "models.toml").write_text(GPU_MODELS.format(src=src))
+    (tmp_path / "camp.toml").write_text(GPU_CAMPAIGN)
+    GiB = 1024**3
+    total = 140 * GiB
+    gpus = (Gpu(0, "NVIDIA H200", "GPU-0", "0000:01:00.0", total, 100 * GiB, total - 100 * GiB,
+                processes=(GpuProcess(999999, 100 * GiB),)),
+            Gpu(1, "NVIDIA H200", "GPU-1", "0000:02:00.0", total, 0, total))
+    (tmp_path / "inv.json").write_text(json.dumps(Inventory(True, gpus, driver_version="570.0").to_json()))
+    res = subprocess.run([sys.executable, "-m", "servedeck", "--config", str(tmp_path / "models.toml"), "campaign",
+                          "plan", str(tmp_path / "camp.toml"), "--inventory", str(tmp_path / "inv.json"), "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    plan = json.loads(res.stdout)
+    v = plan["variants"]
+    assert v["tp1"]["fit"] == "fits" and v["tp2"]["fit"] == "no-room" and v["2x"]["fit"] == "no-room"
+    assert [r["fit"]["status"] for r in v["2x"]["replicas"]] == ["no-room", "fits"]
+    assert "GPU 0 (NVIDIA H200): needs 126" in v["tp2"]["replicas"][0]["fit"]["message"]
+    assert v["max-num-seqs=64"]["fit"] == "no-room"  # inherits gpus = [0] from models.toml
+    tp2 = v["tp2"]["replicas"][0]
+    assert tp2["argv"][tp2["argv"].index("--tensor-parallel-size") + 1] == "2"
+    assert tp2["memory_plan"]["kv_bytes_per_token"] == 131072  # Llama-3-8B: 32 layers × 8 heads × 128 × 2 × bf16
+    assert [c["id"] for c in plan["cells"]] == ["tp1#1", "tp2#1", "2x#1", "max-num-seqs=64#1", "max-num-seqs=256#1"]
+    assert plan["cells"][2]["gpus"] == [0, 1]
+    assert plan["workloads"][0]["points"] == ["c=1", "c=8", "c=32"]
