@@ -226,3 +226,40 @@ def test_plan_json_of_a_gpu_campaign_gives_fit_verdicts(tmp_path):
     assert [c["id"] for c in plan["cells"]] == ["tp1#1", "tp2#1", "2x#1", "max-num-seqs=64#1", "max-num-seqs=256#1"]
     assert plan["cells"][2]["gpus"] == [0, 1]
     assert plan["workloads"][0]["points"] == ["c=1", "c=8", "c=32"]
+
+
+def test_cpus_render_as_cpuset_for_a_container_and_as_affinity_for_a_process(tmp_path):
+    from servedeck.hostcpu import numa_nodes, numa_nodes_of, parse_cpulist
+
+    text = """
+[builds.img]
+engine = "vllm"
+image = "vllm/vllm-openai:v0.32.0"
+
+[builds.bin]
+engine = "llamacpp"
+binary = "/opt/llama-server"
+
+[models.a]
+source = "org/model"
+build = "img"
+port = 8000
+cpus = [0, 1]
+
+[models.b]
+source = "/m.gguf"
+build = "bin"
+port = 8001
+cpus = [1]
+"""
+    c = parse_models(text, tmp_path / "models.toml")
+    a = get_engine("vllm").render("a", c)
+    assert "--cpuset-cpus=0,1" in a.argv and a.cpus == []
+    assert parse_cpulist("0-2,5,7-8") == [0, 1, 2, 5, 7, 8]
+    nodes = numa_nodes()
+    if nodes:  # this kernel exposes NUMA nodes: the container's memory comes from theirs
+        assert f"--cpuset-mems={','.join(map(str, numa_nodes_of([0, 1])))}" in a.argv
+    b = get_engine("llamacpp").render("b", c)
+    assert b.cpus == [1] and not any("cpuset" in x for x in b.argv)
+    with pytest.raises(ConfigError, match=r"models.b.cpus: cpus must be distinct"):
+        parse_models(text.replace("cpus = [1]", "cpus = [1, 1]"), tmp_path / "models.toml")

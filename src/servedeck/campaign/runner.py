@@ -273,13 +273,10 @@ class Runner:
         self._kill(cell)
 
     def _stop(self, cell: C.Cell) -> None:
-        try:
+        try:  # the deck's stop also drops them from desired state: `restore` never brings a cell back
             self.deck.stop(list(cell.models), wait_s=LOCK_WAIT_S)
         except ServedeckError as e:
             self.rep.note(f"{cell.id}: stopping its engines: {e.message}")
-        finally:
-            for name in cell.models:
-                S.set_desired(name, None)  # a campaign's engines are never something `restore` brings back
 
     def _extra(self, cell: C.Cell) -> dict[str, Any]:
         ms = [self.derived.cfg.models[n] for n in cell.models]
