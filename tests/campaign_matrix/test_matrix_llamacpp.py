@@ -38,7 +38,7 @@ warmup = 0
 
 [[workloads]]
 kind = "long-prompt"
-prompt_tokens = 600
+prompt_tokens = 400
 output_tokens = 4
 requests = 1
 warmup = 0
@@ -49,21 +49,21 @@ MAIN = """
 name = "t-smol"
 model = "smollm2"
 cell_timeout = "4m"
-gate = { context = 1024, depths = [0.5] }
+gate = { context = 600, depths = [0.5] }
 
 [[variants]]
 name = "p1"
-args = { parallel = 1 }
+args = { parallel = 1, threads = 1 }
 cpus = [0]
 
 [[variants]]
 name = "p4"
-args = { parallel = 4 }
+args = { parallel = 4, threads = 1 }
 cpus = [1]
 
 [[variants]]
 name = "2x"
-args = { parallel = 2 }
+args = { parallel = 2, threads = 1 }
 replicas = 2
 cpus = [[0], [1]]
 
@@ -73,13 +73,25 @@ args = { no-such-flag-at-all = true }
 """ + CHAT
 
 
+@pytest.fixture(scope="module")
+def llama_ready() -> None:
+    """llama-server and SmolLM2's GGUF, as scripts/setup.sh prepares them (this module needs nothing else)."""
+    from servedeck.init import default_locations
+
+    loc = default_locations()
+    missing = [loc[k] for k in ("llama_server", "smollm2_gguf") if not Path(loc[k]).exists()]
+    if missing:
+        pytest.fail("engines/models not prepared (run scripts/setup.sh): " + ", ".join(missing))
+
+
 def models_toml(tmp: Path) -> Path:
     text = render_starter()
     for old in ("8081", "8091", "8082"):
         text = text.replace(f"port = {old}", f"port = {free_port()}")
-    text = re.sub(r"(\[models\.smollm2\][^\[]*?)context = 4096", r"\1context = 2048", text, flags=re.S)
+    assert text.index("[models.smollm2]") < text.index("context = 4096")
+    text = text.replace("context = 4096", "context = 2048", 1)  # the first model's: smollm2
     path = tmp / "models.toml"
-    path.write_text(text + '\n[host]\n' if False else text)
+    path.write_text(text)
     return path
 
 
@@ -109,7 +121,7 @@ def stop_home(home: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def main_run(tmp_path_factory, engines_ready):
+def main_run(tmp_path_factory, llama_ready):
     tmp = tmp_path_factory.mktemp("matrix")
     home, results = tmp / "home", tmp / "results"
     home.mkdir()
@@ -156,14 +168,15 @@ def test_every_done_cell_has_a_gate_and_two_workload_runs_labelled_by_variant(ma
         if cell["state"] != "done":
             continue
         kinds = [_view(main_run["results"], r) for r in cell["runs"]]
-        assert [v["kind"] for v in kinds] == ["gate", "bench", "bench"], cell
+        gates = 2 if cell["variant"] == "2x" else 1  # every replica is gated
+        assert [v["kind"] for v in kinds] == ["gate"] * gates + ["bench", "bench"], cell
         for v, name in zip(kinds, cell["runs"]):
             assert name.startswith(f"smollm2__{cell['variant']}__2k__llamacpp__"), name
             assert v["status"] == "ok", (name, v.get("reason"))
             assert v["campaign"] == {"name": "t-smol", "folder": Path(doc_folder(main_run)).name,
                                      "variant": cell["variant"], "repeat": 1, "cell": cell["id"]}
             assert v["gpus_used"] == 0 and v["replicas"] == (2 if cell["variant"] == "2x" else 1)
-        assert kinds[1]["gate"]["source"] == cell["runs"][0]  # the workloads inherit this launch's gate
+        assert kinds[gates]["gate"]["source"] == cell["runs"][0]  # the workloads inherit this launch's gate
     rows = json.loads(main_run["res"].stdout)["points"]
     assert {(r["variant"], r["workload"], r["point"]) for r in rows} >= {("p1", "chat", "c=1"), ("p4", "chat", "c=2"),
                                                                          ("2x", "long-prompt", "c=1")}
@@ -176,7 +189,7 @@ def doc_folder(main_run) -> str:
 def test_replicas_both_served_and_their_own_counters_agree(main_run):
     doc = campaign_doc(main_run["results"])
     cell = next(c for c in doc["cells"] if c["id"] == "2x#1")
-    chat = _view(main_run["results"], cell["runs"][1])
+    chat = _view(main_run["results"], cell["runs"][2])
     for p in chat["points"]:
         reps = p["replicas"]
         assert len(reps) == 2 and all(r["requests"] > 0 for r in reps), reps
@@ -204,12 +217,12 @@ def test_status_and_runs_by_campaign(main_run):
     assert view["counts"] == {"done": 3, "failed": 1}
     runs = cli(main_run["cfg"], main_run["env"], "runs", "--campaign", "t-smol", "--json")
     names = [r["run"] for r in json.loads(runs.stdout)]
-    assert len(names) == 3 * 3 + 1 and all(n.startswith("smollm2__") for n in names)
+    assert len(names) == 3 * 3 + 1 + 1 and all(n.startswith("smollm2__") for n in names)
     assert not Deck(None).running() if False else True
     assert not list((main_run["home"] / "live").glob("*.json"))  # every engine stopped
 
 
-def test_cpus_pins_a_real_llama_server(tmp_path, engines_ready):
+def test_cpus_pins_a_real_llama_server(tmp_path, llama_ready):
     cfg_path = models_toml(tmp_path)
     text = cfg_path.read_text().replace("args = { parallel = 4 }", "args = { parallel = 1 }\ncpus = [1]", 1)
     cfg_path.write_text(text)
@@ -274,8 +287,8 @@ def _engines(home: Path) -> list[psutil.Process]:
     return out
 
 
-def test_sigint_then_sigkill_then_resume_redoes_only_unfinished_cells(tmp_path, engines_ready):
-    home, results = tmp_path / "home", tmp_path / "results"
+def test_sigint_then_sigkill_then_resume_redoes_only_unfinished_cells(tmp_path, llama_ready):
+    home, results = tmp_path / "campaign-home", tmp_path / "results"
     home.mkdir()
     cfg = models_toml(tmp_path)
     camp = tmp_path / "int.toml"

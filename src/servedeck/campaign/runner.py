@@ -312,16 +312,17 @@ class Runner:
         main = targets[0]
         main.peers = targets[1:]
         gate_ctx = head.gate.context if head.gate else 0
-        if head.gate:
-            self.rep.phase(cell.id, "gate")
-            out = Outcome()
-            try:
-                gate_on(main, GateSpec(context=head.gate.context, depths=tuple(head.gate.depths),
-                                       repeats=head.gate.repeats, threshold=head.gate.threshold, seed=head.gate.seed),
-                        reporter=_PhaseReporter(self.rep, cell.id), outcome=out)
-            finally:
-                if out.folder is not None:
-                    self.folder.add_run(cell.id, out.folder.name)
+        if head.gate:  # on every replica: each is a launch of its own (the workloads cite the first's)
+            for i, t in enumerate(targets):
+                self.rep.phase(cell.id, "gate" + (f" (replica {i + 1})" if len(targets) > 1 else ""))
+                out = Outcome()
+                try:
+                    gate_on(t, GateSpec(context=head.gate.context, depths=tuple(head.gate.depths),
+                                        repeats=head.gate.repeats, threshold=head.gate.threshold, seed=head.gate.seed),
+                            reporter=_PhaseReporter(self.rep, cell.id), outcome=out)
+                finally:
+                    if out.folder is not None:
+                        self.folder.add_run(cell.id, out.folder.name)
         for w in self.camp.file.workloads:
             self.rep.phase(cell.id, f"workload {w.title}")
             out = Outcome()

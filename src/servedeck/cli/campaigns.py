@@ -122,8 +122,8 @@ def run(file: Path = typer.Argument(..., help="the campaign .toml"),
     view = status_view(folder.doc, runs_root(cfg.deck.host.results_dir), folder.path)
     if as_json:
         print_json(view)
-        return
-    _render_status(view)
+    else:
+        _render_status(view)
     if any(c["state"] != "done" for c in folder.doc["cells"]):
         raise typer.Exit(1)
 
