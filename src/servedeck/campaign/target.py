@@ -15,8 +15,8 @@ from servedeck.config import Config
 from servedeck.deck import Deck
 from servedeck.deck.deck import describe_exit
 from servedeck.deck.records import LaunchState, LiveRecord
+from servedeck.engines.base import Endpoint
 from servedeck.errors import RunError
-from servedeck.gates.niah import Server
 from servedeck.supervisor import process as P
 from servedeck.supervisor import ready as R
 
@@ -45,8 +45,8 @@ class Target:
         return self.record.launch_dir
 
     @property
-    def server(self) -> Server:
-        return Server(self.base_url, self.served_name, self.engine)
+    def server(self) -> Endpoint:
+        return self.record.endpoint
 
     def death(self) -> Optional[str]:
         """None while the engine lives; otherwise how it ended, as its launch folder records it."""

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 from typing import Any, Optional
 
-from servedeck.engines.base import LaunchSpec
+from servedeck.engines.base import Endpoint, LaunchSpec
 
 
 class LaunchState(str, Enum):
@@ -44,17 +44,6 @@ class LaunchState(str, Enum):
         if was == cls.STARTING:
             return cls.FAILED
         return cls.CRASHED
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """Where a client talks to one running model: what a gate, a benchmark or the front door needs."""
-
-    model: str
-    engine: str
-    base_url: str
-    served_name: str
-    health_path: str = "/health"
 
 
 @dataclass

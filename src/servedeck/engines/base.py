@@ -20,6 +20,17 @@ SECRET_FLAGS = {"--api-key", "--hf-token", "--token", "--admin-api-key"}
 
 
 @dataclass(frozen=True)
+class Endpoint:
+    """Where a client talks to one running model: what a gate, a benchmark or the front door needs."""
+
+    model: str
+    engine: str
+    base_url: str
+    served_name: str
+    health_path: str = "/health"
+
+
+@dataclass(frozen=True)
 class LaunchSpec:
     """Exactly what `start` would run: argv (a list, never a shell string), the env it adds, where it listens."""
 
