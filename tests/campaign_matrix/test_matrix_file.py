@@ -105,10 +105,12 @@ def test_derive_makes_one_model_entry_per_replica_on_its_own_port():
 
 
 def test_derive_refuses_what_models_toml_would_refuse():
-    bad = BASE.replace("args = { parallel = 1 }", 'args = { port = 9 }').replace("replicas = 2", 'build = "nope"\nreplicas = 2')
+    bad = BASE.replace("replicas = 2", 'build = "nope"\nreplicas = 2')
     with pytest.raises(ConfigError) as e:
         derive(cfg(), parse(bad, P))
     assert "variants.2x" in e.value.message and "build 'nope' does not exist" in e.value.message
+    with pytest.raises(ConfigError) as e:
+        derive(cfg(), parse(BASE.replace("args = { parallel = 1 }", 'args = { port = 9 }'), P))
     assert "variants.p1 (its entry smollm2@p1.args.port: servedeck renders this flag" in e.value.message
 
 

@@ -84,9 +84,33 @@ def llama_ready() -> None:
         pytest.fail("engines/models not prepared (run scripts/setup.sh): " + ", ".join(missing))
 
 
+def free_block(n: int = 10) -> int:
+    """A port below the kernel's ephemeral range with the n after it free too: derived entries take the
+    ports after the base model's, and an ephemeral neighbour may be some connection's local port."""
+    import random
+    import socket
+
+    for _ in range(200):
+        base = random.randrange(20000, 32000 - n)
+        try:
+            socks = []
+            for p in range(base, base + n + 1):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", p))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no block of free ports")
+
+
 def models_toml(tmp: Path) -> Path:
     text = render_starter()
-    for old in ("8081", "8091", "8082"):
+    text = text.replace("port = 8081", f"port = {free_block()}")
+    for old in ("8091", "8082"):
         text = text.replace(f"port = {old}", f"port = {free_port()}")
     assert text.index("[models.smollm2]") < text.index("context = 4096")
     text = text.replace("context = 4096", "context = 2048", 1)  # the first model's: smollm2

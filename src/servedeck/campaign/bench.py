@@ -18,26 +18,22 @@ from typing import Any, Iterable, Iterator, Literal, Optional
 
 import httpx
 
-from servedeck.campaign import counters
 from servedeck.campaign.reporter import Reporter
 from servedeck.campaign.target import Target
-from servedeck.errors import RunError, ServedeckError
+from servedeck.engines import get_engine
+from servedeck.engines.metrics import parse_prometheus, prefix_counters_async
+from servedeck.errors import RunError, ServedeckError, ServerDied
 from servedeck.gates.server import ServerTokens
-from servedeck.loadgen import (ClientConfig, ClosedLoop, LoadRun, OpenLoop, RequestRecord, RequestSpec,
+from servedeck.loadgen import (ClientConfig, ClosedLoop, LoadRun, RequestRecord, RequestSpec,
                                Shape, Slo, StreamingClient, new_nonce, sized_requests, synthetic_requests,
                                synthetic_text)
-from servedeck.engines import get_engine
-from servedeck.engines.metrics import parse_prometheus
 from servedeck.loadgen.prompts import DEFAULT_CHARS_PER_TOKEN
+from servedeck.loadgen.schedule import shape_json
 from servedeck.loadgen.spread import Spread
 from servedeck.runs.figures import counter_delta, headline, point_figures
 from servedeck.runs.folder import RunFolder
 
 Workload = Literal["chat", "long-prompt"]
-
-
-class ServerDied(RunError):
-    """The engine went away during the benchmark."""
 
 
 @dataclass(frozen=True)
@@ -162,7 +158,7 @@ async def run_point(index: int, shape: Shape, spec: BenchSpec, target: Target, f
     """One measured point; returns its summary entry (already written to summary.json)."""
     label = shape_label(shape)
     nonce = new_nonce()
-    point: dict[str, Any] = {"index": index, "label": label, "shape": _shape_json(shape), "nonce": nonce,
+    point: dict[str, Any] = {"index": index, "label": label, "shape": shape_json(shape), "nonce": nonce,
                              "status": "running"}
     _put_point(folder, point)
     watch = _Watch(target)
@@ -191,7 +187,7 @@ async def run_point(index: int, shape: Shape, spec: BenchSpec, target: Target, f
                 reporter.stage(f"{label}: warm-up ({len(warm)} requests, distinct prompts)")
                 await LoadRun(client, ClosedLoop(min(len(warm), conc or 4)), [], warmup=warm,
                               on_record=on_record).run()
-            before = await counters.read(http, target.base_url, target.engine)
+            before = await prefix_counters_async(target.engine, target.base_url)
             gen_before = await _generated(http, target) if isinstance(client, Spread) else None
             if isinstance(client, Spread):
                 client.reset_counts()
@@ -212,7 +208,7 @@ async def run_point(index: int, shape: Shape, spec: BenchSpec, target: Target, f
                 if current is not None:
                     current.uncancel()
                 point["status"] = "failed"
-            after = await counters.read(http, target.base_url, target.engine) if watch.death is None else None
+            after = await prefix_counters_async(target.engine, target.base_url) if watch.death is None else None
             if isinstance(client, Spread):
                 point["replicas"] = client.counts()
                 gen_after = await _generated(http, target) if watch.death is None else None
@@ -232,7 +228,8 @@ async def run_point(index: int, shape: Shape, spec: BenchSpec, target: Target, f
 def _client(target: Target) -> Any:
     """One streaming client, or one per replica behind a least-outstanding-requests Spread."""
     def config(t: Target) -> ClientConfig:
-        return ClientConfig(t.base_url, t.served_name, api="chat", continuous_usage_stats=t.engine == "vllm")
+        return ClientConfig(t.base_url, t.served_name, api="chat",
+                            continuous_usage_stats=get_engine(t.engine).stream_usage_per_chunk)
     if not target.peers:
         return StreamingClient(config(target))
     return Spread([StreamingClient(config(t)) for t in target.replicas])
@@ -261,9 +258,3 @@ def _put_point(folder: RunFolder, point: dict[str, Any]) -> None:
     points = [p for p in folder.summary.get("points", []) if p.get("index") != point["index"]]
     folder.update(points=sorted(points + [point], key=lambda p: p["index"]))
 
-
-def _shape_json(shape: Shape) -> dict[str, Any]:
-    if isinstance(shape, ClosedLoop):
-        return {"type": "closed", "concurrency": shape.concurrency}
-    assert isinstance(shape, OpenLoop)
-    return {"type": "open", "rate": shape.rate, "arrivals": shape.arrivals, "seed": shape.seed}

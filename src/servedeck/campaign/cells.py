@@ -90,7 +90,12 @@ def derive(cfg: Config, camp: Campaign) -> Derived:
         raise ConfigError("\n".join(f"{camp.path}: {p}" for p in problems), hint="fix the variant's overrides")
     deck = DeckModel(host=cfg.deck.host, builds=cfg.deck.builds,
                      models={**cfg.deck.models, **{n: Model(**m) for n, m in models.items()}})
-    for p in cross_check(deck):
+    from servedeck.engines import check_deck
+
+    found = cross_check(deck)
+    if not found:  # the engines' own rules assume the entries hang together (builds exist)
+        found = check_deck(deck)
+    for p in found:
         key = p.split(":")[0]
         name = key.removeprefix("models.").split(".")[0] if key.startswith("models.") else ""
         # models.smollm2@p1.args.x → which variant wrote it; the user's own models were checked at load

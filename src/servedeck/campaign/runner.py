@@ -12,6 +12,7 @@ Decisions (which cells, in what order, side by side or not) are cells.py's; this
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import threading
@@ -26,7 +27,7 @@ from servedeck.campaign.bench import BenchSpec
 from servedeck.campaign.file import Campaign, WorkloadCfg, parse
 from servedeck.campaign.folder import CampaignFolder, campaigns_root, newest_unfinished
 from servedeck.campaign.reporter import QuietReporter
-from servedeck.campaign.session import Outcome, bench_on, gate_on
+from servedeck.campaign.session import Outcome, bench as bench_on_target, gate as gate_on_target
 from servedeck.campaign.summary import render_markdown
 from servedeck.campaign.target import Target
 from servedeck.config import Config
@@ -142,7 +143,7 @@ class Runner:
         """Engines of this campaign left by a servedeck that is gone (SIGKILL): stop them, by process group."""
         running = self.deck.running()
         mine = [n for n in running if n in self.ours]
-        owners = {running[n].get("owner_pid") for n in mine}
+        owners = {running[n].owner_pid for n in mine}
         live_owner = [o for o in owners if o and o != os.getpid() and P.alive(o)]
         if live_owner:
             raise RefusedError(f"campaign {self.camp.name} is being run by servedeck pid {live_owner[0]} "
@@ -166,8 +167,11 @@ class Runner:
                 self.folder.set_cell(cell.id, state="skipped", reason="left out by --only")
         return out
 
+    def _running(self) -> dict[str, dict[str, Any]]:
+        return {n: r.to_json() for n, r in self.deck.running().items()}
+
     def check_holders(self, todo: list[C.Cell]) -> None:
-        running = self.deck.running()
+        running = self._running()
         for cell in todo:
             held = C.holders_in_the_way(cell, running, self.ours)
             if held and not self.opts.evict:
@@ -226,8 +230,8 @@ class Runner:
         """Stop a cell's engines from outside its thread (timeout, Ctrl-C): their group, then the deck settles."""
         for name in cell.models:
             rec = S.read_live(name)
-            if rec and P.alive(rec["pid"], rec.get("create_time")):
-                P.stop_group(rec["pgid"], 10.0)
+            if rec and P.alive(rec.pid, rec.create_time):
+                P.stop_group(rec.pgid, 10.0)
 
     def run_cell(self, cell: C.Cell) -> str:
         prior = self.folder.cell(cell.id)
@@ -289,18 +293,17 @@ class Runner:
 
     def _cell_work(self, cell: C.Cell) -> tuple[str, Optional[str], Optional[str]]:
         head = self.camp.head
-        if self.opts.evict:
-            held = C.holders_in_the_way(cell, self.deck.running(), self.ours)
-            if held:
-                self.rep.phase(cell.id, f"evicting {', '.join(held)}")
-                self.deck.stop(held, wait_s=LOCK_WAIT_S)
+        held = C.holders_in_the_way(cell, self._running(), self.ours) if self.opts.evict else []
+        if held:
+            self.rep.phase(cell.id, f"evicting {', '.join(held)}")
         targets: list[Target] = []
         extra = self._extra(cell)
         for i, name in enumerate(cell.models):
             self.rep.phase(cell.id, f"launching {name}" + (f" (replica {i + 1}/{len(cell.models)})"
                                                           if len(cell.models) > 1 else ""))
             try:
-                rec = self.deck.start(name, wait_s=LOCK_WAIT_S, reason=f"campaign {self.camp.name}")
+                rec = self.deck.start(name, wait_s=LOCK_WAIT_S, reason=f"campaign {self.camp.name}",
+                                      evict=held if i == 0 else ()).record
             except LaunchError as e:
                 run = self._failed_launch(cell, name, e, extra)
                 self.folder.add_run(cell.id, run)
@@ -317,9 +320,9 @@ class Runner:
                 self.rep.phase(cell.id, "gate" + (f" (replica {i + 1})" if len(targets) > 1 else ""))
                 out = Outcome()
                 try:
-                    gate_on(t, GateSpec(context=head.gate.context, depths=tuple(head.gate.depths),
-                                        repeats=head.gate.repeats, threshold=head.gate.threshold, seed=head.gate.seed),
-                            reporter=_PhaseReporter(self.rep, cell.id), outcome=out)
+                    spec = GateSpec(context=head.gate.context, depths=tuple(head.gate.depths),
+                                    repeats=head.gate.repeats, threshold=head.gate.threshold, seed=head.gate.seed)
+                    asyncio.run(gate_on_target(t, spec, reporter=_PhaseReporter(self.rep, cell.id), outcome=out))
                 finally:
                     if out.folder is not None:
                         self.folder.add_run(cell.id, out.folder.name)
@@ -327,8 +330,9 @@ class Runner:
             self.rep.phase(cell.id, f"workload {w.title}")
             out = Outcome()
             try:
-                bench_on(main, bench_spec(w), gate_mode=None if head.gate else False,
-                         gate_spec=GateSpec(context=gate_ctx), reporter=_PhaseReporter(self.rep, cell.id), outcome=out)
+                asyncio.run(bench_on_target(main, bench_spec(w), gate_mode=None if head.gate else False,
+                                            gate_spec=GateSpec(context=gate_ctx),
+                                            reporter=_PhaseReporter(self.rep, cell.id), outcome=out))
             finally:
                 if out.folder is not None:
                     self.folder.add_run(cell.id, out.folder.name)
