@@ -242,7 +242,6 @@ def test_status_and_runs_by_campaign(main_run):
     runs = cli(main_run["cfg"], main_run["env"], "runs", "--campaign", "t-smol", "--json")
     names = [r["run"] for r in json.loads(runs.stdout)]
     assert len(names) == 3 * 3 + 1 + 1 and all(n.startswith("smollm2__") for n in names)
-    assert not Deck(None).running() if False else True
     assert not list((main_run["home"] / "live").glob("*.json"))  # every engine stopped
 
 
@@ -252,9 +251,10 @@ def test_cpus_pins_a_real_llama_server(tmp_path, llama_ready):
     cfg_path.write_text(text)
     cfg = load_models(cfg_path)
     deck = Deck(cfg)
-    rec = deck.start("smollm2")
+    rec = deck.start("smollm2").record
     try:
-        engine = psutil.Process(rec["engine_pid"])
+        assert rec.cpus == [1]
+        engine = psutil.Process(rec.engine_pid)
         assert engine.cpu_affinity() == [1]
         assert "llama-server" in engine.name()
     finally:
