@@ -288,7 +288,9 @@ class Runner:
         on_gpu = bool(m.gpus) or inventory.gpus().get("available", False) is True
         return {"campaign": {"name": self.camp.name, "folder": self.folder.path.name, "variant": cell.variant,
                              "repeat": cell.repeat, "cell": cell.id},
-                "replicas": len(ms), "gpus_used": m.tp * m.pp * m.dp * len(ms) if on_gpu else 0,
+                # tp × pp × dp per replica, or the GPUs it is given when more (llama.cpp splits by layer
+                # or tensor over every GPU it sees, with tp = 1)
+                "replicas": len(ms), "gpus_used": max(m.tp * m.pp * m.dp, len(m.gpus)) * len(ms) if on_gpu else 0,
                 "cpus": [list(x.cpus) for x in ms]}
 
     def _cell_work(self, cell: C.Cell) -> tuple[str, Optional[str], Optional[str]]:
