@@ -320,7 +320,7 @@ class Runner:
         if head.gate:  # on every replica: each is a launch of its own (the workloads cite the first's)
             for i, t in enumerate(targets):
                 self.rep.phase(cell.id, "gate" + (f" (replica {i + 1})" if len(targets) > 1 else ""))
-                out = Outcome()
+                out = _Listed(lambda run: self.folder.add_run(cell.id, run))
                 try:
                     spec = GateSpec(context=head.gate.context, depths=tuple(head.gate.depths),
                                     repeats=head.gate.repeats, threshold=head.gate.threshold, seed=head.gate.seed)
@@ -330,7 +330,7 @@ class Runner:
                         self.folder.add_run(cell.id, out.folder.name)
         for w in self.camp.file.workloads:
             self.rep.phase(cell.id, f"workload {w.title}")
-            out = Outcome()
+            out = _Listed(lambda run: self.folder.add_run(cell.id, run))
             try:
                 asyncio.run(bench_on_target(main, bench_spec(w), gate_mode=None if head.gate else False,
                                             gate_spec=GateSpec(context=gate_ctx),
@@ -367,6 +367,19 @@ class Runner:
         except Exception as e:
             folder.update(markdown_error=f"{type(e).__name__}: {e}")
         return folder.path.name
+
+
+class _Listed(Outcome):
+    """An Outcome that lists its run folder in campaign.json the moment the session creates it."""
+
+    def __init__(self, on_folder: Any) -> None:
+        super().__init__()
+        self._on_folder = on_folder
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        super().__setattr__(key, value)
+        if key == "folder" and value is not None and getattr(self, "_on_folder", None) is not None:
+            self._on_folder(value.name)
 
 
 class _PhaseReporter(QuietReporter):
