@@ -26,7 +26,7 @@ from servedeck.gates.server import ServerTokens
 from servedeck.loadgen import (ClientConfig, ClosedLoop, LoadRun, OpenLoop, RequestRecord, RequestSpec,
                                Shape, Slo, StreamingClient, new_nonce, sized_requests, synthetic_requests,
                                synthetic_text)
-from servedeck.loadgen.prompts import DEFAULT_CHARS_PER_TOKEN
+from servedeck.loadgen.prompts import DEFAULT_CHARS_PER_TOKEN, seeded_nonce
 from servedeck.runs.figures import counter_delta, headline, point_figures
 from servedeck.runs.folder import RunFolder
 
@@ -150,7 +150,8 @@ def _repeat(first: RequestSpec) -> Iterator[RequestSpec]:
     i = 0
     while True:
         yield RequestSpec(id=f"{first.id}-rep{i}", prompt=first.prompt, max_tokens=first.max_tokens,
-                          prompt_tokens_expected=first.prompt_tokens_expected)
+                          prompt_tokens_expected=first.prompt_tokens_expected, index=first.index,
+                          digest=first.digest)
         i += 1
 
 
@@ -158,7 +159,7 @@ async def run_point(index: int, shape: Shape, spec: BenchSpec, target: Target, f
                     reporter: Reporter) -> dict[str, Any]:
     """One measured point; returns its summary entry (already written to summary.json)."""
     label = shape_label(shape)
-    nonce = new_nonce()
+    nonce = seeded_nonce(spec.seed, index) if spec.seed is not None else new_nonce()
     point: dict[str, Any] = {"index": index, "label": label, "shape": _shape_json(shape), "nonce": nonce,
                              "status": "running"}
     _put_point(folder, point)

@@ -165,7 +165,7 @@ def bench(
     gate_flag: Optional[bool] = typer.Option(None, "--gate/--no-gate", help="default: reuse this launch's gate, else run one"),
     gate_context: Optional[int] = typer.Option(None, "--gate-context", help="context for the gate (default: the server's)"),
     repeat_prompt: bool = typer.Option(False, "--repeat-prompt", help="send one prompt over and over: shows the prefix cache at work; not a benchmark"),
-    seed: Optional[int] = typer.Option(None, "--seed", help="seed for the prompts' words (each run still gets a fresh nonce)"),
+    seed: Optional[int] = typer.Option(None, "--seed", help="the same prompts in every launch with the same seed (compare pairs them); on a server that already saw them they come from the prefix cache"),
     launch: bool = typer.Option(False, "--launch", help="start the model for this run and stop it afterwards"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
