@@ -24,7 +24,7 @@ import pytest
 from servedeck.campaign import BenchSpec, bench
 from servedeck.config import load
 from servedeck.gates import GateSpec
-from servedeck.init import render_starter
+from servedeck.init import default_locations, render_starter
 from servedeck.loadgen import ClosedLoop
 
 from reportkit import SEED, chromium_processes
@@ -74,7 +74,16 @@ PORT = free_port()
 
 
 @pytest.fixture(scope="session")
-def real_runs(tmp_path_factory, engines_ready) -> Iterator[RealRuns]:
+def llama_ready() -> None:
+    """What these runs need of scripts/setup.sh: llama-server and the SmolLM2 GGUF (not vLLM)."""
+    loc = default_locations()
+    missing = [f"{k}={loc[k]}" for k in ("llama_server", "smollm2_gguf") if not Path(loc[k]).exists()]
+    if missing:
+        pytest.fail("not prepared (run scripts/setup.sh): " + ", ".join(missing))
+
+
+@pytest.fixture(scope="session")
+def real_runs(tmp_path_factory, llama_ready) -> Iterator[RealRuns]:
     tmp = tmp_path_factory.mktemp("report-runs")
     home, results = tmp / "home", tmp / "results"
     home.mkdir()

@@ -18,7 +18,7 @@ from PIL import Image
 from servedeck.loadgen.records import RequestRecord
 from servedeck.loadgen.stats import tpot
 from servedeck.report.build import write
-from servedeck.report.collect import collect, from_campaign, from_runs
+from servedeck.report.collect import collect, from_runs
 from servedeck.report.compare import compare
 from servedeck.report.pareto import pareto
 

@@ -5,7 +5,6 @@ appended to SECTIONS. Every number is computed here from the run folders; none i
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Callable, Optional
 
 from servedeck.report import plots
@@ -13,7 +12,7 @@ from servedeck.report.blocks import Block, Figure, Link, Para, Pre, Section, Tab
 from servedeck.report.collect import Collection, Run
 from servedeck.report.compare import compare
 from servedeck.report.knobs import changed, config_knobs
-from servedeck.report.pareto import LoadPoint, load_points, pareto
+from servedeck.report.pareto import load_points, pareto
 from servedeck.report.render import ms, num
 from servedeck.report.stats import Spread
 
@@ -55,6 +54,13 @@ def what(coll: Collection) -> Optional[Section]:
                             f"{c.get('base_variant') or '-'}. Files: ",
                             Link("campaign.json", coll.folder / "campaign.json"), " ",  # type: ignore[operator]
                             Link("campaign.toml", coll.folder / "campaign.toml")]))  # type: ignore[operator]
+        declared = c.get("variants") or {}
+        if declared:
+            blocks.append(Table(["variant (campaign.json)", "knobs", "replicas", "cells"], [
+                [v, ", ".join(f"{k}={x}" for k, x in (d.get("knobs") or {}).items()) or "(base)",
+                 str(d.get("replicas", 1)),
+                 ", ".join(f"{x.get('id')} {x.get('state')}" for x in c.get("cells") or [] if x.get("variant") == v)]
+                for v, d in declared.items()]))
     firsts = _first(coll)
     keys = ("host", "CPUs", "GPUs", "engine", "engine version", "build", "servedeck version", "layout", "context")
     rows = [[v, str(len(runs)), *[r.knobs.get(k, "-") for k in keys], run_link(r)]
@@ -259,4 +265,4 @@ def build(coll: Collection) -> list[Section]:
     return [s for s in (f(coll) for f in SECTIONS) if s is not None]
 
 
-__all__ = ["SECTIONS", "build", "LoadPoint", "Path"]
+__all__ = ["SECTIONS", "build"]
