@@ -11,6 +11,7 @@ starts is guarded here too: no chromium process may outlive the session.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -65,7 +66,7 @@ def _toml(port: int, args: str) -> str:
 def _bench(tmp: Path, name: str, args: str, spec: BenchSpec, gate: bool | None) -> Path:
     cfg_path = tmp / f"{name}.toml"
     cfg_path.write_text(_toml(PORT, args))
-    out = bench(load(cfg_path), "smollm2", spec, gate_mode=gate, gate_spec=GateSpec(context=512), launch=True)
+    out = bench(load(cfg_path), "smollm2", spec, gate_mode=gate, gate_spec=GateSpec(context=384, depths=(0.5,)), launch=True)
     assert out.folder is not None
     return out.folder
 
@@ -85,12 +86,17 @@ def llama_ready() -> None:
 @pytest.fixture(scope="session")
 def real_runs(tmp_path_factory, llama_ready) -> Iterator[RealRuns]:
     tmp = tmp_path_factory.mktemp("report-runs")
-    home, results = tmp / "home", tmp / "results"
+    keep = os.environ.get("SERVEDECK_REPORT_KEEP")  # a folder to keep the runs in (to look at them afterwards)
+    home, results = tmp / "home", (Path(keep) / "results" if keep else tmp / "results")
     home.mkdir()
-    chat = BenchSpec(workload="chat", shapes=(ClosedLoop(1), ClosedLoop(2)), output_tokens=16, input_tokens=128,
+    chat = BenchSpec(workload="chat", shapes=(ClosedLoop(1), ClosedLoop(2)), output_tokens=12, input_tokens=96,
                      requests=6, warmup=1, seed=SEED)
-    long = BenchSpec(workload="long-prompt", shapes=(ClosedLoop(1),), output_tokens=8, prompt_tokens=1000,
+    long = BenchSpec(workload="long-prompt", shapes=(ClosedLoop(1),), output_tokens=4, prompt_tokens=300,
                      requests=2, warmup=0, seed=SEED)
+    made = Path(keep) / "runs.json" if keep else None
+    if made is not None and made.exists():  # a developer's re-run: the runs an earlier session kept there
+        yield RealRuns(results=results, home=home, **{k: Path(v) for k, v in json.loads(made.read_text()).items()})
+        return
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SERVEDECK_HOME", str(home))
         mp.setenv("SERVEDECK_RESULTS", str(results))
@@ -102,6 +108,8 @@ def real_runs(tmp_path_factory, llama_ready) -> Iterator[RealRuns]:
                         b=_bench(tmp, "b", "parallel = 2, threads = 1", chat, None),
                         rope=_bench(tmp, "rope", "parallel = 2, threads = 2, rope-freq-base = 10", chat, None),
                         long=_bench(tmp, "long", "parallel = 2, threads = 2", long, False))
+    if made is not None:
+        made.write_text(json.dumps({k: str(getattr(runs, k)) for k in ("a1", "a2", "b", "rope", "long")}))
     yield runs
 
 

@@ -24,7 +24,8 @@ from servedeck.report.pareto import pareto
 
 from reportkit import CHROME_MARK, SEED, chromium_processes
 
-pytestmark = [pytest.mark.engine, pytest.mark.llamacpp]
+# the first test also waits for the module's five launches (about two minutes on a quiet 2-core machine)
+pytestmark = [pytest.mark.engine, pytest.mark.llamacpp, pytest.mark.timeout(2400)]
 
 SERVEDECK = [sys.executable, "-m", "servedeck"]
 
@@ -76,7 +77,7 @@ def test_a_gate_failed_point_is_hollow_and_off_the_frontier(real_runs):
     coll = from_runs([real_runs.a1, real_runs.a2, real_runs.b, real_runs.rope])
     rows = pareto(coll)
     rope = [r for r in rows if "rope" in r.point.variant]
-    assert rope and all(r.why_not == ["gate failed"] and not r.on_frontier for r in rope)
+    assert rope and all("gate failed" in r.why_not and not r.on_frontier for r in rope)
     assert any(r.on_frontier for r in rows) and all(r.eligible for r in rows if r.on_frontier)
     # every number traced to the files: x = 1000 / TPOT p50 of requests.jsonl, y = output tok/s (CPU: per host)
     row = next(r for r in rows if r.point.variant == coll.runs[0].variant and r.point.label == "c=1")
@@ -100,7 +101,7 @@ def test_report_of_runs_has_every_section_and_links_its_sources(real_runs, tmp_p
     for title in ("What was measured", "The gate", "Throughput against latency (Pareto)", "TTFT and TPOT against load",
                   "Long prompts", "Repeats", "One knob at a time", "Sources"):
         assert f"## {title}" in md, title
-    assert "hollow: gate failed (not a result)" in md and "on the frontier" in md
+    assert "hollow: gate failed" in md and "on the frontier" in md
     assert "| flag --threads | 2 | 1 | 2 |" in md or "flag --threads" in md
     links = _links(md)
     assert links and all((tmp_path / x).resolve().exists() for x in links)
@@ -158,7 +159,8 @@ def test_report_of_a_campaign_folder(real_runs, tmp_path):
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["a"] == [real_runs.a1.name, real_runs.a2.name] and doc["config_changes"] == ["flag --threads"]
-    assert doc["points"][0]["pairing"].startswith("paired: 12 request pairs")
+    # repeat 1 of each side pairs up (B has one repeat): 6 requests with the same prompts
+    assert doc["points"][0]["pairing"].startswith("paired: 6 request pairs")
     assert doc["points"][0]["verdicts"][-1]["method"] == "none"  # B has one repeat only
     bad = _cli(["compare", "base", "nope", "--campaign", str(folder)], real_runs.results)
     assert bad.returncode != 0 and "variant 'nope'" in bad.stderr and "Traceback" not in bad.stderr
@@ -197,10 +199,9 @@ def test_report_html_shows_its_plots_in_headless_chromium(real_runs, tmp_path):
     _, html = write(collect([folder]), tmp_path / "out")
     png = tmp_path / "report.png"
     _screenshot(html, png, tmp_path)
-    shots = Path(os.environ.get("SERVEDECK_REPORT_SHOTS", tmp_path))
-    shots.mkdir(parents=True, exist_ok=True)
-    if shots != tmp_path:
-        shutil.copy(png, shots / "report.png")
+    keep = os.environ.get("SERVEDECK_REPORT_KEEP")
+    if keep:
+        shutil.copy(png, Path(keep) / "report.png")
     # matplotlib's first two colours draw the variants' curves; nothing else on the page uses them
     for rgb in ((31, 119, 180), (255, 127, 14)):
         n, box = _colour_box(png, rgb)

@@ -168,7 +168,7 @@ def text(c: Comparison) -> str:
         out.append("  nothing: same build, flags, env, host, versions and workload")
     for n, x, y in c.changes:
         out.append(f"  {n}: {x} → {y}")
-    out += ["", c.attribution.capitalize() + ".", ""]
+    out += ["", c.attribution[0].upper() + c.attribution[1:] + ".", ""]
     for p in c.points:
         out.append(f"{p.label} ({p.pairing}):")
         for v in p.verdicts:
