@@ -150,7 +150,7 @@ def from_runs(paths: list[Path]) -> Collection:
             r.repeat = seen[key]
     fails = [failure_of(r) for r in runs if r.view.get("status") == "failed"]
     title = runs[0].knobs.get("model", "runs") if len({r.knobs.get("model") for r in runs}) == 1 else "runs"
-    return Collection(title=f"{title}: {len(runs)} runs", runs=runs, failures=fails,
+    return Collection(title=f"{title}: {len(runs)} run{'s' if len(runs) != 1 else ''}", runs=runs, failures=fails,
                       base_variant=runs[0].variant if runs else None)
 
 
