@@ -216,6 +216,8 @@ def attribution(coll: Collection) -> Optional[Section]:
                                "to any one of them."]))
             continue
         knob, was, now = diff[0]
+        gates = {r.gate for r in bench} - {"passed"}
+        label = v + (f" (gate {'/'.join(sorted(gates))}: not a result)" if gates else "")
         for wl in dict.fromkeys(r.workload for r in base_runs):
             a = [r for r in base_runs if r.workload == wl]
             b = [r for r in bench if r.workload == wl]
@@ -223,7 +225,7 @@ def attribution(coll: Collection) -> Optional[Section]:
                 continue
             for pc in compare(a, b).points:
                 for verdict in pc.verdicts:
-                    rows.append([f"{knob}: {was} → {now}", v, f"{wl} {pc.label}", verdict.figure, verdict.text,
+                    rows.append([f"{knob}: {was} → {now}", label, f"{wl} {pc.label}", verdict.figure, verdict.text,
                                  _runs_cell(a) + ["vs"] + _runs_cell(b)])
     if not rows and not notes:
         return None
