@@ -1,6 +1,6 @@
 """How accurately does servedeck's load generator measure? Checked against the instrument.
 
-The instrument (servedeck.loadgen.instrument, its own process) streams tokens at known times
+The instrument (servedeck.testing.instrument, its own process) streams tokens at known times
 and records when it really wrote each one. This script drives it with the client and reports,
 per concurrency (closed loop, TTFT 50 ms, one token per 20 ms, 100 tokens):
     TTFT error   client's first-token arrival − instrument's write of that token (ms)
@@ -42,7 +42,7 @@ from servedeck.loadgen import (
     synthetic_requests,
 )
 
-from servedeck.loadgen.instrument_process import InstrumentProcess  # noqa: E402
+from servedeck.testing.instrument_process import InstrumentProcess  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 console = Console(width=150)  # the tables are wider than a default terminal

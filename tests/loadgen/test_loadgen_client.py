@@ -58,6 +58,19 @@ def test_completions_api_and_usage(instrument):
     assert rec.finish_reason == "length"
 
 
+def test_realistic_instrument_events_parse_like_a_servers(instrument_factory):
+    """--realistic builds every event with json.dumps when due (as vLLM/llama.cpp do): the same
+    record comes out, on both APIs, and the instrument says which loop it served on."""
+    inst = instrument_factory("--ttft-ms", "5", "--itl-ms", "2", "--tokens", "9", "--realistic")
+    for api in ("chat", "completions"):
+        rec = send_one(inst.url, api=api, max_tokens=9)
+        assert rec.status == "ok", rec.error
+        assert rec.streamed_tokens == 9 and rec.output_tokens == 9 and rec.finish_reason == "length"
+        assert rec.prompt_tokens is not None and rec.cached_tokens == 0
+    assert inst.loop in ("uvloop", "asyncio")
+    assert all(len(r["chunk_t"]) == 9 for r in inst.records().values())
+
+
 def test_multi_token_chunks_counted_from_continuous_usage(instrument_factory):
     inst = instrument_factory("--ttft-ms", "5", "--itl-ms", "2", "--tokens-per-chunk", "3")
     rec = send_one(inst.url, max_tokens=10, continuous_usage_stats=True)

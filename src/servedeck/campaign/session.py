@@ -27,6 +27,7 @@ from servedeck.deck.deck import settings_of
 from servedeck.errors import RunError, ServedeckError
 from servedeck.gates.niah import GateResult, GateSpec, run_gate
 from servedeck.gates.server import server_context
+from servedeck.loadgen.loop import run as run_loop
 from servedeck.report.render import markdown
 from servedeck.runs import inventory
 from servedeck.runs.folder import RunFolder, runs_root
@@ -251,8 +252,8 @@ def bench(cfg: Config, model: str, spec: BenchSpec, *, gate_mode: Optional[bool]
     target = open_target(cfg, model, launch)
     outcome.target = target
     try:
-        asyncio.run(_bench_async(target, spec, gate_mode, gate_spec or GateSpec(context=0),
-                                 reporter or QuietReporter(), outcome))
+        run_loop(_bench_async(target, spec, gate_mode, gate_spec or GateSpec(context=0),
+                              reporter or QuietReporter(), outcome))
     finally:
         close_target(target)
     return outcome

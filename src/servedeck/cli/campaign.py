@@ -166,6 +166,7 @@ def bench(
     gate_context: Optional[int] = typer.Option(None, "--gate-context", help="context for the gate (default: the server's)"),
     repeat_prompt: bool = typer.Option(False, "--repeat-prompt", help="send one prompt over and over: shows the prefix cache at work; not a benchmark"),
     seed: Optional[int] = typer.Option(None, "--seed", help="seed for the prompts' words (each run still gets a fresh nonce)"),
+    client_procs: int = typer.Option(1, "--client-procs", help="split the streams over N client processes (one schedule); for hosts with spare cores"),
     launch: bool = typer.Option(False, "--launch", help="start the model for this run and stop it afterwards"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
@@ -191,7 +192,7 @@ def bench(
                      input_tokens=input_tokens if workload == "chat" else None,
                      prompt_tokens=prompt_tokens if workload == "long-prompt" else None,
                      duration_s=duration_s, requests=requests, warmup=warmup, slo=_slo(slo),
-                     repeat_prompt=repeat_prompt, seed=seed)
+                     repeat_prompt=repeat_prompt, seed=seed, client_procs=client_procs)
     cfg = load_config()
     outcome = Outcome()
     _guarded(outcome, lambda rep: run_bench(cfg, model, spec, gate_mode=gate_flag,

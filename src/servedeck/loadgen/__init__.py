@@ -8,7 +8,7 @@
     figures = summarize_run(result, slo=Slo(ttft_ms=500, tpot_ms=50))
 
 Definitions of every figure: docs/loadgen.md. The measuring instrument used to check this
-package's timing is servedeck.loadgen.instrument (a separate process).
+package's timing is servedeck.testing.instrument (a separate process).
 """
 
 from servedeck.loadgen.client import ClientConfig, Streamer, StreamingClient

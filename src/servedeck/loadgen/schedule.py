@@ -17,12 +17,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from time import perf_counter, process_time
 from typing import Any, Literal
 
 from servedeck.loadgen.client import Streamer
+from servedeck.loadgen.loop import current as current_loop
 from servedeck.loadgen.records import Kind, RequestRecord, RequestSpec
 
 
@@ -88,9 +89,13 @@ class LoadResult:
     records: list[RequestRecord]
     measured_start: float | None  # when the measured phase began
     measured_end: float | None  # when its last request finished (or the run was cancelled)
-    cpu_s: float  # this process's CPU time during the measured phase
+    cpu_s: float  # the client's CPU time during the measured phase (all its processes)
     wall_s: float  # wall time of the measured phase
     stop_reason: str  # "requests" | "duration" | "exhausted" | "cancelled" | "failed"
+    loop: str = ""  # the event loop the client ran on ("uvloop", "asyncio")
+    # One entry per client process when the streams were split across processes (--client-procs):
+    # {"index", "streams", "requests", "cpu_s", "wall_s", "cpu_fraction", "lag_p99_ms", "loop"}.
+    procs: list[dict[str, Any]] | None = None
 
     def meta(self) -> dict[str, Any]:
         """Everything but the records, JSON-able (records go to requests.jsonl one by one)."""
@@ -103,6 +108,8 @@ class LoadResult:
             "wall_s": self.wall_s,
             "stop_reason": self.stop_reason,
             "n_records": len(self.records),
+            "loop": self.loop,
+            "client_procs": self.procs,
         }
 
 
@@ -129,7 +136,15 @@ class LoadRun:
         warmup_concurrency: int | None = None,
         on_record: Callable[[RequestRecord], None] | None = None,
         on_progress: Callable[[Progress], None] | None = None,
+        t0: float | None = None,
+        start_gate: Callable[[], Awaitable[float]] | None = None,
+        offsets: Sequence[float] | None = None,
     ) -> None:
+        """`t0`, `start_gate` and `offsets` let several processes share one schedule (procs.py):
+        `t0` the run clock's origin (absolute perf_counter; default: when `run` starts);
+        `start_gate` is awaited after warm-up and returns the absolute perf_counter at which the
+        measured phase starts; `offsets` (open loop) the send offsets of this process's requests
+        from that start, in place of the shape's own."""
         if max_requests is not None and max_requests < 1:
             raise ValueError(f"max_requests must be >= 1, got {max_requests}")
         if duration_s is not None and not duration_s > 0:
@@ -148,7 +163,11 @@ class LoadRun:
         self.on_progress = on_progress
         self.records: list[RequestRecord] = []
         self.state = "ready"
-        self.t0 = 0.0
+        self.t0 = t0 or 0.0
+        self._t0_given = t0 is not None
+        self._start_gate = start_gate
+        self._offsets = offsets
+        self._loop = ""
         self._tasks: set[asyncio.Task[None]] = set()
         self._in_flight = 0
         self._phase: Kind = "warmup"
@@ -174,13 +193,21 @@ class LoadRun:
             raise RuntimeError(f"LoadRun.run called in state {self.state!r}; a run is single-use")
         self.state = "running"
         self._main = asyncio.current_task()
-        self.t0 = perf_counter()
+        self._loop = current_loop()
+        if not self._t0_given:
+            self.t0 = perf_counter()
         try:
             if self._warmup:
                 self._start_phase("warmup", len(self._warmup))
                 await self._closed(self.warmup_concurrency, iter(self._warmup), "warmup")
                 self._flush(from_loop=False)
-            self._start_phase("measured", self._planned())
+            start_at = None
+            if self._start_gate is not None:
+                start_at = await self._start_gate()
+                delay = start_at - perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+            self._start_phase("measured", self._planned(), start_at)
             self._measured_start = self._phase_start - self.t0
             self._cpu0 = process_time()
             specs = iter(self._requests)
@@ -221,6 +248,7 @@ class LoadRun:
             if self._measured_start is not None and self._measured_end is not None
             else 0.0,
             stop_reason=self._stop_reason,
+            loop=self._loop,
         )
 
     # ---- phases --------------------------------------------------------------------------
@@ -232,10 +260,10 @@ class LoadRun:
             return len(self._requests)
         return None
 
-    def _start_phase(self, phase: Kind, total: int | None) -> None:
+    def _start_phase(self, phase: Kind, total: int | None, start_at: float | None = None) -> None:
         self._phase, self._phase_total = phase, total
         self._phase_done = self._phase_errors = 0
-        self._phase_start = perf_counter()
+        self._phase_start = perf_counter() if start_at is None else start_at
         self._progress()
 
     def _close_measured(self) -> None:
@@ -277,7 +305,8 @@ class LoadRun:
         start = self._phase_start
         self._dispatching = True
         try:
-            for offset, spec in zip(shape.offsets(), specs):
+            offsets = iter(self._offsets) if self._offsets is not None else shape.offsets()
+            for offset, spec in zip(offsets, specs):
                 if self.duration_s is not None and offset >= self.duration_s:
                     self._stop_reason = "duration"
                     break

@@ -16,11 +16,11 @@ from typing import Any
 
 
 class InstrumentProcess:
-    """`python -m servedeck.loadgen.instrument ARGS` on a free port; `stop` ends the whole group."""
+    """`python -m servedeck.testing.instrument ARGS` on a free port; `stop` ends the whole group."""
 
     def __init__(self, *args: str, cpus: set[int] | None = None) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "servedeck.loadgen.instrument", "--port", "0", *args],
+            [sys.executable, "-m", "servedeck.testing.instrument", "--port", "0", *args],
             stdout=subprocess.PIPE, text=True, start_new_session=True,  # own group: no orphans
         )
         assert self.proc.stdout is not None
@@ -28,7 +28,9 @@ class InstrumentProcess:
         if "READY" not in line:
             self.stop()
             raise RuntimeError(f"instrument did not start: {line!r}")
-        self.port = int(line.split("port=")[1])
+        fields = dict(f.split("=", 1) for f in line.split()[2:])  # "INSTRUMENT READY port=P loop=L"
+        self.port = int(fields["port"])
+        self.loop = fields.get("loop", "")
         self.url = f"http://127.0.0.1:{self.port}"
         if cpus:
             os.sched_setaffinity(self.proc.pid, cpus)
