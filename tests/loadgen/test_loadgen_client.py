@@ -143,7 +143,7 @@ def test_empty_content_first_chunk_and_crlf_events():
     events = [
         b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}',
         b'data: {"choices":[{"delta":{"reasoning_content":"hmm"}}]}',
-        b'data: {"choices":[{"delta":{"content": "spaced"}}]}',  # no fast path: decoded later
+        b'data: {"choices":[{"delta":{"content": "spaced"}}]}',  # spaces after the colon: fast path too
         b"data: [DONE]",
     ]
     p = _feed_in_pieces(_http(events, sep=b"\r\n\r\n"), 5)
@@ -151,6 +151,23 @@ def test_empty_content_first_chunk_and_crlf_events():
     assert f.chunk_n == [1, 1]
     assert f.chunk_t[0] > 0  # the role chunk's read is not the first token
     assert p.saw_done_marker
+
+
+def test_json_with_spaces_takes_the_fast_path_and_keeps_the_finish():
+    """Python's json.dumps writes `"content": " t"`: such a chunk is counted where it arrives (no
+    JSON decoding after the response), while a finish reason or usage still gets decoded."""
+    events = [
+        b'data: {"id": "x", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]}',
+        *(b'data: {"id": "x", "choices": [{"index": 0, "delta": {"content": " t%d"}, "logprobs": null, '
+          b'"finish_reason": null}]}' % i for i in range(3)),
+        b'data: {"id": "x", "choices": [{"index": 0, "delta": {"content": " end"}, "finish_reason": "length"}]}',
+        b'data: {"id": "x", "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 4}}',
+        b"data: [DONE]",
+    ]
+    p = _feed_in_pieces(_http(events), 7)
+    assert len(p._raw) == 2  # only the finishing chunk and the usage event are kept for decoding
+    f = p.facts()
+    assert f.chunk_n == [1, 1, 1, 1] and f.finish_reason == "length" and f.output_tokens == 4
 
 
 def test_error_event_inside_a_200_stream():

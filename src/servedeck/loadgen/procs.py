@@ -258,7 +258,7 @@ class ProcessLoadRun:
                 "requests": sum(1 for r, p in zip(self.records, self._proc_of) if p == i and r.kind == "measured"),
                 "cpu_s": cpu, "wall_s": wall, "cpu_fraction": cpu / wall if cpu is not None and wall else None,
                 "lag_p99_ms": float(np.percentile(lags, 99)) * 1000 if lags else None,
-                "loop": meta.get("loop"), "pid": meta.get("pid"),
+                "loop": meta.get("loop"), "pid": meta.get("pid"), "gc": meta.get("gc"),
             })
         loops = sorted({p["loop"] for p in procs if p["loop"]})
         return LoadResult(
@@ -352,4 +352,4 @@ async def _child_main(conn: multiprocessing.connection.Connection, plan: dict[st
             res = run.result()
         loop.remove_reader(conn.fileno())
         conn.send(("done", {"cpu_s": res.cpu_s, "wall_s": res.wall_s, "loop": current_loop(),
-                            "stop_reason": res.stop_reason, "pid": os.getpid()}))
+                            "stop_reason": res.stop_reason, "pid": os.getpid(), "gc": res.gc}))

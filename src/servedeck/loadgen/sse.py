@@ -26,11 +26,15 @@ _DONE = 7
 _MAX_HEAD = 64 * 1024
 _MAX_ERROR_BODY = 16 * 1024
 
-# Matches `"content":"` and `"reasoning_content":"` (chat) in one search; `"text":"` (completions).
-_CONTENT = b'content":"'
-_TEXT = b'"text":"'
-_REASONING = b'"reasoning":"'
+# Matches `"content":` and `"reasoning_content":` (chat) in one search; `"text":` (completions).
+# JSON may put spaces after the colon (Python's json.dumps does by default): they are skipped.
+_CONTENT = b'content":'
+_TEXT = b'"text":'
+_REASONING = b'"reasoning":'
+_FINISH_STR = b'"finish_reason":"'  # a finish reason that is a string, not null
+_FINISH_STR_SPACED = b'"finish_reason": "'
 _QUOTE = 0x22
+_SPACE = 0x20
 _PENDING = -1  # chunk_n placeholder: decide after the response ends
 
 
@@ -226,17 +230,22 @@ class ResponseParser:
         # Hot path: runs once per streamed chunk, before anything else sees the bytes.
         k = ev.find(_CONTENT)
         if k >= 0:
-            k += 10
+            k += 9
         else:
             k = ev.find(_TEXT)
             if k >= 0:
-                k += 8
+                k += 7
             else:
                 k = ev.find(_REASONING)
                 if k >= 0:
-                    k += 13
-        plain = not _has_usage(ev) and b'"timings"' not in ev and b'"finish_reason":"' not in ev
-        if plain and k > 0 and ev[k] != _QUOTE:
+                    k += 12
+        if k > 0:
+            while ev[k : k + 1] == b" ":
+                k += 1
+            k += 1  # past the string's opening quote (checked below)
+        plain = (not _has_usage(ev) and b'"timings"' not in ev and _FINISH_STR not in ev
+                 and _FINISH_STR_SPACED not in ev)
+        if plain and k > 0 and ev[k - 1] == _QUOTE and ev[k : k + 1] not in (b'"', b""):
             self.chunk_t.append(t)
             self.chunk_n.append(1)
             return
@@ -303,7 +312,7 @@ class ResponseParser:
 
 def _is_empty_delta(ev: bytes) -> bool:
     """A chat chunk whose content is "" or null and that carries nothing else worth decoding."""
-    if b'"content":""' not in ev and b'"content":null' not in ev:
+    if not any(m in ev for m in (b'"content":""', b'"content":null', b'"content": ""', b'"content": null')):
         return False
     return not any(m in ev for m in (b'"reasoning', b'"text"', b'"tool_calls"', b'"error"'))
 

@@ -47,6 +47,7 @@ class InstrumentConfig:
     tokens_per_chunk: int = 1  # >1 imitates speculative decoding: several tokens per chunk
     role_chunk: bool = True  # send a role-only, empty-content chunk at once (as vLLM does)
     realistic: bool = False  # build and json.dumps every event when it is due, as real servers do
+    json_spaces: bool = False  # realistic mode: json.dumps' default ", " / ": " separators (else compact)
 
     def __post_init__(self) -> None:
         if self.ttft_ms < 0 or self.itl_ms < 0 or self.tokens < 1 or self.tokens_per_chunk < 1:
@@ -161,9 +162,12 @@ def _chunk_maker(base: dict[str, Any], chat: bool, per: int, n_tokens: int, prom
 
 
 def _realistic_maker(base: dict[str, Any], chat: bool, per: int, n_tokens: int, prompt_tokens: int,
-                     continuous_usage: bool) -> Callable[[int], tuple[bytes, int]]:
-    """chunk index -> (framed SSE bytes, tokens in it); a fresh dict and json.dumps per event."""
+                     continuous_usage: bool, spaces: bool = False) -> Callable[[int], tuple[bytes, int]]:
+    """chunk index -> (framed SSE bytes, tokens in it); a fresh dict and json.dumps per event.
+    Compact separators by default: vLLM (pydantic's model_dump_json) and llama.cpp (nlohmann's
+    dump()) write no spaces; `spaces` gives json.dumps' defaults, as a Python server that keeps them."""
     rid, kind, created, model = base["id"], base["object"], base["created"], base["model"]
+    seps = (", ", ": ") if spaces else (",", ":")
 
     def make(k: int) -> tuple[bytes, int]:
         first = k * per
@@ -178,7 +182,7 @@ def _realistic_maker(base: dict[str, Any], chat: bool, per: int, n_tokens: int, 
         if continuous_usage:
             ev["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": first + n,
                            "total_tokens": prompt_tokens + first + n}
-        return _chunk(b"data: " + json.dumps(ev, ensure_ascii=False).encode() + b"\n\n"), n
+        return _chunk(b"data: " + json.dumps(ev, ensure_ascii=False, separators=seps).encode() + b"\n\n"), n
 
     return make
 
@@ -288,8 +292,9 @@ class _Conn(asyncio.Protocol):
         per = cfg.tokens_per_chunk
         prompt_tokens = max(1, len(prompt) // 4)
         n_chunks = -(-n_tokens // per)
-        maker = _realistic_maker if cfg.realistic else _chunk_maker
-        make = maker(base, chat, per, n_tokens, prompt_tokens, bool(opts.get("continuous_usage_stats")))
+        cont = bool(opts.get("continuous_usage_stats"))
+        make = _realistic_maker(base, chat, per, n_tokens, prompt_tokens, cont, cfg.json_spaces) if cfg.realistic \
+            else _chunk_maker(base, chat, per, n_tokens, prompt_tokens, cont)
         include_usage = bool(opts.get("include_usage"))
 
         def tail() -> bytes:
@@ -361,10 +366,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-role-chunk", action="store_true")
     ap.add_argument("--realistic", action="store_true",
                     help="build and json.dumps every event when it is due, as real servers do")
+    ap.add_argument("--json-spaces", action="store_true",
+                    help="with --realistic: json.dumps' default separators (a space after ':' and ',')")
     ap.add_argument("--loop", choices=["auto", "uvloop", "asyncio"], default="auto",
                     help="auto: uvloop when installed")
     a = ap.parse_args(argv)
-    cfg = InstrumentConfig(a.ttft_ms, a.itl_ms, a.tokens, a.tokens_per_chunk, not a.no_role_chunk, a.realistic)
+    cfg = InstrumentConfig(a.ttft_ms, a.itl_ms, a.tokens, a.tokens_per_chunk, not a.no_role_chunk, a.realistic,
+                           a.json_spaces)
 
     async def serve() -> None:
         inst = Instrument(cfg)
