@@ -68,6 +68,7 @@ class ProcessLoadRun:
         on_progress: Callable[[Progress], None] | None = None,
         prewarm: int | None = None,
         start_timeout_s: float = 120.0,
+        quiet_gc: bool = True,
     ) -> None:
         if procs < 1:
             raise ValueError(f"procs must be >= 1, got {procs}")
@@ -85,6 +86,7 @@ class ProcessLoadRun:
         self.max_requests, self.duration_s = max_requests, duration_s
         self.on_record, self.on_progress = on_record, on_progress
         self.prewarm = prewarm
+        self.quiet_gc = quiet_gc
         self.start_timeout_s = start_timeout_s
         self.state = "ready"
         self.t0 = 0.0
@@ -119,7 +121,7 @@ class ProcessLoadRun:
                 "index": i, "procs": n, "config": self.config, "shape": shapes[i],
                 "requests": list(seq[i::n]) if seq is not None else self.requests,
                 "warmup": self.warmup[i::n], "max_requests": quotas[i], "duration_s": self.duration_s,
-                "offsets": offsets[i], "t0": self.t0, "loop": preferred(),
+                "offsets": offsets[i], "t0": self.t0, "loop": preferred(), "quiet_gc": self.quiet_gc,
                 "prewarm": self.prewarm if self.prewarm is not None else (streams[i] or 16),
             })
         return plans
@@ -343,7 +345,7 @@ async def _child_main(conn: multiprocessing.connection.Connection, plan: dict[st
         await client.prewarm(plan["prewarm"])
         run = LoadRun(client, plan["shape"], reqs, warmup=plan["warmup"], max_requests=plan["max_requests"],
                       duration_s=plan["duration_s"], on_record=lambda r: conn.send(("record", r)),
-                      t0=plan["t0"], start_gate=gate, offsets=plan["offsets"])
+                      t0=plan["t0"], start_gate=gate, offsets=plan["offsets"], quiet_gc=plan["quiet_gc"])
         try:
             res = await run.run()
         except asyncio.CancelledError:

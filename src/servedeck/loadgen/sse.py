@@ -239,13 +239,12 @@ class ResponseParser:
                 k = ev.find(_REASONING)
                 if k >= 0:
                     k += 12
-        if k > 0:
-            while ev[k : k + 1] == b" ":
-                k += 1
-            k += 1  # past the string's opening quote (checked below)
+        if k > 0 and ev[k : k + 1] == b" ":
+            k = len(ev) - len(ev[k:].lstrip(b" "))
         plain = (not _has_usage(ev) and b'"timings"' not in ev and _FINISH_STR not in ev
                  and _FINISH_STR_SPACED not in ev)
-        if plain and k > 0 and ev[k - 1] == _QUOTE and ev[k : k + 1] not in (b'"', b""):
+        # A string that is not empty: an opening quote, then anything but the closing one.
+        if plain and k > 0 and ev[k : k + 1] == b'"' and ev[k + 1 : k + 2] not in (b'"', b""):
             self.chunk_t.append(t)
             self.chunk_n.append(1)
             return
