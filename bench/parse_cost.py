@@ -5,7 +5,8 @@ event, [DONE]), through `servedeck.loadgen.sse.ResponseParser` one read per chun
 (CPU time, not wall: a busy host stretches wall time, not instructions) the work done as each
 chunk arrives and the work left for the end of the response (`facts()`: the events kept for JSON
 decoding). Both JSON spellings: compact (vLLM's pydantic, llama.cpp's nlohmann) and with
-json.dumps' default spaces. The two parsers run interleaved in one process, min of --reps.
+json.dumps' default spaces; and vLLM's continuous usage stats (a usage object on every chunk,
+which `servedeck bench` asks vLLM for). The two parsers run interleaved in one process, min of --reps.
 
     .venv/bin/python bench/parse_cost.py [--baseline OLD_SSE_PY]
     # e.g. the parser before issue 14:  git show 19ff67b:src/servedeck/loadgen/sse.py > /tmp/sse_old.py
@@ -37,11 +38,13 @@ def chunk(p: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(p), p)
 
 
-def stream(seps: tuple[str, str], tokens: int = 100) -> list[bytes]:
+def stream(seps: tuple[str, str], tokens: int = 100, continuous: bool = False) -> list[bytes]:
     def ev(i: int, fin: str | None = None, text: str | None = None) -> bytes:
-        obj = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m",
-               "choices": [{"index": 0, "delta": {"content": f" t{i}" if text is None else text},
-                            "logprobs": None, "finish_reason": fin}]}
+        obj: dict = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                     "choices": [{"index": 0, "delta": {"content": f" t{i}" if text is None else text},
+                                  "logprobs": None, "finish_reason": fin}]}
+        if continuous:  # vLLM's continuous_usage_stats: the running count on every chunk
+            obj["usage"] = {"prompt_tokens": 5, "total_tokens": 5 + i + 1, "completion_tokens": i + (text != "")}
         return chunk(b"data: " + json.dumps(obj, separators=seps).encode() + b"\n\n")
 
     usage = {"id": "chatcmpl-1", "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": tokens}}
@@ -78,8 +81,9 @@ def main() -> None:
     if a.baseline:
         parsers["baseline"] = load("sse_baseline", a.baseline)
     out = {}
-    for label, seps in (("compact JSON", (",", ":")), ("JSON with spaces", (", ", ": "))):
-        reads = stream(seps)
+    for label, seps, cont in (("compact JSON", (",", ":"), False), ("JSON with spaces", (", ", ": "), False),
+                              ("continuous usage", (",", ":"), True)):
+        reads = stream(seps, continuous=cont)
         best = {k: [float("inf"), float("inf")] for k in parsers}
         for _ in range(a.reps):
             for k, mod in parsers.items():

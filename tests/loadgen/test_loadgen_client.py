@@ -170,6 +170,21 @@ def test_json_with_spaces_takes_the_fast_path_and_keeps_the_finish():
     assert f.chunk_n == [1, 1, 1, 1] and f.finish_reason == "length" and f.output_tokens == 4
 
 
+def test_continuous_usage_counts_are_read_without_json_decoding():
+    """vLLM's continuous usage stats put a running count on every chunk; the counts come from two
+    regex reads, and a chunk that carried 3 tokens (spec decode) still counts 3."""
+    def chunk(text, completion, fin=b"null"):
+        return (b'data: {"choices":[{"index":0,"delta":{"content":"%s"},"finish_reason":%s}],'
+                b'"usage":{"prompt_tokens":7,"total_tokens":%d,"completion_tokens":%d}}' % (text, fin, 7 + completion, completion))
+    events = [chunk(b"a", 1), chunk(b"bcd", 4), chunk(b"e", 5), chunk(b"f", 6, b'"length"'),
+              b'data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":6}}', b"data: [DONE]"]
+    p = _feed_in_pieces(_http(events), 1000)
+    assert len(p._raw) == 2  # the finishing chunk and the usage event
+    f = p.facts()
+    assert f.chunk_n == [1, 3, 1, 1] and f.chunk_n_from_server
+    assert (f.prompt_tokens, f.output_tokens, f.finish_reason) == (7, 6, "length")
+
+
 def test_error_event_inside_a_200_stream():
     events = [b'data: {"choices":[{"delta":{"content":"a"}}]}', b'data: {"error":{"message":"out of memory"}}']
     f = _feed_in_pieces(_http(events), 1000).facts()

@@ -10,6 +10,7 @@ decoded once the response has ended (`finish`), where their cost no longer shift
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +35,8 @@ _REASONING = b'"reasoning":'
 _FINISH_STR = b'"finish_reason":"'  # a finish reason that is a string, not null
 _FINISH_STR_SPACED = b'"finish_reason": "'
 _QUOTE = 0x22
+_COMPLETION = re.compile(rb'"completion_tokens": ?(\d+)')
+_PROMPT = re.compile(rb'"prompt_tokens": ?(\d+)')
 _SPACE = 0x20
 _PENDING = -1  # chunk_n placeholder: decide after the response ends
 
@@ -62,7 +65,7 @@ class ResponseParser:
 
     __slots__ = (
         "state", "status", "headers", "keep_alive", "is_sse", "t_first_byte", "t_end",
-        "saw_done_marker", "chunk_t", "chunk_n", "_raw", "_buf", "_remaining", "_sse", "_sep",
+        "saw_done_marker", "chunk_t", "chunk_n", "_raw", "_usage", "_buf", "_remaining", "_sse", "_sep",
         "_body",
     )
 
@@ -78,6 +81,9 @@ class ResponseParser:
         self.chunk_t: list[float] = []
         self.chunk_n: list[int] = []
         self._raw: dict[int, bytes] = {}  # index into chunk_* -> event kept for JSON decoding
+        # index into chunk_* -> (prompt_tokens, completion_tokens) of a content chunk that carried
+        # continuous usage (vLLM's continuous_usage_stats): read with two finds, no JSON decoding
+        self._usage: dict[int, tuple[int | None, int]] = {}
         self._buf = b""
         self._remaining = 0
         self._sse = b""
@@ -241,13 +247,22 @@ class ResponseParser:
                     k += 12
         if k > 0 and ev[k : k + 1] == b" ":
             k = len(ev) - len(ev[k:].lstrip(b" "))
-        plain = (not _has_usage(ev) and b'"timings"' not in ev and _FINISH_STR not in ev
-                 and _FINISH_STR_SPACED not in ev)
+        usage = _has_usage(ev)
+        plain = b'"timings"' not in ev and _FINISH_STR not in ev and _FINISH_STR_SPACED not in ev
         # A string that is not empty: an opening quote, then anything but the closing one.
         if plain and k > 0 and ev[k : k + 1] == b'"' and ev[k + 1 : k + 2] not in (b'"', b""):
-            self.chunk_t.append(t)
-            self.chunk_n.append(1)
-            return
+            if not usage:
+                self.chunk_t.append(t)
+                self.chunk_n.append(1)
+                return
+            m = _COMPLETION.search(ev)
+            if m is not None:  # vLLM's continuous usage: every content chunk says its count
+                p = _PROMPT.search(ev)
+                self._usage[len(self.chunk_t)] = (int(p[1]) if p else None, int(m[1]))
+                self.chunk_t.append(t)
+                self.chunk_n.append(_PENDING)
+                return
+        plain = plain and not usage
         if ev.startswith((b"data: [DONE]", b"data:[DONE]")):
             self.saw_done_marker = True
             return
@@ -264,11 +279,24 @@ class ResponseParser:
         so a 10,000-token answer costs no more here than a 10-token one.
         """
         f = StreamFacts(chunk_t=self.chunk_t, chunk_n=self.chunk_n)
-        content_chunks = len(self.chunk_n) - len(self._raw)
+        content_chunks = len(self.chunk_n) - len(self._raw) - len(self._usage)
         with_usage = 0  # content chunks that said how many tokens they carried
         extra = 0  # tokens beyond one per chunk assigned so far (continuous usage)
         drop: list[int] = []
-        for i in sorted(self._raw):
+        counted = self._usage
+        for i in sorted(self._raw.keys() | counted.keys()) if self._raw else counted:
+            if i in counted:  # a content chunk with its running count: the same steps, no JSON
+                prompt, completion = counted[i]
+                if prompt is not None:
+                    f.prompt_tokens = prompt
+                f.output_tokens = completion
+                content_chunks += 1
+                before = i - len(drop) + extra
+                n_tok = max(completion - before, 1)
+                extra += n_tok - 1
+                with_usage += 1
+                f.chunk_n[i] = n_tok
+                continue
             obj, err = _decode_event(self._raw[i])
             n_tok = 0
             if err is not None:
