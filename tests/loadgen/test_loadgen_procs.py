@@ -74,3 +74,25 @@ def test_requests_that_cannot_be_split_are_refused():
     with pytest.raises(ValueError, match="list or a picklable"):
         ProcessLoadRun(ClientConfig("http://127.0.0.1:9", model="m"), ClosedLoop(2),
                        synthetic_requests(16, 4), procs=2)  # a generator
+
+
+def test_cancelling_stops_every_process_and_keeps_the_cancelled_records(instrument):
+    """Ctrl-C (task cancelled): each process cancels its in-flight requests, which come back
+    recorded as "cancelled", and no process is left behind."""
+    specs = list(synthetic_requests(16, 100, n=8))
+    run = ProcessLoadRun(ClientConfig(instrument.url, model="instrument"), ClosedLoop(4), specs, procs=2)
+
+    async def go() -> None:
+        task = asyncio.ensure_future(run.run())
+        while run.result().measured_start is None:
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)  # every stream is mid-answer (each takes ~2 s)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(go())
+    assert run.state == "cancelled" and not _children()
+    res = run.result()
+    assert res.stop_reason == "cancelled"
+    assert sorted(r.status for r in res.records if r.kind == "measured") == ["cancelled"] * 4

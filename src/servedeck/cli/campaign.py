@@ -180,6 +180,9 @@ def bench(
     if arrivals not in ("poisson", "constant"):
         raise ServedeckError(f"--arrivals {arrivals!r} is not poisson or constant",
                              hint="poisson: random gaps at the given mean rate; constant: evenly spaced")
+    if client_procs < 1:
+        raise ServedeckError(f"--client-procs must be at least 1, got {client_procs}",
+                             hint="1 runs the client in this process; N > 1 splits the streams over N processes")
     if rate:
         shapes = tuple(OpenLoop(r, arrivals) for r in _numbers(rate, "--rate", float))  # type: ignore[arg-type]
     else:

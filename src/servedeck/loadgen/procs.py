@@ -165,8 +165,37 @@ class ProcessLoadRun:
             self.state, self._stop_reason = "failed", "failed"
             raise
         finally:
-            await _stop_all(workers)
+            await self._stop_all(workers)
         return self.result()
+
+    async def _stop_all(self, workers: list[tuple[Any, multiprocessing.connection.Connection]]) -> None:
+        """Ask each process to stop, keep the records it sends meanwhile (requests it cancels are
+        recorded as such, as in LoadRun), then end it if it lingers."""
+        for _, c in workers:
+            try:
+                c.send(("stop", None))
+            except (OSError, ValueError):
+                pass
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 10.0
+        for i, (p, c) in enumerate(workers):
+            while loop.time() < end:
+                try:
+                    while c.poll():
+                        what, payload = c.recv()
+                        if what == "record":
+                            self._take(i, payload)
+                        elif what == "done":
+                            self._done.setdefault(i, payload)
+                except (EOFError, OSError):
+                    break
+                if not p.is_alive() and not c.poll():
+                    break
+                await asyncio.sleep(0.02)
+            if p.is_alive():
+                p.kill()
+            p.join(5)
+            c.close()
 
     async def _serve(self, conns: list[multiprocessing.connection.Connection]) -> None:
         loop = asyncio.get_running_loop()
@@ -275,24 +304,6 @@ class ProcessLoadRun:
             loop="+".join(loops),
             procs=procs,
         )
-
-
-async def _stop_all(workers: list[tuple[Any, multiprocessing.connection.Connection]]) -> None:
-    """Ask each process to stop, give it a moment to report its cancelled requests, then end it."""
-    for p, c in workers:
-        try:
-            c.send(("stop", None))
-        except (OSError, ValueError):
-            pass
-    loop = asyncio.get_running_loop()
-    end = loop.time() + 10.0
-    for p, c in workers:
-        while p.is_alive() and loop.time() < end:
-            await asyncio.sleep(0.02)
-        if p.is_alive():
-            p.kill()
-        p.join(5)
-        c.close()
 
 
 # ---- the client process ---------------------------------------------------------------------------
