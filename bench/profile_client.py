@@ -3,7 +3,7 @@
 One closed-loop run (3 requests per stream, TTFT 50 ms, 20 ms per token, 100 tokens) against the
 instrument in its own process, reporting what the client measured against what the instrument
 wrote (TTFT error p50/p99), schedule lag, client CPU, and every garbage collection the client
-ran: count and CPU time per generation (time.thread_time, so a descheduled process does not
+ran during the measured phase: count and CPU time per generation (time.thread_time, so a descheduled process does not
 inflate it), the longest single pause. --profile adds cProfile's top functions by own time.
 --baseline-sse runs the client with an older copy of loadgen/sse.py (for before/after figures):
 
@@ -56,14 +56,14 @@ def main() -> None:
 
     mode_args = {"cheap": [], "realistic": ["--realistic"], "spaced": ["--realistic", "--json-spaces"]}[a.mode]
     inst = InstrumentProcess("--ttft-ms", "50", "--itl-ms", "20", "--tokens", "100", *mode_args)
-    pauses: list[tuple[int, float]] = []
-    started = [0.0]
+    pauses: list[tuple[int, float, float]] = []  # (generation, perf_counter at start, CPU seconds)
+    started = [0.0, 0.0]
 
     def on_gc(phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
-            started[0] = time.thread_time()
+            started[:] = [time.perf_counter(), time.thread_time()]
         else:
-            pauses.append((info["generation"], time.thread_time() - started[0]))
+            pauses.append((info["generation"], started[0], time.thread_time() - started[1]))
 
     async def drive() -> Any:
         specs = list(synthetic_requests(64, 100, n=a.streams * a.rounds))
@@ -89,7 +89,9 @@ def main() -> None:
     errs = [(r.chunk_t[0] + res.t0 - sent[r.id]["chunk_t"][0]) * 1e3 for r in res.records
             if r.kind == "measured" and r.status == "ok" and r.chunk_t and r.id in sent]
     st = summarize_run(res)
-    by_gen = {g: [d * 1e3 for x, d in pauses if x == g] for g in (0, 1, 2)}
+    # Only what ran while the measured phase did (warm-up and set-up collections are not lag).
+    lo, hi = res.t0 + (res.measured_start or 0.0), res.t0 + (res.measured_end or 0.0)
+    by_gen = {g: [d * 1e3 for x, t, d in pauses if x == g and lo <= t <= hi] for g in (0, 1, 2)}
     out = {
         "mode": a.mode, "streams": a.streams, "loop": res.loop, "gc": a.gc, "parser": str(a.baseline_sse or "current"),
         "ttft_err_p50_ms": float(np.percentile(errs, 50)), "ttft_err_p99_ms": float(np.percentile(errs, 99)),
@@ -102,7 +104,7 @@ def main() -> None:
     print(f"{a.mode} instrument, {a.streams} streams, loop {res.loop}, gc {a.gc}, parser {out['parser']}: "
           f"TTFT error p50 {out['ttft_err_p50_ms']:.2f} ms, p99 {out['ttft_err_p99_ms']:.2f} ms; lag p99 "
           f"{out['lag_p99_ms']:.1f} ms; client CPU {out['client_cpu_fraction']:.0%}; load {out['load_avg_1m']:.1f}")
-    print(f"GC during the run: collections {out['gc_collections']}, CPU ms {out['gc_cpu_ms']}, "
+    print(f"GC during the measured phase: collections {out['gc_collections']}, CPU ms {out['gc_cpu_ms']}, "
           f"longest ms {out['gc_longest_ms']}")
     if prof:
         buf = io.StringIO()

@@ -65,7 +65,7 @@ class ResponseParser:
 
     __slots__ = (
         "state", "status", "headers", "keep_alive", "is_sse", "t_first_byte", "t_end",
-        "saw_done_marker", "chunk_t", "chunk_n", "_raw", "_usage", "_buf", "_remaining", "_sse", "_sep",
+        "saw_done_marker", "chunk_t", "chunk_n", "_raw", "_usage", "_spaced", "_buf", "_remaining", "_sse", "_sep",
         "_body",
     )
 
@@ -84,6 +84,7 @@ class ResponseParser:
         # index into chunk_* -> (prompt_tokens, completion_tokens) of a content chunk that carried
         # continuous usage (vLLM's continuous_usage_stats): read with two finds, no JSON decoding
         self._usage: dict[int, tuple[int | None, int]] = {}
+        self._spaced: bool | None = None  # the server puts a space after JSON's colons
         self._buf = b""
         self._remaining = 0
         self._sse = b""
@@ -245,12 +246,18 @@ class ResponseParser:
                 k = ev.find(_REASONING)
                 if k >= 0:
                     k += 12
-        if k > 0 and ev[k : k + 1] == b" ":
-            k = len(ev) - len(ev[k:].lstrip(b" "))
-        usage = _has_usage(ev)
-        plain = b'"timings"' not in ev and _FINISH_STR not in ev and _FINISH_STR_SPACED not in ev
+        n = len(ev)
+        spaced = self._spaced
+        if spaced is None:  # a server writes all its events alike: look once, after the first key
+            i = ev.find(b'":')
+            spaced = self._spaced = i >= 0 and ev[i + 2 : i + 3] == b" "
+        if spaced and 0 < k < n - 1 and ev[k] == _SPACE:
+            k = n - len(ev[k:].lstrip(b" "))
         # A string that is not empty: an opening quote, then anything but the closing one.
-        if plain and k > 0 and ev[k : k + 1] == b'"' and ev[k + 1 : k + 2] not in (b'"', b""):
+        text = 0 < k < n - 1 and ev[k] == _QUOTE and ev[k + 1] != _QUOTE
+        usage = _has_usage(ev)
+        plain = b'"timings"' not in ev and (_FINISH_STR_SPACED if spaced else _FINISH_STR) not in ev
+        if text and plain:
             if not usage:
                 self.chunk_t.append(t)
                 self.chunk_n.append(1)
