@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from typing import Any, Callable, Optional
 
 import typer
 from rich.markdown import Markdown
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from servedeck.campaign import BenchSpec, Outcome, bench as run_bench, gate as run_gate
+from servedeck.campaign import BenchSpec, Outcome, bench as run_bench, gate as run_gate, measured
 from servedeck.campaign.bench import shape_label
 from servedeck.cli.app import app, console, err_console, load_config, print_json
 from servedeck.errors import ServedeckError
 from servedeck.gates import GateSpec, ProbeResult
 from servedeck.loadgen import ClosedLoop, OpenLoop, Progress as LoadProgress, Slo
+from servedeck.loadgen.loop import run as run_loop
 from servedeck.report import list_row, markdown
 from servedeck.runs import find_run, list_runs, load, runs_root
 from servedeck.timeparse import seconds
@@ -133,7 +136,11 @@ def gate(
     cfg = load_config()
     spec = GateSpec(context=context or 0, depths=_depths(depths), repeats=repeats, threshold=threshold, seed=seed)
     outcome = Outcome()
-    _guarded(outcome, lambda rep: run_gate(cfg, model, spec, launch=launch, reporter=rep, outcome=outcome))
+    def run(rep: RichReporter) -> None:
+        with measured(cfg, model, launch, outcome) as target:
+            asyncio.run(run_gate(target, spec, reporter=rep, outcome=outcome))
+
+    _guarded(outcome, run)
     view = load(outcome.folder) if outcome.folder else {}
     if as_json:
         print_json(view)
@@ -198,9 +205,13 @@ def bench(
                      repeat_prompt=repeat_prompt, seed=seed, client_procs=client_procs)
     cfg = load_config()
     outcome = Outcome()
-    _guarded(outcome, lambda rep: run_bench(cfg, model, spec, gate_mode=gate_flag,
-                                            gate_spec=GateSpec(context=gate_context or 0),
-                                            launch=launch, reporter=rep, outcome=outcome))
+    def run(rep: RichReporter) -> None:
+        with measured(cfg, model, launch, outcome) as target:
+            # uvloop when installed: the load generator's timestamps want the cheaper loop
+            run_loop(run_bench(target, spec, gate_mode=gate_flag, gate_spec=GateSpec(context=gate_context or 0),
+                               reporter=rep, outcome=outcome))
+
+    _guarded(outcome, run)
     view = load(outcome.folder) if outcome.folder else {}
     if as_json:
         print_json(view)
