@@ -193,7 +193,8 @@ async def run_point(index: int, shape: Shape, spec: BenchSpec, target: Target, f
                            continuous_usage_stats=get_engine(target.engine).stream_usage_per_chunk)
         conc = shape.concurrency if isinstance(shape, ClosedLoop) else None
         async with StreamingClient(cfg) as client:
-            await client.prewarm(min(conc or 16, 256))
+            # With client processes the connections that matter are theirs; this one only warms up.
+            await client.prewarm(min(conc or 16, 256) if spec.client_procs == 1 else max(1, len(warm)))
             if warm:
                 reporter.stage(f"{label}: warm-up ({len(warm)} requests, distinct prompts)")
                 await LoadRun(client, ClosedLoop(min(len(warm), conc or 4)), [], warmup=warm,
@@ -204,6 +205,7 @@ async def run_point(index: int, shape: Shape, spec: BenchSpec, target: Target, f
             run: LoadRun | ProcessLoadRun
             if spec.client_procs > 1:
                 point["client_procs"] = spec.client_procs
+                await client.aclose()  # no idle connection of ours holds a server slot meanwhile
                 run = ProcessLoadRun(cfg, shape, measured, procs=spec.client_procs, max_requests=spec.requests,
                                      duration_s=spec.duration_s, on_record=on_record,
                                      on_progress=lambda p: reporter.progress(label, p))
