@@ -158,6 +158,19 @@ def lateness(sent: dict[str, dict[str, Any]], ttft_ms: float, itl_ms: float) -> 
     return out
 
 
+def load3() -> list[float] | None:
+    """The host's load average (1, 5, 15 min), None where the kernel does not say (a sandbox)."""
+    try:
+        return list(os.getloadavg())
+    except OSError:
+        return None
+
+
+def load1() -> float | None:
+    la = load3()
+    return la[0] if la else None
+
+
 def pct(values: list[float], q: float) -> float | None:
     return float(np.percentile(values, q)) if values else None
 
@@ -165,7 +178,7 @@ def pct(values: list[float], q: float) -> float | None:
 def accuracy_point(inst: BenchInstrument, v: Variant, conc: int, rounds: int) -> dict[str, Any]:
     inst.clear()
     n = max(10, conc * rounds)
-    load_before = os.getloadavg()[0]
+    load_before = load1()
     quiet = v.gc == "quiet"
     if v.procs > 1:
         specs = list(synthetic_requests(64, inst.tokens, n=n))
@@ -233,7 +246,7 @@ def capacity_point(insts: list[BenchInstrument], kind: str, streams: int, durati
         "ttft_err_p99_ms": pct(cmp["ttft_err"], 99),
         "errors": stats["counts"]["error"],
         "instrument_late_p99_ms": pct(lateness(sent, inst.ttft_ms, inst.itl_ms), 99),
-        "load_avg_1m": os.getloadavg()[0],
+        "load_avg_1m": load1(),
     }
 
 
@@ -333,11 +346,15 @@ def main() -> None:
     extra = [BenchInstrument(a.modes[0], *timing, cpus=icpus) for _ in range(max(0, a.instruments - 1))] \
         if a.capacity_streams else []
     if client_cpus:
-        os.sched_setaffinity(0, client_cpus)  # after the instruments started: they keep theirs
+        try:
+            os.sched_setaffinity(0, client_cpus)  # after the instruments started: they keep theirs
+        except OSError as e:
+            console.log(f"could not pin the client to CPUs {a.client_cpus}: {e}")
     result: dict[str, Any] = {
         "tool": "bench/loadgen_accuracy.py", "argv": sys.argv[1:],
         "instrument": {"ttft_ms": a.ttft_ms, "itl_ms": a.itl_ms, "tokens": a.tokens, "modes": a.modes,
-                       "loops": {m: i.loop for m, i in insts.items()}, "cpus": a.instrument_cpus},
+                       "loops": {m: i.loop for m, i in insts.items()}, "cpus": a.instrument_cpus,
+                       "pinned_to": {m: sorted(i.pinned) if i.pinned else None for m, i in insts.items()}},
         "client_cpus": sorted(client_cpus) if client_cpus else None,
         "client_affinity": sorted(os.sched_getaffinity(0)),
         "preferred_loop": preferred(),
@@ -345,7 +362,7 @@ def main() -> None:
         "targets_realistic": {str(k): {"ttft_err_p50_ms": t[0], "ttft_err_p99_ms": t[1], "rate_pct": t[2]}
                               for k, t in TARGETS.items()},
         "platform": {"python": platform.python_version(), "machine": platform.machine(),
-                     "cpus": os.cpu_count(), "load_avg_start": os.getloadavg()},
+                     "cpus": os.cpu_count(), "load_avg_start": load3()},
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     runs: dict[tuple[str, int], list[dict[str, Any]]] = {}
@@ -360,7 +377,7 @@ def main() -> None:
                     runs.setdefault((v.label, conc), []).append(r)
                     console.log(f"rep {rep + 1}/{a.reps} {v.label} c={conc}: TTFT err p50 {fmt(r['ttft_err_p50_ms'])} "
                                 f"p99 {fmt(r['ttft_err_p99_ms'])} ms, rate {fmt(r['rate_pct_of_ideal'], 1)} %, "
-                                f"load {r['load_avg_1m']:.1f}")
+                                f"load {fmt(r['load_avg_1m'], 1)}")
             acc = medians(runs)
             result["accuracy"] = acc
             result["reps_done"] = rep + 1
@@ -388,12 +405,13 @@ def main() -> None:
         for i in [*insts.values(), *extra]:
             i.stop()
         os.environ.pop("SERVEDECK_LOOP", None)
-    result["platform"]["load_avg_end"] = os.getloadavg()
+    result["platform"]["load_avg_end"] = load3()
     result["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
     la = result["platform"]
+    la0, la1 = (la["load_avg_start"] or [None])[0], (la["load_avg_end"] or [None])[0]
     t = Table(title=f"loadgen accuracy vs instrument (median of {a.reps} runs, interleaved; ms; load average "
-                    f"{la['load_avg_start'][0]:.1f} → {la['load_avg_end'][0]:.1f} on {la['cpus']} CPUs)")
+                    f"{fmt(la0, 1)} → {fmt(la1, 1)} on {la['cpus']} CPUs)")
     for col in ("instrument", "client", "procs", "loop", "gc", "streams", "TTFT err p50", "TTFT err p99",
                 "|ITL err| p99", "rate % ideal", "lag p99", "client CPU", "client-bound", "instr. late p99",
                 "load", "target"):

@@ -32,8 +32,13 @@ class InstrumentProcess:
         self.port = int(fields["port"])
         self.loop = fields.get("loop", "")
         self.url = f"http://127.0.0.1:{self.port}"
+        self.pinned: set[int] | None = None  # the CPUs it was held to, None if not (or refused)
         if cpus:
-            os.sched_setaffinity(self.proc.pid, cpus)
+            try:
+                os.sched_setaffinity(self.proc.pid, cpus)
+                self.pinned = set(os.sched_getaffinity(self.proc.pid))
+            except OSError:  # a sandbox may not allow it: the run says so instead of failing
+                self.pinned = None
 
     def clear(self) -> None:
         urllib.request.urlopen(urllib.request.Request(self.url + "/records", method="DELETE")).read()
