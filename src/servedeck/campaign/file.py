@@ -157,6 +157,7 @@ class WorkloadCfg(_Strict):
     requests: Optional[int] = Field(default=None, ge=1)
     warmup: int = Field(default=1, ge=0)
     seed: Optional[int] = None
+    client_procs: int = Field(default=1, ge=1)  # the load spread over this many client processes (first replica)
     label: Optional[str] = None
 
     @model_validator(mode="after")

@@ -95,7 +95,8 @@ def bench_spec(w: WorkloadCfg) -> BenchSpec:
     return BenchSpec(workload=w.kind, shapes=shapes, output_tokens=w.output_tokens or (1024 if w.kind == "chat" else 64),
                      input_tokens=w.input_tokens if w.kind == "chat" else None,
                      prompt_tokens=w.prompt_tokens if w.kind == "long-prompt" else None,
-                     duration_s=duration_s, requests=requests, warmup=w.warmup, seed=w.seed)
+                     duration_s=duration_s, requests=requests, warmup=w.warmup, seed=w.seed,
+                     client_procs=w.client_procs)
 
 
 def check_host(camp: Campaign, cells: list[C.Cell]) -> None:
