@@ -207,8 +207,9 @@ class Manager:
         asyncio.get_running_loop().create_task(poke())
 
     def _gauge(self, rt: ModelRuntime) -> None:
-        self.metrics.inflight.labels(rt.name).set(rt.inflight)
-        self.metrics.queue.labels(rt.name).set(rt.queued)
+        m = self.metrics.of(rt.name)
+        m.inflight.set(rt.inflight)
+        m.queue.set(rt.queued)
 
     def _set_state(self, rt: ModelRuntime, state: str, detail: str = "") -> None:
         if state == Pol.READY and rt.state != Pol.READY:

@@ -45,6 +45,13 @@ class GpuCollector:
         yield power
 
 
+class ModelMetrics:
+    __slots__ = ("inflight", "queue", "ttft", "e2e")
+
+    def __init__(self, inflight, queue, ttft, e2e) -> None:
+        self.inflight, self.queue, self.ttft, self.e2e = inflight, queue, ttft, e2e
+
+
 class DoorMetrics:
     def __init__(self, gpu: bool = True) -> None:
         r = self.registry = CollectorRegistry()
@@ -68,8 +75,17 @@ class DoorMetrics:
                                registry=r)
         self.state = Gauge("servedeck_door_model_state", "1 for the model's current door state", ["model", "state"],
                            registry=r)
+        self._children: dict[str, ModelMetrics] = {}
         if gpu:
             r.register(GpuCollector())
+
+    def of(self, model: str) -> "ModelMetrics":
+        """The model's labelled children, looked up once (labels() takes a lock and hashes each call)."""
+        m = self._children.get(model)
+        if m is None:
+            m = self._children[model] = ModelMetrics(self.inflight.labels(model), self.queue.labels(model),
+                                                     self.ttft.labels(model), self.e2e.labels(model))
+        return m
 
     def set_state(self, model: str, state: str) -> None:
         for s in STATES:

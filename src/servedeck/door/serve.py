@@ -62,6 +62,16 @@ def build_door(cfg: Config | None, opts: ServeOptions, notify: Callable | None =
     return Door(mgr, metrics, api_keys=keys_of(cfg, opts.api_keys), host=opts.host, log_bodies=opts.log_bodies)
 
 
+def run_loop(coro) -> None:
+    """uvloop when installed (the `door` extra): it roughly halves the door's CPU per relayed chunk."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(coro)
+        return
+    uvloop.run(coro)
+
+
 def serve(cfg: Config | None, opts: ServeOptions, on_ready: Callable[[int], None] | None = None,
           stop: threading.Event | None = None) -> None:
     """Run until SIGINT/SIGTERM (or `stop`). Engines keep running afterwards, as with `watch`."""
@@ -114,7 +124,7 @@ def serve(cfg: Config | None, opts: ServeOptions, on_ready: Callable[[int], None
             w.cancel()
 
     try:
-        asyncio.run(main())
+        run_loop(main())
     finally:
         stop.set()
         if t:

@@ -188,6 +188,7 @@ class Door:
             self.metrics.requests.labels(model, str(r.status)).inc()
             return refusal_response(r)
         rt = mgr.models[model]
+        mm = self.metrics.of(model)
         if doc is not None and name != rt.served_name and rt.managed:
             doc["model"] = rt.served_name  # an alias: the engine knows the model by its served name
             body = json.dumps(doc).encode()
@@ -206,18 +207,21 @@ class Door:
                 if up.content_length is not None:
                     resp.content_length = up.content_length
                 await resp.prepare(request)
-                first = True
-                tail = b""
-                async for chunk in up.content.iter_any():
+                content = up.content
+                chunk = await content.readany()
+                if chunk:
                     await resp.write(chunk)
-                    if first:
-                        first = False
-                        ttft = time.perf_counter() - t0
-                        self.metrics.ttft.labels(model).observe(ttft)
-                        entry["ttft_ms"] = round(ttft * 1e3, 1)
-                    tail = (tail + chunk)[-4096:]
+                    ttft = time.perf_counter() - t0
+                    mm.ttft.observe(ttft)
+                    entry["ttft_ms"] = round(ttft * 1e3, 1)
+                prev = b""
+                while chunk:  # as it arrives: one write per read, no buffering
+                    prev = chunk
+                    chunk = await content.readany()
+                    if chunk:
+                        await resp.write(chunk)
                 await resp.write_eof()
-                m = USAGE_RE.findall(tail)
+                m = USAGE_RE.findall(prev[-4096:])  # usage rides in the last chunk (or the whole body)
                 entry["tokens"] = int(m[-1]) if m else None
         except asyncio.CancelledError:
             status = "499"  # the client went away; leaving the `async with` closed the upstream connection
@@ -233,7 +237,7 @@ class Door:
         finally:
             mgr.release(model, rep)
             e2e = time.perf_counter() - t0
-            self.metrics.e2e.labels(model).observe(e2e)
+            mm.e2e.observe(e2e)
             self.metrics.requests.labels(model, status).inc()
             entry.update(status=int(status), e2e_ms=round(e2e * 1e3, 1))
         return resp
