@@ -204,6 +204,38 @@ def bench_instrument(a: argparse.Namespace) -> list[dict]:
         inst.stop()
 
 
+def bench_stack(a: argparse.Namespace) -> list[dict]:
+    """The door (aiohttp) against a bare Starlette/uvicorn/httpx proxy, both in front of the instrument."""
+    inst = InstrumentProcess("--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS), "--tokens", str(TOKENS))
+    door = None
+    port = free_port()
+    star = subprocess.Popen([sys.executable, str(HERE / "_starlette_proxy.py"), str(port), inst.url],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        door = DoorProcess("", "--upstream", f"instrument={inst.url}")
+        for _ in range(100):
+            try:
+                httpx.post(f"http://127.0.0.1:{port}/v1/completions", json={"model": "x", "max_tokens": 1,
+                                                                              "prompt": "x", "stream": True})
+                break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        rows = []
+        for conc in a.concurrency:
+            row = pair(f"http://127.0.0.1:{port}", door.url, "instrument", conc, a.reps, a.rounds, TOKENS, 64, inst)
+            rows.append(row)  # "direct" here is the Starlette proxy
+            console.log(f"stack, {conc} streams: transit p50 starlette {fmt(row['direct_transit_p50_ms'], 3)} / door "
+                        f"{fmt(row['door_transit_p50_ms'], 3)} ms, p99 {fmt(row['direct_transit_p99_ms'], 3)} / "
+                        f"{fmt(row['door_transit_p99_ms'], 3)} ms")
+        return rows
+    finally:
+        if door:
+            door.stop()
+        os.killpg(star.pid, signal.SIGTERM)
+        star.wait(10)
+        inst.stop()
+
+
 def bench_llama(a: argparse.Namespace) -> list[dict]:
     from servedeck.init import render_starter
 
@@ -231,7 +263,8 @@ def bench_llama(a: argparse.Namespace) -> list[dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--targets", nargs="+", choices=["instrument", "llama"], default=["instrument", "llama"])
+    ap.add_argument("--targets", nargs="+", choices=["instrument", "llama", "stack"], default=["instrument", "llama"],
+                    help="stack: the door against a bare Starlette/uvicorn/httpx proxy (needs those installed)")
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 64, 256])
     ap.add_argument("--llama-concurrency", type=int, nargs="+", default=[1, 64, 256])
     ap.add_argument("--llama-max-tokens", type=int, default=32)
@@ -252,6 +285,8 @@ def main() -> None:
     if "llama" in a.targets:
         result["llama_rows"] = bench_llama(a)
         console.print(table("through the door vs direct: llama-server, SmolLM2-135M", result["llama_rows"], False))
+    if "stack" in a.targets:
+        result["stack_rows"] = bench_stack(a)
     result["platform"]["load_avg_end"] = os.getloadavg()
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(result, indent=2))
