@@ -82,6 +82,7 @@ class Manager:
         self.metrics = metrics
         self.clock = clock
         self.notify = notify or (lambda *a, **k: None)
+        self.on_launched: Callable[[dict], None] = lambda rec: None  # serve: tells the watch loop it was us
         host = cfg.deck.host if cfg else None
         self.settings = Pol.Settings(min_residency_s=host.min_residency_s if host else 30.0,
                                      drain_timeout_s=host.drain_timeout_s if host else 120.0)
@@ -302,6 +303,7 @@ class Manager:
             target.attempts_done += 1
             self._apply_live(live)
             if err is None and rec is not None:
+                self.on_launched(rec)
                 self._set_state(target, Pol.READY)
                 self._upstream_from(target, rec)
                 target.refusal = None

@@ -43,7 +43,9 @@ async def snapshot(door: "Door") -> dict[str, Any]:
 
 
 async def events(request: web.Request) -> web.StreamResponse:
-    door: Door = request.app["door"]
+    from servedeck.door.server import DOOR_KEY
+
+    door = request.app[DOOR_KEY]
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await resp.prepare(request)
     last = None

@@ -42,7 +42,7 @@ HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", 
 # Response headers the door sets itself (aiohttp writes its own Server/Date; length/chunking follow the stream).
 RESP_DROP = {"connection", "keep-alive", "transfer-encoding", "content-length", "server", "date"}
 USAGE_RE = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
-MANAGEMENT = ("/metrics", "/events", "/door/", "/")
+DOOR_KEY: web.AppKey["Door"] = web.AppKey("door")
 
 
 def is_loopback(host: str | None) -> bool:
@@ -97,7 +97,7 @@ class Door:
         app.router.add_get("/door/status", self.status)
         app.router.add_get("/", page.index)
         app.router.add_get("/events", page.events)
-        app["door"] = self
+        app[DOOR_KEY] = self
         app.on_startup.append(self._open)
         app.on_cleanup.append(self._close)
         return app
@@ -227,14 +227,20 @@ class Door:
         except asyncio.CancelledError:
             status = "499"  # the client went away; leaving the `async with` closed the upstream connection
             raise
-        except (aiohttp.ClientConnectionError, asyncio.TimeoutError) as e:
+        except ConnectionResetError:
+            status = "499"  # the client went away while we wrote
+            raise
+        except (aiohttp.ClientError, asyncio.TimeoutError) as e:
             status = "502"
             if resp is None or not resp.prepared:
                 return web.json_response(error_body(502, f"{model} at {rep.url}: {type(e).__name__}: {e}",
                                                     f"`servedeck logs {model}` shows the engine's side"),
                                          status=502)
-        except ConnectionResetError:
-            status = "499"
+            # The engine's stream broke after the headers went out: cut the client's connection too, so
+            # it sees an incomplete response instead of a clean end (aiohttp would write the last chunk).
+            if request.transport is not None:
+                request.transport.close()
+            raise ConnectionResetError(f"{model}: upstream stream ended early: {e}") from None
         finally:
             mgr.release(model, rep)
             e2e = time.perf_counter() - t0
