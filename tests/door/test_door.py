@@ -74,7 +74,7 @@ def test_another_model_of_the_slot_switches_and_queued_requests_all_complete(doo
     finish (drain), the gemma requests queue during the switch, and every request completes."""
     wait_state(door, "smollm2", "ready")
     with cf.ThreadPoolExecutor(8) as pool:
-        old = [pool.submit(stream_chat, door, "smollm2", 40, True) for _ in range(2)]
+        old = [pool.submit(stream_chat, door, "smollm2", 6, True) for _ in range(2)]
         time.sleep(0.3)
         new = [pool.submit(stream_chat, door, "gemma3-270m", 8) for _ in range(4)]
         seen = set()

@@ -16,7 +16,7 @@ def serve(
     host: str = typer.Option("127.0.0.1", "--host", help="address to listen on (loopback unless you say otherwise)"),
     port: int = typer.Option(8000, "--port"),
     api_key: Optional[str] = typer.Option(None, "--api-key", envvar="SERVEDECK_API_KEY",
-                                          help="required as a bearer key on every request (also [host] api_keys)"),
+                                          help="required as a bearer key on every request (also models.toml host.api_keys)"),
     watch_interval: str = typer.Option("5s", "--watch-interval", help="the in-process watch loop's interval"),
     upstream: List[str] = typer.Option([], "--upstream", help="NAME=URL: also route NAME to a server servedeck "
                                        "does not run (repeat a NAME for replicas)"),
