@@ -69,6 +69,10 @@ def test_a_failed_boot_is_not_retried_before_its_spacing():
     act = decide("a", vs, 10.0, S)
     assert act.kind == "fail" and act.status == 502 and act.until == 60.0
     assert decide("a", vs, 61.0, S).kind == "start"
+    refused = views(View("a", "main", STOPPED, retry_at=10.0))  # the deck said no (memory, port)
+    act = decide("a", refused, 5.0, S)
+    assert act.kind == "fail" and act.status == 503
+    assert decide("a", refused, 11.0, S).kind == "start"
 
 
 def test_pick_replica_takes_the_fewest_outstanding_then_spreads():

@@ -69,7 +69,7 @@ class ModelRuntime:
     detail: str = ""
 
     def view(self) -> Pol.View:
-        retry = self.refusal.until if (self.refusal and self.state == Pol.FAILED) else None
+        retry = self.refusal.until if self.refusal else None
         return Pol.View(self.name, self.slot, self.state, self.inflight, self.queued, self.ready_since,
                         self.last_request, retry)
 

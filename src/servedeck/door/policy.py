@@ -33,7 +33,7 @@ class View:
     queued: int = 0
     ready_since: float | None = None  # when it last became ready (the residency clock)
     last_request: float | None = None  # when a request for it last arrived
-    retry_at: float | None = None  # failed: no new boot before this
+    retry_at: float | None = None  # its last boot failed (502) or was refused (503): no new try before this
 
 
 @dataclass(frozen=True)
@@ -80,9 +80,12 @@ def decide(target: str, views: dict[str, View], now: float, settings: Settings,
         return Action("wait", reason=f"{target} is starting")
     if t.state in (DRAINING, STOPPING):
         return Action("wait", reason=f"{target} is being switched out; the request queues behind the switch")
-    if t.state == FAILED and t.retry_at is not None and now < t.retry_at:
-        return Action("fail", until=t.retry_at, status=502,
-                      reason=f"{target} failed to boot; the next try is not before the watch loop's spacing")
+    if t.retry_at is not None and now < t.retry_at:
+        if t.state == FAILED:
+            return Action("fail", until=t.retry_at, status=502,
+                          reason=f"{target} failed to boot; the next try is not before the watch loop's spacing")
+        return Action("fail", until=t.retry_at, status=503,
+                      reason=f"the deck refused to start {target}; the next try is not before the refusal's Retry-After")
     holders = holders_of(t, views)
     if not holders:
         return Action("start")
