@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from servedeck.config import load
+from servedeck.modelsfile import load
 from servedeck.door import ServeOptions
 
 sys.path.insert(0, str(Path(__file__).parent))  # doorkit.py and cdp.py live beside this file

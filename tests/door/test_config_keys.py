@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from servedeck.config.load import parse
+from servedeck.modelsfile import parse
 from servedeck.errors import ConfigError
 
 BASE = """

@@ -144,7 +144,7 @@ def test_a_model_that_cannot_fit_gets_503_naming_the_holder(door, monkeypatch):
     inv = Inventory(available=True, driver_version="570.0", gpus=(Gpu(
         index=0, name="NVIDIA H200", uuid="GPU-0", pci_bus_id="0000:01:00.0", memory_total=total,
         memory_used=held, memory_free=total - held, processes=(GpuProcess(live["engine_pid"] or live["pid"], held),)),))
-    monkeypatch.setattr("servedeck.doctor.checks.inventory", lambda: inv)
+    monkeypatch.setattr("servedeck.gpu.fit.inventory", lambda: inv)
     r = door.client.post("/v1/chat/completions", json={"model": "gemma-side", "messages": CHAT})
     assert r.status_code == 503, r.text
     msg = r.json()["error"]["message"]

@@ -22,10 +22,10 @@ from typing import Any, Callable
 from servedeck.config import Config
 from servedeck.deck import state as S
 from servedeck.deck.deck import Deck
+from servedeck.deck.records import LaunchState, LiveRecord
 from servedeck.door import policy as Pol
 from servedeck.door.metrics import DoorMetrics
 from servedeck.errors import BusyError, LaunchError, RefusedError, ServedeckError
-from servedeck.supervisor import process as P
 
 DECK_LOCK_WAIT_S = 120.0  # a deck call waits this long for the lock (the watch loop or a CLI command holds it)
 REFUSED_RETRY_S = 10.0  # a start refused for memory or port: new requests get 503 for this long
@@ -276,12 +276,13 @@ class Manager:
         self.notify(f"door-{kind}", target.name, f"{kind} to {target.name}" +
                     (f", evicting {', '.join(evict)}" if evict else "") + f" ({act.reason})")
         err: Refusal | None = None
-        rec: dict | None = None
+        rec: LiveRecord | None = None
         try:
             if evict:
-                rec = await asyncio.to_thread(self.deck.switch, target.name, wait_s=DECK_LOCK_WAIT_S)
+                res = await asyncio.to_thread(self.deck.switch, target.name, wait_s=DECK_LOCK_WAIT_S)
             else:
-                rec = await asyncio.to_thread(self.deck.start, target.name, wait_s=DECK_LOCK_WAIT_S, reason="door")
+                res = await asyncio.to_thread(self.deck.start, target.name, wait_s=DECK_LOCK_WAIT_S, reason="door")
+            rec = res.record
         except LaunchError as e:
             cause = e.cause or {}
             err = Refusal(502, e.message, e.hint, self.retry_spacing_s, cause, self.clock() + self.retry_spacing_s)
@@ -331,22 +332,20 @@ class Manager:
             self.cond.notify_all()
 
     # --- what really runs -----------------------------------------------------------------------------
-    @staticmethod
-    def _read_live() -> dict[str, dict]:
-        """Live records whose process is alive (read only: settling the dead is the deck's and the loop's)."""
-        return {m: r for m, r in S.all_live().items() if P.alive(r["pid"], r.get("create_time"))}
+    def _read_live(self) -> dict[str, LiveRecord]:
+        """Live records whose process is alive (a query: settling the dead is the deck's and the loop's)."""
+        return self.deck.running()
 
-    def _upstream_from(self, rt: ModelRuntime, rec: dict) -> None:
-        url = rec.get("base_url") or f"http://{rec.get('host', '127.0.0.1')}:{rec['port']}"
-        url = url.rstrip("/")
+    def _upstream_from(self, rt: ModelRuntime, rec: LiveRecord) -> None:
+        url = (rec.base_url or f"http://{rec.host}:{rec.port}").rstrip("/")
         if url.endswith("/v1"):
             url = url[:-3]
         if [r.url for r in rt.replicas] != [url]:
             rt.replicas = [Pol.Replica(url)]
-        rt.port = rec.get("port", rt.port)
-        rt.served_name = rec.get("served_name") or rt.served_name
+        rt.port = rec.port
+        rt.served_name = rec.served_name or rt.served_name
 
-    def _apply_live(self, live: dict[str, dict]) -> bool:
+    def _apply_live(self, live: dict[str, LiveRecord]) -> bool:
         """Bring door states in line with the live records, except where a deck call of ours is under way."""
         changed = False
         for name, rt in self.models.items():
@@ -357,14 +356,14 @@ class Manager:
                 if rt.state in (Pol.READY, Pol.DRAINING, Pol.STARTING, Pol.STOPPING):
                     self._set_state(rt, Pol.STOPPED, "not running")
                     changed = True
-            elif rec.get("state") == "ready":
+            elif rec.state == LaunchState.READY:
                 self._upstream_from(rt, rec)
                 if rt.state not in (Pol.READY, Pol.DRAINING):
                     self._set_state(rt, Pol.READY)
                     rt.refusal = None
                     changed = True
-            elif rec.get("state") in ("starting", "stopping") and rt.state != rec["state"]:
-                self._set_state(rt, rec["state"], f"{rec['state']} outside the door")
+            elif rec.state in (LaunchState.STARTING, LaunchState.STOPPING) and rt.state != rec.state.value:
+                self._set_state(rt, rec.state.value, f"{rec.state.value} outside the door")
                 changed = True
         return changed
 

@@ -30,8 +30,8 @@ def _disk_parts(models: list[str]) -> dict[str, Any]:
     logs = {}
     for m in models:
         rec = S.read_live(m)
-        if rec and rec.get("launch_dir"):
-            logs[m] = L.log_tail(Path(rec["launch_dir"]), LOG_LINES).splitlines()
+        if rec and rec.launch_dir:
+            logs[m] = L.log_tail(Path(rec.launch_dir), LOG_LINES).splitlines()
     return {"notices": notices, "logs": logs}
 
 

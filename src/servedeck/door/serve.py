@@ -86,8 +86,7 @@ def serve(cfg: Config | None, opts: ServeOptions, on_ready: Callable[[int], None
         watcher = Watcher(cfg, opts.watch_interval_s, notices)
     door = build_door(cfg, opts, notify=lambda kind, model, msg, **d: notices.emit(kind, model, msg, **d))
     if watcher is not None:  # the loop then does not call the door's launches "adopted"
-        door.manager.on_launched = lambda rec: (watcher.launched.add(rec["launch_dir"]),
-                                                watcher.known.add(rec["model"]))
+        door.manager.on_launched = lambda rec: (watcher.launched.add(rec.launch_dir), watcher.known.add(rec.model))
     stop = stop or threading.Event()
     errors: list[BaseException] = []
 
