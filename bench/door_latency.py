@@ -261,13 +261,48 @@ def bench_llama(a: argparse.Namespace) -> list[dict]:
         door.stop()
 
 
+def bench_swap(a: argparse.Namespace) -> list[dict]:
+    """Switch the slot back and forth (SmolLM2 <-> Gemma 3 270M, both llama-server): for each switch the
+    door's own account (eviction + memory release + boot, /door/status) and the client's time to first byte."""
+    from servedeck.init import render_starter
+
+    text = render_starter()
+    for old in ("8081", "8091", "8082"):
+        text = text.replace(f"port = {old}", f"port = {free_port()}")
+    text = text.replace("[host]\n", "[host]\nmin_residency_s = 0\n", 1)
+    door = DoorProcess(text)
+    rows = []
+    try:
+        body = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 4, "stream": True}
+        for i in range(a.swaps + 1):
+            model = ("smollm2", "gemma")[i % 2]
+            t0 = time.perf_counter()
+            with httpx.stream("POST", door.url + "/v1/chat/completions", json=dict(body, model=model),
+                              timeout=600) as r:
+                first = None
+                for _ in r.iter_raw():
+                    first = first or time.perf_counter()
+                status = r.status_code
+            swaps = httpx.get(door.url + "/door/status", timeout=30).json()["swaps"]
+            last = swaps[0] if swaps else {}
+            rows.append({"to": model, "status": status, "first_byte_s": round((first or t0) - t0, 3),
+                         "kind": last.get("kind"), "evicted": last.get("evicted"), "door_took_s": last.get("took_s"),
+                         "load_avg": os.getloadavg()[0]})
+            console.log(f"{last.get('kind')} to {model}: {last.get('took_s')} s (door), first byte after "
+                        f"{rows[-1]['first_byte_s']} s; load {rows[-1]['load_avg']:.1f}")
+        return rows
+    finally:
+        door.stop()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--targets", nargs="+", choices=["instrument", "llama", "stack"], default=["instrument", "llama"],
+    ap.add_argument("--targets", nargs="+", choices=["instrument", "llama", "stack", "swap"], default=["instrument", "llama"],
                     help="stack: the door against a bare Starlette/uvicorn/httpx proxy (needs those installed)")
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 64, 256])
     ap.add_argument("--llama-concurrency", type=int, nargs="+", default=[1, 64, 256])
     ap.add_argument("--llama-max-tokens", type=int, default=32)
+    ap.add_argument("--swaps", type=int, default=4, help="swap: switches to time (after the first start)")
     ap.add_argument("--reps", type=int, default=2, help="direct/door pairs per point (alternating order)")
     ap.add_argument("--rounds", type=int, default=3, help="requests per stream in each instrument run")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "door_latency.json")
@@ -287,6 +322,8 @@ def main() -> None:
         console.print(table("through the door vs direct: llama-server, SmolLM2-135M", result["llama_rows"], False))
     if "stack" in a.targets:
         result["stack_rows"] = bench_stack(a)
+    if "swap" in a.targets:
+        result["swap_rows"] = bench_swap(a)
     result["platform"]["load_avg_end"] = os.getloadavg()
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(result, indent=2))
