@@ -307,6 +307,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="requests per stream in each instrument run")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "door_latency.json")
     a = ap.parse_args()
+    # SIGTERM (e.g. `timeout`) unwinds like Ctrl-C, so every door and engine started here is stopped
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     result: dict[str, Any] = {
         "tool": "bench/door_latency.py", "argv": sys.argv[1:],
         "instrument": {"ttft_ms": TTFT_MS, "itl_ms": ITL_MS, "tokens": TOKENS},
