@@ -40,7 +40,7 @@ from rich.table import Table
 
 from servedeck.loadgen import ClientConfig, ClosedLoop, LoadResult, StreamingClient, run_load, summarize_run
 from servedeck.loadgen import synthetic_requests
-from servedeck.loadgen.instrument_process import InstrumentProcess
+from servedeck.testing.instrument_process import InstrumentProcess
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent

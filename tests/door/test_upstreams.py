@@ -12,7 +12,7 @@ import pytest
 
 from doorkit import DoorThread
 from servedeck.door import ServeOptions
-from servedeck.loadgen.instrument_process import InstrumentProcess
+from servedeck.testing.instrument_process import InstrumentProcess
 
 
 @pytest.fixture(scope="module")

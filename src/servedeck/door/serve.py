@@ -63,7 +63,7 @@ def build_door(cfg: Config | None, opts: ServeOptions, notify: Callable | None =
 
 
 def run_loop(coro) -> None:
-    """uvloop when installed (the `door` extra): it roughly halves the door's CPU per relayed chunk."""
+    """uvloop when installed (the `fast` extra, which scripts/setup.sh installs)."""
     try:
         import uvloop
     except ImportError:
