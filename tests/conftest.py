@@ -47,7 +47,12 @@ def stop_everything(home: Path) -> None:
             stop_group(rec["pgid"], 10)
 
 
+# What tests start besides engines: the front door (`servedeck serve`) and the browser its page is tested in.
+OTHER_KINDS = ("servedeck serve", "chromium")
+
+
 def engine_processes_of_tests() -> list[psutil.Process]:
+    """Engines, doors and browsers started by this session (found by the mark they inherit)."""
     out = []
     for p in psutil.process_iter(["pid", "cmdline"]):
         try:
@@ -56,7 +61,8 @@ def engine_processes_of_tests() -> list[psutil.Process]:
             env = p.environ()
         except (psutil.Error, OSError):
             continue
-        if env.get(TEST_MARK) == SESSION and "servedeck.supervisor.shim" in " ".join(p.info["cmdline"] or []):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if env.get(TEST_MARK) == SESSION and ("servedeck.supervisor.shim" in cmd or any(k in cmd for k in OTHER_KINDS)):
             out.append(p)
     return out
 
@@ -93,7 +99,7 @@ def no_orphans_at_end():
             p.kill()
         except psutil.Error:
             pass
-    assert not left, f"engines left running by tests: {[p.info['cmdline'] for p in left]}"
+    assert not left, f"engines, doors or browsers left running by tests: {[p.info['cmdline'] for p in left]}"
     assert not others, f"instruments or client processes left running by tests: {[p.pid for p in others]}"
 
 

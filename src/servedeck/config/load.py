@@ -133,4 +133,8 @@ def cross_check(deck: Deck) -> list[str]:
             problems.append(
                 f"{key}.gpus: tp*dp*pp = {m.tp * m.dp * m.pp} GPUs needed but only {len(m.gpus)} listed ({m.gpus})"
             )
+    for i, name in enumerate(deck.host.preload):
+        if name not in names:
+            known = ", ".join(sorted(names)) or "(none)"
+            problems.append(f"host.preload[{i}]: no model or alias named {name!r} (known: {known})")
     return problems

@@ -25,6 +25,20 @@ class Host(_Strict):
     relaunch_spacing_s: float = Field(default=60.0, ge=0)
     liveness_interval_s: float = Field(default=30.0, gt=0)
     stall_after_s: float = Field(default=120.0, gt=0)
+    # the front door (`servedeck serve`, docs/door.md)
+    preload: list[str] = Field(default_factory=list)  # models started when `serve` starts
+    api_keys: list[str] = Field(default_factory=list)  # any of these is accepted as a bearer key
+    queue_max: int = Field(default=64, ge=0)  # requests waiting per model for it to start; past it: 429
+    drain_timeout_s: float = Field(default=120.0, ge=0)  # a switch waits this long for in-flight requests
+    min_residency_s: float = Field(default=30.0, ge=0)  # a slot switches at most once per this while both have traffic
+    request_wait_s: float = Field(default=900.0, gt=0)  # a queued request gives up (504) after this
+
+    @field_validator("api_keys")
+    @classmethod
+    def _keys(cls, v: list[str]) -> list[str]:
+        if any(len(k) < 8 for k in v):
+            raise ValueError("every api key must be at least 8 characters long")
+        return v
 
     @model_validator(mode="after")
     def _power_order(self) -> "Host":
@@ -83,7 +97,26 @@ class Model(_Strict):
     host_ram_gib: Optional[float] = Field(default=None, gt=0)
     stop_timeout_s: float = Field(default=120.0, gt=0)  # SIGTERM grace before SIGKILL, as the seed's unit
     ready_timeout_s: float = Field(default=900.0, gt=0)
+    ttl: Optional[float] = None  # the front door stops the model after this long without requests
     notes: str = ""
+
+    @field_validator("ttl", mode="before")
+    @classmethod
+    def _ttl(cls, v: Any) -> Optional[float]:
+        """Seconds, or a duration as people type it ("90s", "10m", "1h")."""
+        if v is None:
+            return None
+        if isinstance(v, str):
+            from servedeck.errors import ServedeckError
+            from servedeck.timeparse import seconds
+
+            try:
+                v = seconds(v, "ttl")
+            except ServedeckError as e:
+                raise ValueError(f"{e.message} (write it like 90, 90s, 10m or 1h)") from None
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+            raise ValueError(f"ttl must be a positive duration (seconds or e.g. \"10m\"), got {v!r}")
+        return float(v)
 
     @field_validator("port")
     @classmethod

@@ -1,0 +1,337 @@
+"""What the front door adds: the load generator against a server directly and through `servedeck serve`,
+side by side (runs alternate direct/door), at 1, 64 and 256 streams.
+
+Two targets:
+  instrument    servedeck's timing instrument (first token after 50 ms, one every 20 ms, 100 tokens),
+                given to the door with --upstream. The instrument records when it received each request
+                and wrote each chunk on the same monotonic clock as the client, so the door's cost is
+                measured per request, not inferred from two noisy runs:
+                    transit = (instrument received − client sent) + (client got chunk 0 − instrument wrote it)
+                    added TTFT = transit through the door − transit direct (p50 and p99 over requests)
+  llama         llama-server (SmolLM2-135M) started by the door itself (preload); client TTFT and
+                output tok/s, direct vs door. Engine queueing at 64/256 streams on 2 cores dwarfs the door.
+Targets (issue 12): added TTFT p50 <= 1 ms and p99 <= 5 ms at 64 streams; output tok/s >= 98 % of direct.
+
+    .venv/bin/python bench/door_latency.py [--targets instrument llama] [--reps 2] [--out PATH]
+Every process (client, door, instrument, engine) shares this machine's cores: the load average is
+recorded at the start and end of each point.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from servedeck.loadgen import ClientConfig, ClosedLoop, LoadResult, StreamingClient, run_load, summarize_run
+from servedeck.loadgen import synthetic_requests
+from servedeck.testing.instrument_process import InstrumentProcess
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+console = Console(width=160)
+TTFT_MS, ITL_MS, TOKENS = 50.0, 20.0, 100
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class DoorProcess:
+    """`servedeck serve` in its own process group, on its own SERVEDECK_HOME."""
+
+    def __init__(self, config_text: str, *args: str) -> None:
+        self.tmp = tempfile.mkdtemp(prefix="door-bench-")
+        cfg = Path(self.tmp) / "models.toml"
+        cfg.write_text(config_text)
+        self.env = dict(os.environ, SERVEDECK_HOME=str(Path(self.tmp) / "home"), SERVEDECK_CONFIG=str(cfg))
+        self.env.pop("SERVEDECK_API_KEY", None)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen([sys.executable, "-m", "servedeck", "serve", "--port", str(self.port),
+                                      "--watch-interval", "30s", *args], env=self.env,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                     start_new_session=True)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 60:
+            try:
+                httpx.get(self.url + "/v1/models", timeout=1)
+                return
+            except httpx.TransportError:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"door exited: {self.proc.stderr.read()}")
+                time.sleep(0.1)
+        raise RuntimeError("door did not start")
+
+    def models(self) -> dict[str, dict]:
+        return {m["id"]: m["servedeck"] for m in httpx.get(self.url + "/v1/models", timeout=10).json()["data"]}
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        # the door leaves engines running (as `watch` does): stop what it started
+        subprocess.run([sys.executable, "-m", "servedeck", "stop", "--all"], env=self.env,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+
+
+async def drive(url: str, model: str, conc: int, n: int, max_tokens: int, prompt_tokens: int) -> LoadResult:
+    specs = list(synthetic_requests(prompt_tokens, max_tokens, n=n))
+    warm = list(synthetic_requests(prompt_tokens, 4, n=min(8, conc), kind="warmup"))
+    async with StreamingClient(ClientConfig(url, model=model)) as c:
+        await c.prewarm(conc + 1)
+        return await run_load(c, ClosedLoop(conc), specs, warmup=warm)
+
+
+def pct(v: list[float], q: float) -> float | None:
+    return float(np.percentile(v, q)) if v else None
+
+
+def transit(res: LoadResult, sent: dict[str, dict]) -> list[float]:
+    """Per request (ms): time the request spent reaching the instrument plus time chunk 0 spent reaching
+    the client. Direct, this is the client's and the kernel's share; through the door, plus the door's."""
+    out = []
+    for r in res.records:
+        s = sent.get(r.id)
+        if r.kind != "measured" or r.status != "ok" or s is None or r.t_send is None or not r.chunk_t:
+            continue
+        out.append(((s["t_received"] - (r.t_send + res.t0)) + ((r.chunk_t[0] + res.t0) - s["chunk_t"][0])) * 1e3)
+    return out
+
+
+def point(url: str, model: str, conc: int, rounds: int, max_tokens: int, prompt_tokens: int,
+          inst: InstrumentProcess | None) -> dict[str, Any]:
+    if inst:
+        inst.clear()
+    n = max(10, conc * rounds)
+    res = asyncio.run(drive(url, model, conc, n, max_tokens, prompt_tokens))
+    st = summarize_run(res)
+    out = {"requests": st["counts"]["measured"], "ok": st["counts"]["ok"], "errors": st["counts"]["error"],
+           "ttft_p50_ms": st["ttft_ms"]["p50"], "ttft_p99_ms": st["ttft_ms"]["p99"],
+           "output_tok_s": st["output_tok_s"], "client_cpu_fraction": st["client"]["cpu_fraction"],
+           "lag_p99_ms": st["client"]["lag_ms"]["p99"]}
+    if inst:
+        t = transit(res, inst.records())
+        out.update(transit_n=len(t), transit_p50_ms=pct(t, 50), transit_p99_ms=pct(t, 99))
+    return out
+
+
+def pair(direct_url: str, door_url: str, model: str, conc: int, reps: int, rounds: int, max_tokens: int,
+         prompt_tokens: int, inst: InstrumentProcess | None) -> dict[str, Any]:
+    la0 = os.getloadavg()
+    runs = {"direct": [], "door": []}
+    for i in range(reps):  # alternate, so drift on a shared box falls on both sides
+        order = ("direct", "door") if i % 2 == 0 else ("door", "direct")
+        for side in order:
+            url = direct_url if side == "direct" else door_url
+            runs[side].append(point(url, model, conc, rounds, max_tokens, prompt_tokens, inst))
+
+    def med(side: str, k: str) -> float | None:
+        vals = [r[k] for r in runs[side] if r.get(k) is not None]
+        return float(np.median(vals)) if vals else None
+
+    row: dict[str, Any] = {"streams": conc, "reps": reps, "load_avg_before": la0, "load_avg_after": os.getloadavg()}
+    for k in ("ttft_p50_ms", "ttft_p99_ms", "output_tok_s", "transit_p50_ms", "transit_p99_ms", "lag_p99_ms"):
+        row[f"direct_{k}"], row[f"door_{k}"] = med("direct", k), med("door", k)
+    if inst:
+        row["added_ttft_p50_ms"] = row["door_transit_p50_ms"] - row["direct_transit_p50_ms"]
+        row["added_ttft_p99_ms"] = row["door_transit_p99_ms"] - row["direct_transit_p99_ms"]
+    row["tok_s_pct_of_direct"] = 100 * row["door_output_tok_s"] / row["direct_output_tok_s"] \
+        if row["direct_output_tok_s"] else None
+    row["errors"] = sum(r["errors"] for side in runs.values() for r in side)
+    row["runs"] = runs
+    return row
+
+
+def fmt(x: Any, nd: int = 2) -> str:
+    return "—" if x is None else f"{x:.{nd}f}" if isinstance(x, float) else str(x)
+
+
+def table(title: str, rows: list[dict], instrument: bool) -> Table:
+    t = Table(title=title)
+    cols = ["streams", "TTFT p50 direct / door (ms)", "TTFT p99 direct / door (ms)"]
+    if instrument:
+        cols += ["added TTFT p50 (ms)", "added TTFT p99 (ms)"]
+    cols += ["tok/s direct / door", "door % of direct", "errors", "load avg"]
+    for c in cols:
+        t.add_column(c, justify="right")
+    for r in rows:
+        cells = [str(r["streams"]), f"{fmt(r['direct_ttft_p50_ms'])} / {fmt(r['door_ttft_p50_ms'])}",
+                 f"{fmt(r['direct_ttft_p99_ms'])} / {fmt(r['door_ttft_p99_ms'])}"]
+        if instrument:
+            cells += [fmt(r["added_ttft_p50_ms"], 3), fmt(r["added_ttft_p99_ms"], 3)]
+        cells += [f"{fmt(r['direct_output_tok_s'], 0)} / {fmt(r['door_output_tok_s'], 0)}",
+                  fmt(r["tok_s_pct_of_direct"], 1), str(r["errors"]), fmt(r["load_avg_before"][0], 1)]
+        t.add_row(*cells)
+    return t
+
+
+def bench_instrument(a: argparse.Namespace) -> list[dict]:
+    inst = InstrumentProcess("--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS), "--tokens", str(TOKENS))
+    door = None
+    try:
+        door = DoorProcess("", "--upstream", f"instrument={inst.url}")
+        rows = []
+        for conc in a.concurrency:
+            rows.append(pair(inst.url, door.url, "instrument", conc, a.reps, a.rounds, TOKENS, 64, inst))
+            console.log(f"instrument, {conc} streams: added TTFT p50 {fmt(rows[-1]['added_ttft_p50_ms'], 3)} ms, "
+                        f"p99 {fmt(rows[-1]['added_ttft_p99_ms'], 3)} ms; tok/s {fmt(rows[-1]['tok_s_pct_of_direct'], 1)} %")
+        return rows
+    finally:
+        if door:
+            door.stop()
+        inst.stop()
+
+
+def bench_stack(a: argparse.Namespace) -> list[dict]:
+    """The door (aiohttp) against a bare Starlette/uvicorn/httpx proxy, both in front of the instrument."""
+    inst = InstrumentProcess("--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS), "--tokens", str(TOKENS))
+    door = None
+    port = free_port()
+    star = subprocess.Popen([sys.executable, str(HERE / "_starlette_proxy.py"), str(port), inst.url],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        door = DoorProcess("", "--upstream", f"instrument={inst.url}")
+        for _ in range(100):
+            try:
+                httpx.post(f"http://127.0.0.1:{port}/v1/completions", json={"model": "x", "max_tokens": 1,
+                                                                              "prompt": "x", "stream": True})
+                break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        rows = []
+        for conc in a.concurrency:
+            row = pair(f"http://127.0.0.1:{port}", door.url, "instrument", conc, a.reps, a.rounds, TOKENS, 64, inst)
+            rows.append(row)  # "direct" here is the Starlette proxy
+            console.log(f"stack, {conc} streams: transit p50 starlette {fmt(row['direct_transit_p50_ms'], 3)} / door "
+                        f"{fmt(row['door_transit_p50_ms'], 3)} ms, p99 {fmt(row['direct_transit_p99_ms'], 3)} / "
+                        f"{fmt(row['door_transit_p99_ms'], 3)} ms")
+        return rows
+    finally:
+        if door:
+            door.stop()
+        os.killpg(star.pid, signal.SIGTERM)
+        star.wait(10)
+        inst.stop()
+
+
+def bench_llama(a: argparse.Namespace) -> list[dict]:
+    from servedeck.init import render_starter
+
+    text = render_starter()
+    port = free_port()
+    text = text.replace("port = 8081", f"port = {port}").replace("port = 8091", f"port = {free_port()}")
+    text = text.replace("port = 8082", f"port = {free_port()}")
+    text = text.replace("[host]\n", '[host]\npreload = ["smollm2"]\n', 1)
+    door = DoorProcess(text)
+    try:
+        t0 = time.monotonic()
+        while door.models()["smollm2"]["state"] != "ready":
+            if time.monotonic() - t0 > 120:
+                raise RuntimeError(f"smollm2 did not become ready through the door: {door.models()['smollm2']}")
+            time.sleep(0.2)
+        rows = []
+        for conc in a.llama_concurrency:
+            rows.append(pair(f"http://127.0.0.1:{port}", door.url, "smollm2", conc, a.reps, 1, a.llama_max_tokens,
+                             64, None))
+            console.log(f"llama-server, {conc} streams: tok/s {fmt(rows[-1]['tok_s_pct_of_direct'], 1)} % of direct")
+        return rows
+    finally:
+        door.stop()
+
+
+def bench_swap(a: argparse.Namespace) -> list[dict]:
+    """Switch the slot back and forth (SmolLM2 <-> Gemma 3 270M, both llama-server): for each switch the
+    door's own account (eviction + memory release + boot, /door/status) and the client's time to first byte."""
+    from servedeck.init import render_starter
+
+    text = render_starter()
+    for old in ("8081", "8091", "8082"):
+        text = text.replace(f"port = {old}", f"port = {free_port()}")
+    text = text.replace("[host]\n", "[host]\nmin_residency_s = 0\n", 1)
+    door = DoorProcess(text)
+    rows = []
+    try:
+        body = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 4, "stream": True}
+        for i in range(a.swaps + 1):
+            model = ("smollm2", "gemma")[i % 2]
+            t0 = time.perf_counter()
+            with httpx.stream("POST", door.url + "/v1/chat/completions", json=dict(body, model=model),
+                              timeout=600) as r:
+                first = None
+                for _ in r.iter_raw():
+                    first = first or time.perf_counter()
+                status = r.status_code
+            swaps = httpx.get(door.url + "/door/status", timeout=30).json()["swaps"]
+            last = swaps[0] if swaps else {}
+            rows.append({"to": model, "status": status, "first_byte_s": round((first or t0) - t0, 3),
+                         "kind": last.get("kind"), "evicted": last.get("evicted"), "door_took_s": last.get("took_s"),
+                         "load_avg": os.getloadavg()[0]})
+            console.log(f"{last.get('kind')} to {model}: {last.get('took_s')} s (door), first byte after "
+                        f"{rows[-1]['first_byte_s']} s; load {rows[-1]['load_avg']:.1f}")
+        return rows
+    finally:
+        door.stop()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--targets", nargs="+", choices=["instrument", "llama", "stack", "swap"], default=["instrument", "llama"],
+                    help="stack: the door against a bare Starlette/uvicorn/httpx proxy (needs those installed)")
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 64, 256])
+    ap.add_argument("--llama-concurrency", type=int, nargs="+", default=[1, 64, 256])
+    ap.add_argument("--llama-max-tokens", type=int, default=32)
+    ap.add_argument("--swaps", type=int, default=4, help="swap: switches to time (after the first start)")
+    ap.add_argument("--reps", type=int, default=2, help="direct/door pairs per point (alternating order)")
+    ap.add_argument("--rounds", type=int, default=3, help="requests per stream in each instrument run")
+    ap.add_argument("--out", type=Path, default=HERE / "results" / "door_latency.json")
+    a = ap.parse_args()
+    # SIGTERM (e.g. `timeout`) unwinds like Ctrl-C, so every door and engine started here is stopped
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    result: dict[str, Any] = {
+        "tool": "bench/door_latency.py", "argv": sys.argv[1:],
+        "instrument": {"ttft_ms": TTFT_MS, "itl_ms": ITL_MS, "tokens": TOKENS},
+        "platform": {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
+                     "load_avg_start": os.getloadavg()},
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    if "instrument" in a.targets:
+        result["instrument_rows"] = bench_instrument(a)
+        console.print(table("through the door vs direct: timing instrument", result["instrument_rows"], True))
+    if "llama" in a.targets:
+        result["llama_rows"] = bench_llama(a)
+        console.print(table("through the door vs direct: llama-server, SmolLM2-135M", result["llama_rows"], False))
+    if "stack" in a.targets:
+        result["stack_rows"] = bench_stack(a)
+    if "swap" in a.targets:
+        result["swap_rows"] = bench_swap(a)
+    result["platform"]["load_avg_end"] = os.getloadavg()
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps(result, indent=2))
+    console.print(f"wrote {a.out} (load average at start {result['platform']['load_avg_start'][0]:.1f}, "
+                  f"at end {result['platform']['load_avg_end'][0]:.1f}, {os.cpu_count()} CPUs)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""The front door command: serve."""
+
+from __future__ import annotations
+
+import logging
+from typing import List, Optional
+
+import typer
+
+from servedeck.cli.app import app, err_console, load_config
+from servedeck.timeparse import seconds
+
+
+@app.command()
+def serve(
+    host: str = typer.Option("127.0.0.1", "--host", help="address to listen on (loopback unless you say otherwise)"),
+    port: int = typer.Option(8000, "--port"),
+    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="SERVEDECK_API_KEY",
+                                          help="required as a bearer key on every request (also models.toml host.api_keys)"),
+    watch_interval: str = typer.Option("5s", "--watch-interval", help="the in-process watch loop's interval"),
+    upstream: List[str] = typer.Option([], "--upstream", help="NAME=URL: also route NAME to a server servedeck "
+                                       "does not run (repeat a NAME for replicas)"),
+    log_bodies: bool = typer.Option(False, "--log-bodies", help="log request bodies (off: bodies are never logged)"),
+) -> None:
+    """One OpenAI-compatible endpoint for the whole deck: routes by model, starts and switches on demand."""
+    from servedeck.door import ServeOptions, serve as run
+    from servedeck.door.serve import keys_of, parse_upstreams
+    from servedeck.door.server import is_loopback
+
+    cfg = load_config()
+    opts = ServeOptions(host=host, port=port, api_keys=[api_key] if api_key else [],
+                        watch_interval_s=seconds(watch_interval, "--watch-interval"), log_bodies=log_bodies,
+                        external=parse_upstreams(upstream))
+    if log_bodies:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    if not is_loopback(host) and not keys_of(cfg, opts.api_keys):
+        err_console.print(f"[yellow]warning:[/] listening on {host} without an api key: /v1 is open to the "
+                          "network; /, /events, /metrics and /door/status answer loopback only")
+
+    def ready(bound: int) -> None:
+        err_console.print(f"servedeck door on http://{host}:{bound} (models: {', '.join(cfg.models)}); "
+                          "Ctrl-C stops the door, engines keep running", highlight=False)
+
+    run(cfg, opts, on_ready=ready)

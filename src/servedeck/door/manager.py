@@ -1,0 +1,425 @@
+"""The front door's model manager: per-model door state, queues, in-flight counts, and the effects
+the swap policy (policy.py) decides on. It is the one owner of the door states listed there.
+
+Everything here runs on the door's event loop except the deck calls, which block (a boot takes
+seconds to minutes) and so run in worker threads (`asyncio.to_thread`): streams of other models
+keep flowing while one model boots. The deck's lock is the deck's: the manager only calls the
+public `Deck.start`, `Deck.switch` and `Deck.stop`, each with a bounded wait for the lock.
+
+One task per slot (`_slot_worker`) serialises the boots and switches of that slot; it exists
+while some request waits for a model of the slot. A sync task reads the live records every
+second so that what the CLI, the watch loop or a crash did is seen; a ttl task unloads idle models.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from servedeck.config import Config
+from servedeck.deck import state as S
+from servedeck.deck.deck import Deck
+from servedeck.deck.records import LaunchState, LiveRecord
+from servedeck.door import policy as Pol
+from servedeck.door.metrics import DoorMetrics
+from servedeck.errors import BusyError, LaunchError, RefusedError, ServedeckError
+
+DECK_LOCK_WAIT_S = 120.0  # a deck call waits this long for the lock (the watch loop or a CLI command holds it)
+REFUSED_RETRY_S = 10.0  # a start refused for memory or port: new requests get 503 for this long
+
+
+@dataclass
+class Refusal(Exception):
+    """An answer other than the model's own: status, message, and when to come back."""
+
+    status: int
+    message: str
+    hint: str | None = None
+    retry_after_s: float | None = None
+    cause: dict | None = None
+    until: float | None = None  # monotonic: the refusal stands for new requests until then
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@dataclass
+class ModelRuntime:
+    name: str
+    slot: str
+    served_name: str
+    aliases: list[str]
+    ttl_s: float | None = None
+    managed: bool = True  # False: an outside server given by --upstream; never started or stopped
+    state: str = Pol.STOPPED
+    inflight: int = 0
+    queued: int = 0
+    ready_since: float | None = None
+    last_request: float | None = None
+    want_since: float | None = None  # when the oldest waiting request arrived (slot worker order)
+    replicas: list[Pol.Replica] = field(default_factory=list)
+    refusal: Refusal | None = None
+    attempts_done: int = 0
+    last_error: tuple[int, Refusal] | None = None
+    busy: bool = False  # a deck call for it (start/switch/stop) is under way
+    port: int | None = None
+    detail: str = ""
+
+    def view(self) -> Pol.View:
+        retry = self.refusal.until if self.refusal else None
+        return Pol.View(self.name, self.slot, self.state, self.inflight, self.queued, self.ready_since,
+                        self.last_request, retry)
+
+
+class Manager:
+    def __init__(self, cfg: Config | None, metrics: DoorMetrics, *, external: dict[str, list[str]] | None = None,
+                 notify: Callable[..., Any] | None = None, clock: Callable[[], float] = time.monotonic):
+        self.cfg = cfg
+        self.deck = Deck(cfg)
+        self.metrics = metrics
+        self.clock = clock
+        self.notify = notify or (lambda *a, **k: None)
+        self.on_launched: Callable[[dict], None] = lambda rec: None  # serve: tells the watch loop it was us
+        host = cfg.deck.host if cfg else None
+        self.settings = Pol.Settings(min_residency_s=host.min_residency_s if host else 30.0,
+                                     drain_timeout_s=host.drain_timeout_s if host else 120.0)
+        self.queue_max = host.queue_max if host else 64
+        self.request_wait_s = host.request_wait_s if host else 900.0
+        self.retry_spacing_s = host.relaunch_spacing_s if host else 60.0
+        self.models: dict[str, ModelRuntime] = {}
+        self.names: dict[str, str] = {}  # name, alias or served name → model
+        for name, m in (cfg.models.items() if cfg else []):
+            self.models[name] = ModelRuntime(name, m.slot, m.served_name or name, list(m.aliases), m.ttl,
+                                             port=m.port)
+        for name, urls in (external or {}).items():
+            self.models[name] = ModelRuntime(name, f"external:{name}", name, [], managed=False, state=Pol.READY,
+                                             ready_since=clock(), replicas=[Pol.Replica(u.rstrip("/")) for u in urls])
+        for rt in self.models.values():
+            for n in (rt.name, rt.served_name, *rt.aliases):
+                self.names.setdefault(n, rt.name)
+        self.cond = asyncio.Condition()
+        self.workers: dict[str, asyncio.Task] = {}
+        self.tasks: list[asyncio.Task] = []
+        self.swaps: deque[dict] = deque(maxlen=50)
+
+    # --- lifecycle --------------------------------------------------------------------------------
+    async def start(self, preload: list[str] = ()) -> None:
+        await self.sync()
+        self.tasks.append(asyncio.create_task(self._sync_loop(), name="door-sync"))
+        self.tasks.append(asyncio.create_task(self._ttl_loop(), name="door-ttl"))
+        for name in preload:
+            self.tasks.append(asyncio.create_task(self._preload(self.resolve(name))))
+
+    async def close(self) -> None:
+        for t in [*self.tasks, *self.workers.values()]:
+            t.cancel()
+        await asyncio.gather(*self.tasks, *self.workers.values(), return_exceptions=True)
+
+    async def _preload(self, name: str) -> None:
+        try:
+            rep = await self.acquire(name)
+            self.release(name, rep)
+        except Refusal as r:
+            self.notify("door-preload-failed", name, f"preload of {name} failed: {r.message}")
+
+    def resolve(self, name: str) -> str:
+        try:
+            return self.names[name]
+        except KeyError:
+            known = ", ".join(sorted(self.names)) or "(none)"
+            raise Refusal(404, f"no model or alias named {name!r} (known: {known})",
+                          hint="GET /v1/models lists every model and alias") from None
+
+    # --- requests -----------------------------------------------------------------------------------
+    async def acquire(self, name: str) -> Pol.Replica:
+        """A replica of `name` to send one request to, starting or switching the model first when
+        needed. Raises Refusal (429 queue full, 502 failed boot, 503 cannot start now, 504 waited too long)."""
+        rt = self.models[name]
+        now = self.clock()
+        rt.last_request = now
+        async with self.cond:
+            if rt.state == Pol.READY:
+                return self._take(rt)
+            if rt.refusal and rt.refusal.until and now < rt.refusal.until:
+                raise self._with_retry(rt.refusal, now)
+            if rt.queued >= self.queue_max:
+                self.metrics.requests.labels(name, "429").inc()
+                raise Refusal(429, f"{name}: {rt.queued} requests already wait for it to start "
+                                   f"(queue_max {self.queue_max})", retry_after_s=5,
+                              hint="retry later, or raise [host] queue_max")
+            rt.queued += 1
+            mark = rt.attempts_done
+            if rt.want_since is None:
+                rt.want_since = now
+            self._gauge(rt)
+            self._ensure_worker(rt.slot)
+            self.cond.notify_all()
+            deadline = now + self.request_wait_s
+            try:
+                while True:
+                    if rt.state == Pol.READY:
+                        return self._take(rt)
+                    if rt.last_error and rt.last_error[0] > mark:
+                        raise self._with_retry(rt.last_error[1], self.clock())
+                    left = deadline - self.clock()
+                    if left <= 0:
+                        raise Refusal(504, f"{name} did not become ready within request_wait "
+                                           f"({self.request_wait_s:g} s); state: {rt.state} {rt.detail}".strip(),
+                                      retry_after_s=10)
+                    try:
+                        await asyncio.wait_for(self.cond.wait(), left)
+                    except asyncio.TimeoutError:
+                        pass
+            finally:
+                rt.queued -= 1
+                if rt.queued == 0:
+                    rt.want_since = None
+                self._gauge(rt)
+
+    def _with_retry(self, r: Refusal, now: float) -> Refusal:
+        left = (r.until - now) if r.until else r.retry_after_s
+        return Refusal(r.status, r.message, r.hint, max(1.0, round(left or 1.0)), r.cause, r.until)
+
+    def _take(self, rt: ModelRuntime) -> Pol.Replica:
+        rep = Pol.pick_replica(rt.replicas)
+        rep.outstanding += 1
+        rep.sent += 1
+        rt.inflight += 1
+        self._gauge(rt)
+        return rep
+
+    def release(self, name: str, rep: Pol.Replica) -> None:
+        rt = self.models[name]
+        rep.outstanding -= 1
+        rt.inflight -= 1
+        rt.last_request = self.clock()
+        self._gauge(rt)
+        if rt.inflight == 0 and rt.state == Pol.DRAINING:
+            self._wake()
+
+    def _wake(self) -> None:
+        async def poke() -> None:
+            async with self.cond:
+                self.cond.notify_all()
+
+        asyncio.get_running_loop().create_task(poke())
+
+    def _gauge(self, rt: ModelRuntime) -> None:
+        m = self.metrics.of(rt.name)
+        m.inflight.set(rt.inflight)
+        m.queue.set(rt.queued)
+
+    def _set_state(self, rt: ModelRuntime, state: str, detail: str = "") -> None:
+        if state == Pol.READY and rt.state != Pol.READY:
+            rt.ready_since = self.clock()
+        rt.state, rt.detail = state, detail
+        self.metrics.set_state(rt.name, state)
+
+    # --- the slot worker: boots and switches, one at a time per slot ---------------------------------
+    def _ensure_worker(self, slot: str) -> None:
+        w = self.workers.get(slot)
+        if w is None or w.done():
+            self.workers[slot] = asyncio.create_task(self._slot_worker(slot), name=f"door-slot-{slot}")
+
+    async def _slot_worker(self, slot: str) -> None:
+        drain_started: float | None = None
+        while True:
+            async with self.cond:
+                wanting = [rt for rt in self.models.values()
+                           if rt.slot == slot and rt.queued > 0 and rt.state != Pol.READY and rt.managed]
+                if not wanting:
+                    for rt in self.models.values():  # a drain nobody waits for any more is called off
+                        if rt.slot == slot and rt.state == Pol.DRAINING:
+                            self._set_state(rt, Pol.READY)
+                    self.workers.pop(slot, None)
+                    self.cond.notify_all()
+                    return
+                target = min(wanting, key=lambda r: r.want_since or 0.0)
+                now = self.clock()
+                act = Pol.decide(target.name, {n: r.view() for n, r in self.models.items()}, now, self.settings,
+                                 drain_started)
+                if act.kind in ("wait", "drain", "fail", "serve"):
+                    if act.kind == "drain":
+                        drain_started = drain_started if drain_started is not None else now
+                        for n in act.evict:
+                            if self.models[n].state == Pol.READY:
+                                self._set_state(self.models[n], Pol.DRAINING, f"switching to {target.name}")
+                        self.cond.notify_all()
+                    target.detail = act.reason
+                    if act.kind == "fail" and target.refusal:  # waiters get the standing refusal
+                        target.attempts_done += 1
+                        target.last_error = (target.attempts_done, target.refusal)
+                        self.cond.notify_all()
+                    timeout = max(0.05, min((act.until - now) if act.until else 1.0, 1.0))
+                    try:
+                        await asyncio.wait_for(self.cond.wait(), timeout)
+                    except asyncio.TimeoutError:
+                        pass
+                    continue
+                # start or switch: from here the deck owns the transition
+                drain_started = None
+                target.busy = True
+                self._set_state(target, Pol.STARTING, act.reason)
+                for n in act.evict:
+                    self.models[n].busy = True
+                    self._set_state(self.models[n], Pol.STOPPING, f"evicted by a switch to {target.name}")
+                self.cond.notify_all()
+            await self._boot(target, act)
+
+    async def _boot(self, target: ModelRuntime, act: Pol.Action) -> None:
+        t0 = self.clock()
+        evict = list(act.evict)
+        kind = "switch" if evict else "start"
+        self.notify(f"door-{kind}", target.name, f"{kind} to {target.name}" +
+                    (f", evicting {', '.join(evict)}" if evict else "") + f" ({act.reason})")
+        err: Refusal | None = None
+        rec: LiveRecord | None = None
+        try:
+            if evict:
+                res = await asyncio.to_thread(self.deck.switch, target.name, wait_s=DECK_LOCK_WAIT_S)
+            else:
+                res = await asyncio.to_thread(self.deck.start, target.name, wait_s=DECK_LOCK_WAIT_S, reason="door")
+            rec = res.record
+        except LaunchError as e:
+            cause = e.cause or {}
+            err = Refusal(502, e.message, e.hint, self.retry_spacing_s, cause, self.clock() + self.retry_spacing_s)
+        except RefusedError as e:
+            err = Refusal(503, e.message, e.hint, REFUSED_RETRY_S, None, self.clock() + REFUSED_RETRY_S)
+        except BusyError as e:
+            err = Refusal(503, e.message, e.hint, 5.0, None, None)
+        except ServedeckError as e:
+            err = Refusal(503, e.message, e.hint, REFUSED_RETRY_S, None, self.clock() + REFUSED_RETRY_S)
+        except Exception as e:  # a bug must reach the waiting clients as an answer, not hang them
+            err = Refusal(500, f"starting {target.name} failed: {type(e).__name__}: {e}", None, 5.0)
+        took = self.clock() - t0
+        live = await asyncio.to_thread(self._read_live)
+        async with self.cond:
+            target.busy = False
+            for n in evict:
+                self.models[n].busy = False
+                self._set_state(self.models[n], Pol.STOPPED)
+            target.attempts_done += 1
+            self._apply_live(live)
+            if err is None and rec is not None:
+                self.on_launched(rec)
+                self._set_state(target, Pol.READY)
+                self._upstream_from(target, rec)
+                target.refusal = None
+                self.metrics.boots.labels(target.name, "ok").inc()
+                if evict:
+                    self.metrics.swaps.labels(target.name, "ok").inc()
+                    self.metrics.swap_seconds.labels(target.name).observe(took)
+                self.swaps.append({"model": target.name, "kind": kind, "evicted": evict, "took_s": round(took, 3),
+                                   "at": S.now_iso(), "outcome": "ok"})
+                self.notify(f"door-{kind}-ok", target.name, f"{target.name} ready after {took:.1f} s ({kind})",
+                            took_s=round(took, 3), evicted=evict)
+            else:
+                assert err is not None
+                target.refusal = err if err.until else None
+                target.last_error = (target.attempts_done, err)
+                if target.state != Pol.READY:
+                    self._set_state(target, Pol.FAILED if err.status == 502 else Pol.STOPPED, err.message)
+                outcome = "failed" if err.status == 502 else "refused"
+                self.metrics.boots.labels(target.name, outcome).inc()
+                if evict:
+                    self.metrics.swaps.labels(target.name, outcome).inc()
+                self.swaps.append({"model": target.name, "kind": kind, "evicted": evict, "took_s": round(took, 3),
+                                   "at": S.now_iso(), "outcome": outcome, "error": err.message})
+                self.notify(f"door-{kind}-{outcome}", target.name, err.message, status=err.status, cause=err.cause)
+            self.cond.notify_all()
+
+    # --- what really runs -----------------------------------------------------------------------------
+    def _read_live(self) -> dict[str, LiveRecord]:
+        """Live records whose process is alive (a query: settling the dead is the deck's and the loop's)."""
+        return self.deck.running()
+
+    def _upstream_from(self, rt: ModelRuntime, rec: LiveRecord) -> None:
+        url = (rec.base_url or f"http://{rec.host}:{rec.port}").rstrip("/")
+        if url.endswith("/v1"):
+            url = url[:-3]
+        if [r.url for r in rt.replicas] != [url]:
+            rt.replicas = [Pol.Replica(url)]
+        rt.port = rec.port
+        rt.served_name = rec.served_name or rt.served_name
+
+    def _apply_live(self, live: dict[str, LiveRecord]) -> bool:
+        """Bring door states in line with the live records, except where a deck call of ours is under way."""
+        changed = False
+        for name, rt in self.models.items():
+            if not rt.managed or rt.busy:
+                continue
+            rec = live.get(name)
+            if rec is None:
+                if rt.state in (Pol.READY, Pol.DRAINING, Pol.STARTING, Pol.STOPPING):
+                    self._set_state(rt, Pol.STOPPED, "not running")
+                    changed = True
+            elif rec.state == LaunchState.READY:
+                self._upstream_from(rt, rec)
+                if rt.state not in (Pol.READY, Pol.DRAINING):
+                    self._set_state(rt, Pol.READY)
+                    rt.refusal = None
+                    changed = True
+            elif rec.state in (LaunchState.STARTING, LaunchState.STOPPING) and rt.state != rec.state.value:
+                self._set_state(rt, rec.state.value, f"{rec.state.value} outside the door")
+                changed = True
+        return changed
+
+    async def sync(self) -> None:
+        live = await asyncio.to_thread(self._read_live)
+        async with self.cond:
+            if self._apply_live(live):
+                self.cond.notify_all()
+
+    async def _sync_loop(self, every_s: float = 1.0) -> None:
+        while True:
+            await asyncio.sleep(every_s)
+            try:
+                await self.sync()
+            except Exception as e:  # a torn file must not end the door
+                self.notify("error", None, f"door sync failed: {type(e).__name__}: {e}")
+
+    # --- ttl -------------------------------------------------------------------------------------------
+    async def _ttl_loop(self, every_s: float = 1.0) -> None:
+        while True:
+            await asyncio.sleep(every_s)
+            now = self.clock()
+            for rt in list(self.models.values()):
+                if rt.managed and not rt.busy and Pol.idle_expired(rt.view(), rt.ttl_s, now):
+                    await self._unload(rt, f"idle for ttl ({rt.ttl_s:g} s)")
+
+    async def _unload(self, rt: ModelRuntime, why: str) -> None:
+        async with self.cond:
+            if rt.busy or rt.inflight or rt.queued or rt.state != Pol.READY:
+                return
+            rt.busy = True
+            self._set_state(rt, Pol.STOPPING, why)
+        try:
+            await asyncio.to_thread(self.deck.stop, [rt.name], wait_s=DECK_LOCK_WAIT_S)
+            self.metrics.unloads.labels(rt.name).inc()
+            self.notify("door-unload", rt.name, f"stopped {rt.name}: {why}")
+        except ServedeckError as e:
+            self.notify("door-unload-failed", rt.name, f"could not stop {rt.name} ({why}): {e.message}")
+        finally:
+            live = await asyncio.to_thread(self._read_live)
+            async with self.cond:
+                rt.busy = False
+                if rt.name not in live:
+                    self._set_state(rt, Pol.STOPPED, why)
+                self._apply_live(live)
+                self.cond.notify_all()
+
+    # --- reading --------------------------------------------------------------------------------------
+    def snapshot(self) -> list[dict]:
+        now = self.clock()
+        out = []
+        for rt in self.models.values():
+            out.append({"model": rt.name, "aliases": rt.aliases, "served_name": rt.served_name, "slot": rt.slot,
+                        "state": rt.state, "detail": rt.detail, "inflight": rt.inflight, "queued": rt.queued,
+                        "port": rt.port, "managed": rt.managed, "ttl_s": rt.ttl_s,
+                        "ready_for_s": round(now - rt.ready_since, 1) if rt.state == Pol.READY and rt.ready_since else None,
+                        "replicas": [{"url": r.url, "outstanding": r.outstanding} for r in rt.replicas],
+                        "refusal": {"status": rt.refusal.status, "message": rt.refusal.message} if rt.refusal else None})
+        return out

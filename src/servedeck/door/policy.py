@@ -1,0 +1,136 @@
+"""The front door's swap policy: pure decisions, no processes, no clocks read here.
+
+`decide` answers "a request wants model T: what now?" from a snapshot of what the door knows
+(`View` per model) and the time `now`. `pick_replica` answers "which replica takes this request".
+The effects (deck start/switch/stop, waiting, answering 429/502/503) are carried out by
+door/manager.py, which asks again after every change.
+
+Door states of a model (manager.py is their one owner):
+    stopped    not running (as far as the door and the deck know)
+    starting   a deck start/switch for it is under way
+    ready      answering; requests are proxied
+    draining   ready, but a switch will evict it: in-flight requests finish, new ones queue
+    stopping   a deck stop/switch is taking it down
+    failed     its last boot failed; `retry_at` says when a request may try again
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+STOPPED, STARTING, READY, DRAINING, STOPPING, FAILED = "stopped", "starting", "ready", "draining", "stopping", "failed"
+HOLDING = {STARTING, READY, DRAINING, STOPPING}  # states that occupy a slot
+
+
+@dataclass(frozen=True)
+class View:
+    """One model as the door sees it at one instant (times on the door's monotonic clock, seconds)."""
+
+    name: str
+    slot: str
+    state: str = STOPPED
+    inflight: int = 0
+    queued: int = 0
+    ready_since: float | None = None  # when it last became ready (the residency clock)
+    last_request: float | None = None  # when a request for it last arrived
+    retry_at: float | None = None  # its last boot failed (502) or was refused (503): no new try before this
+
+
+@dataclass(frozen=True)
+class Settings:
+    min_residency_s: float = 30.0
+    drain_timeout_s: float = 120.0
+
+
+@dataclass(frozen=True)
+class Action:
+    """What to do for the target now.
+
+    serve    proxy the request (target is ready)
+    wait     nothing to do yet; look again at `until` or on the next change (`reason` says why)
+    start    boot the target; nothing holds its slot
+    switch   evict `evict` (none has requests in flight, or the drain deadline passed), boot the target
+    drain    mark `evict` draining; look again when their in-flight count reaches 0 or at `until`
+    fail     answer the waiting requests with `status` (502: last boot failed) until `until`
+    """
+
+    kind: str
+    evict: tuple[str, ...] = ()
+    until: float | None = None
+    reason: str = ""
+    status: int | None = None
+
+
+def holders_of(target: View, views: dict[str, View]) -> list[View]:
+    return [v for v in views.values() if v.name != target.name and v.slot == target.slot and v.state in HOLDING]
+
+
+def has_traffic(v: View, now: float, window_s: float) -> bool:
+    """A model is in use when requests run or wait for it, or one arrived within the window."""
+    return v.inflight > 0 or v.queued > 0 or (v.last_request is not None and now - v.last_request < window_s)
+
+
+def decide(target: str, views: dict[str, View], now: float, settings: Settings,
+           drain_started: float | None = None) -> Action:
+    """What to do for a request that wants `target`. `drain_started`: when this switch began draining."""
+    t = views[target]
+    if t.state == READY:
+        return Action("serve")
+    if t.state == STARTING:
+        return Action("wait", reason=f"{target} is starting")
+    if t.state in (DRAINING, STOPPING):
+        return Action("wait", reason=f"{target} is being switched out; the request queues behind the switch")
+    if t.retry_at is not None and now < t.retry_at:
+        if t.state == FAILED:
+            return Action("fail", until=t.retry_at, status=502,
+                          reason=f"{target} failed to boot; the next try is not before the watch loop's spacing")
+        return Action("fail", until=t.retry_at, status=503,
+                      reason=f"the deck refused to start {target}; the next try is not before the refusal's Retry-After")
+    holders = holders_of(t, views)
+    if not holders:
+        return Action("start")
+    busy = [h for h in holders if h.state in (STARTING, STOPPING)]
+    if busy:  # another start or stop in this slot is under way: its outcome changes the picture
+        return Action("wait", reason=f"slot {t.slot!r}: {', '.join(h.name for h in busy)} is {busy[0].state}")
+    # No thrash: a holder that became ready less than min_residency ago and still has traffic stays.
+    young = [h for h in holders if h.ready_since is not None and now - h.ready_since < settings.min_residency_s
+             and has_traffic(h, now, settings.min_residency_s)]
+    if young and drain_started is None:
+        until = max(h.ready_since for h in young) + settings.min_residency_s  # type: ignore[operator]
+        return Action("wait", until=until,
+                      reason=f"slot {t.slot!r} switched to {', '.join(h.name for h in young)} less than "
+                             f"min_residency ({settings.min_residency_s:g} s) ago and it still has traffic")
+    evict = tuple(sorted(h.name for h in holders))
+    inflight = [h for h in holders if h.inflight > 0]
+    if inflight:
+        start = drain_started if drain_started is not None else now
+        deadline = start + settings.drain_timeout_s
+        if now < deadline:
+            return Action("drain", evict=evict, until=deadline,
+                          reason=f"waiting for {sum(h.inflight for h in inflight)} in-flight request(s) of "
+                                 f"{', '.join(h.name for h in inflight)} (drain_timeout {settings.drain_timeout_s:g} s)")
+        return Action("switch", evict=evict, reason="drain_timeout passed with requests still in flight")
+    return Action("switch", evict=evict, reason=f"slot {t.slot!r} held by {', '.join(evict)}")
+
+
+@dataclass
+class Replica:
+    """One server of a model; `outstanding` counts requests sent to it and not yet finished."""
+
+    url: str
+    outstanding: int = 0
+    sent: int = field(default=0)
+
+
+def pick_replica(replicas: list[Replica]) -> Replica:
+    """The replica with the fewest outstanding requests; ties go to the one sent fewer in total
+    (so an idle set is used round-robin rather than always the first)."""
+    return min(replicas, key=lambda r: (r.outstanding, r.sent))
+
+
+def idle_expired(v: View, ttl_s: float | None, now: float) -> bool:
+    """ttl: a ready model with nothing running or waiting, and no request for `ttl_s`, is unloaded."""
+    if ttl_s is None or v.state != READY or v.inflight or v.queued:
+        return False
+    times = [x for x in (v.last_request, v.ready_since) if x is not None]
+    return bool(times) and now - max(times) >= ttl_s

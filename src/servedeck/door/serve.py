@@ -1,0 +1,135 @@
+"""`servedeck serve`: the door and the watch loop in one process, so desired state, relaunches and
+notices have one owner. Refuses to start while another watch loop holds the state dir."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+from dataclasses import dataclass, field
+from typing import Callable
+
+from servedeck.config import Config
+from servedeck.errors import RefusedError, ServedeckError
+from servedeck.door.manager import Manager
+from servedeck.door.metrics import DoorMetrics
+from servedeck.door.server import Door, run_door
+
+ENV_KEY = "SERVEDECK_API_KEY"
+
+
+@dataclass
+class ServeOptions:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_keys: list[str] = field(default_factory=list)
+    watch: bool = True
+    watch_interval_s: float = 5.0
+    log_bodies: bool = False
+    external: dict[str, list[str]] = field(default_factory=dict)  # --upstream NAME=URL (servers not run by servedeck)
+
+
+def parse_upstreams(items: list[str]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for it in items:
+        name, sep, url = it.partition("=")
+        if not sep or not name or not url.startswith(("http://", "https://")):
+            raise ServedeckError(f"--upstream {it!r}: expected NAME=http://HOST:PORT",
+                                 hint="repeat --upstream with the same NAME to give a model several replicas")
+        out.setdefault(name, []).append(url)
+    return out
+
+
+def keys_of(cfg: Config | None, given: list[str]) -> list[str]:
+    keys = [k for k in given if k]
+    if cfg:
+        keys += list(cfg.deck.host.api_keys)
+    for k in keys:
+        if len(k) < 8:
+            raise ServedeckError("an api key must be at least 8 characters long",
+                                 hint=f"use a longer --api-key / {ENV_KEY}")
+    return keys
+
+
+def build_door(cfg: Config | None, opts: ServeOptions, notify: Callable | None = None) -> Door:
+    metrics = DoorMetrics()
+    if cfg:
+        clash = sorted(set(opts.external) & set(cfg.models))
+        if clash:
+            raise ServedeckError(f"--upstream {clash[0]}: a model of that name is in {cfg.path}",
+                                 hint="give the outside server another name")
+    mgr = Manager(cfg, metrics, external=opts.external, notify=notify)
+    return Door(mgr, metrics, api_keys=keys_of(cfg, opts.api_keys), host=opts.host, log_bodies=opts.log_bodies)
+
+
+def run_loop(coro) -> None:
+    """uvloop when installed (the `fast` extra, which scripts/setup.sh installs)."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(coro)
+        return
+    uvloop.run(coro)
+
+
+def serve(cfg: Config | None, opts: ServeOptions, on_ready: Callable[[int], None] | None = None,
+          stop: threading.Event | None = None) -> None:
+    """Run until SIGINT/SIGTERM (or `stop`). Engines keep running afterwards, as with `watch`."""
+    from servedeck.watch import Notices, Redactor, Watcher
+    from servedeck.watch.loop import watch_lock
+
+    notices = Notices(cfg.deck.host.on_notice if cfg else [], Redactor.from_config(cfg))
+    watcher = None
+    if opts.watch:
+        with watch_lock():  # refuse now, with the holder named, if another loop owns this state dir
+            pass
+        watcher = Watcher(cfg, opts.watch_interval_s, notices)
+    door = build_door(cfg, opts, notify=lambda kind, model, msg, **d: notices.emit(kind, model, msg, **d))
+    if watcher is not None:  # the loop then does not call the door's launches "adopted"
+        door.manager.on_launched = lambda rec: (watcher.launched.add(rec.launch_dir), watcher.known.add(rec.model))
+    stop = stop or threading.Event()
+    errors: list[BaseException] = []
+
+    def watch_thread() -> None:
+        try:
+            watcher.run(stop)  # type: ignore[union-attr]
+        except BaseException as e:  # e.g. BusyError: another loop took the lock in the meantime
+            errors.append(e)
+            stop.set()
+
+    t = threading.Thread(target=watch_thread, name="watch-loop", daemon=True) if watcher else None
+    if t:
+        t.start()
+
+    async def main() -> None:
+        ev = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, ev.set)
+            except (RuntimeError, ValueError):  # not the main thread (tests run the door in a thread)
+                pass
+
+        async def watch_stop() -> None:
+            await asyncio.to_thread(stop.wait)
+            ev.set()
+
+        w = asyncio.create_task(watch_stop())
+        try:
+            await run_door(door, opts.host, opts.port, ev, ready=on_ready,
+                           preload=list(cfg.deck.host.preload) if cfg else [])
+        except OSError as e:
+            raise RefusedError(f"cannot listen on {opts.host}:{opts.port}: {e.strerror}",
+                               hint="pick another --port, or stop what listens there") from None
+        finally:
+            stop.set()
+            w.cancel()
+
+    try:
+        run_loop(main())
+    finally:
+        stop.set()
+        if t:
+            t.join(10)
+    if errors:
+        raise errors[0]

@@ -1,0 +1,115 @@
+"""Helpers shared by the door tests: the door in a thread, its models.toml, and cleanup."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+from pathlib import Path
+
+from servedeck.door import ServeOptions, serve
+from servedeck.init import render_starter
+
+TEST_MARK = "SERVEDECK_TEST_RUN"  # as tests/conftest.py: the session guard finds what this session started
+SESSION = str(os.getpid())
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def stop_everything(home: Path) -> None:
+    """Stop, by process group, every engine still recorded live under `home` (as tests/conftest.py)."""
+    from servedeck.supervisor.process import group_members, stop_group
+
+    for f in (home / "live").glob("*.json"):
+        try:
+            rec = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        if group_members(rec["pgid"]):
+            stop_group(rec["pgid"], 10)
+
+
+HOST_KEYS = """
+[host]
+relaunch_tries = 0
+relaunch_spacing_s = 60
+liveness_interval_s = 3600
+min_residency_s = 2
+drain_timeout_s = 120
+queue_max = 8
+"""
+
+
+def door_config(tmp: Path, engines: dict[str, str]) -> Path:
+    """The starter models.toml on free ports, plus side models for ttl, fit and boot-failure tests."""
+    text = render_starter()
+    for old in ("8081", "8091", "8082"):
+        text = text.replace(f"port = {old}", f"port = {free_port()}")
+    text = text.replace("[host]\n", HOST_KEYS, 1)
+    broken = tmp / "broken.gguf"
+    broken.write_bytes(b"GGUF" + b"\0" * 60)  # a header and nothing else: llama-server refuses to load it
+    text += f"""
+[models.smol-side]
+source = "{engines['smollm2_gguf']}"
+build = "llamacpp"
+port = {free_port()}
+slot = "side"
+context = 1024
+ttl = "3s"
+
+[models.gemma-side]
+source = "{engines['gemma_gguf']}"
+build = "llamacpp"
+port = {free_port()}
+slot = "side2"
+context = 1024
+
+[models.broken]
+source = "{broken}"
+build = "llamacpp"
+port = {free_port()}
+slot = "side3"
+context = 1024
+"""
+    path = tmp / "models.toml"
+    path.write_text(text)
+    return path
+
+
+class DoorThread:
+    """`serve()` (door + watch loop) in a thread of this process, so a test can patch what the
+    deck reads (the NVML inventory) the way tests/gpu does."""
+
+    def __init__(self, cfg, opts: ServeOptions):
+        self.stop = threading.Event()
+        self.port: int | None = None
+        self.started = threading.Event()
+        self.error: BaseException | None = None
+
+        def ready(port: int) -> None:
+            self.port = port
+            self.started.set()
+
+        def run() -> None:
+            try:
+                serve(cfg, opts, on_ready=ready, stop=self.stop)
+            except BaseException as e:
+                self.error = e
+                self.started.set()
+
+        self.thread = threading.Thread(target=run, name="door", daemon=True)
+        self.thread.start()
+        assert self.started.wait(60), "door did not start"
+        if self.error:
+            raise self.error
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(60)
+        assert not self.thread.is_alive(), "door thread did not end"

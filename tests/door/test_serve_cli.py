@@ -1,0 +1,118 @@
+"""`servedeck serve` as a user runs it (a process of its own): api keys, the management endpoints on a
+non-loopback bind, and one loop per state dir. No engine is started here."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from servedeck.init import render_starter
+
+KEY = "s3cret-door-key"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServeProcess:
+    def __init__(self, home: Path, config: Path, *args: str, env: dict | None = None):
+        self.port = free_port()
+        e = {k: v for k, v in os.environ.items() if k != "SERVEDECK_API_KEY"}
+        e.update(SERVEDECK_HOME=str(home), SERVEDECK_CONFIG=str(config), **(env or {}))
+        self.proc = subprocess.Popen([sys.executable, "-m", "servedeck", "serve", "--port", str(self.port), *args],
+                                     env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     start_new_session=True)
+
+    def wait_up(self, host: str = "127.0.0.1") -> None:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 30:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"serve exited {self.proc.returncode}: {self.proc.stderr.read()}")
+            try:
+                httpx.get(f"http://{host}:{self.port}/v1/models", timeout=1)
+                return
+            except httpx.TransportError:
+                time.sleep(0.1)
+        raise AssertionError("serve did not start listening")
+
+    def stop(self) -> tuple[int, str]:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        return self.proc.returncode, self.proc.stderr.read()
+
+
+@pytest.fixture
+def config(tmp_path) -> Path:
+    p = tmp_path / "models.toml"
+    p.write_text(render_starter())
+    return p
+
+
+def test_api_key_is_required_on_every_request(door_home, config):
+    s = ServeProcess(door_home, config, env={"SERVEDECK_API_KEY": KEY})
+    try:
+        s.wait_up()
+        url = f"http://127.0.0.1:{s.port}"
+        for path in ("/v1/models", "/metrics", "/", "/door/status"):
+            r = httpx.get(url + path)
+            assert r.status_code == 401 and r.headers["WWW-Authenticate"] == "Bearer", path
+            assert httpx.get(url + path, headers={"Authorization": "Bearer wrong-key-123"}).status_code == 401
+            assert httpx.get(url + path, headers={"Authorization": f"Bearer {KEY}"}).status_code == 200, path
+        assert httpx.get(url + "/v1/models", headers={"x-api-key": KEY}).status_code == 200
+        assert httpx.get(url + "/v1/models", params={"key": KEY}).status_code == 401  # query keys: the page only
+        assert httpx.get(url + "/", params={"key": KEY}).status_code == 200
+        r = httpx.post(url + "/v1/chat/completions", json={"model": "smollm2", "messages": []})
+        assert r.status_code == 401 and "api key" in r.json()["error"]["message"]
+        # one watch loop per state dir: a second door on the same home refuses, naming the holder
+        second = subprocess.run([sys.executable, "-m", "servedeck", "serve", "--port", str(free_port())],
+                                env=dict(os.environ, SERVEDECK_HOME=str(door_home), SERVEDECK_CONFIG=str(config)),
+                                capture_output=True, text=True, timeout=60)
+        assert second.returncode != 0 and "already watches" in second.stderr and "Traceback" not in second.stderr
+    finally:
+        code, err = s.stop()
+    assert "Traceback" not in err, err
+
+
+def non_loopback_ip() -> str | None:
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("10.255.255.255", 1))  # no packet is sent: this only picks the outbound interface
+            ip = s.getsockname()[0]
+    except OSError:
+        return None
+    return None if ip.startswith("127.") else ip
+
+
+def test_management_endpoints_stay_closed_to_the_network_without_a_key(tmp_path, config):
+    ip = non_loopback_ip()
+    if ip is None:
+        pytest.skip("this machine has no non-loopback address to test from")
+    home = tmp_path / "home2"
+    home.mkdir()
+    s = ServeProcess(home, config, "--host", "0.0.0.0")
+    try:
+        s.wait_up(ip)
+        assert httpx.get(f"http://{ip}:{s.port}/v1/models").status_code == 200
+        for path in ("/metrics", "/", "/events", "/door/status"):
+            r = httpx.get(f"http://{ip}:{s.port}{path}")
+            assert r.status_code == 403 and "management endpoint" in r.json()["error"]["message"], path
+        assert httpx.get(f"http://127.0.0.1:{s.port}/metrics").status_code == 200
+    finally:
+        code, err = s.stop()
+    assert "without an api key" in err

@@ -1,0 +1,65 @@
+"""The proxy itself, in front of servedeck's timing instrument given as an outside upstream (--upstream):
+bytes pass through unchanged, a broken upstream stream is not turned into a clean end, and replicas get
+requests by fewest outstanding. The instrument is a ruler, not an engine: the engine behaviour is tested
+in test_door.py."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+
+import httpx
+import pytest
+
+from doorkit import DoorThread
+from servedeck.door import ServeOptions
+from servedeck.testing.instrument_process import InstrumentProcess
+
+
+@pytest.fixture(scope="module")
+def instruments(door_home):
+    a = InstrumentProcess("--ttft-ms", "20", "--itl-ms", "5", "--tokens", "20")
+    b = InstrumentProcess("--ttft-ms", "20", "--itl-ms", "5", "--tokens", "20")
+    yield a, b
+    a.stop()
+    b.stop()
+
+
+@pytest.fixture(scope="module")
+def outside_door(instruments):
+    a, b = instruments
+    d = DoorThread(None, ServeOptions(port=0, watch=False,
+                                      external={"ruler": [a.url], "pair": [a.url, b.url]}))
+    yield d
+    d.close()
+
+
+def body(rid_prompt: str = "hello", **kw) -> dict:
+    return {"model": "ruler", "prompt": rid_prompt, "max_tokens": 12, "stream": True, **kw}
+
+
+def test_stream_bytes_pass_through_unchanged(outside_door, instruments):
+    a, _ = instruments
+    h = {"x-request-id": "same-id"}
+    direct = httpx.post(a.url + "/v1/completions", json=body(), headers=h).content
+    via = httpx.post(outside_door.url + "/v1/completions", json=body(), headers=h)
+    assert via.status_code == 200 and via.headers["content-type"].startswith("text/event-stream")
+    assert via.content == direct and direct.count(b"data: ") == 13  # 12 tokens and [DONE]
+
+
+def test_an_upstream_that_breaks_mid_stream_is_not_a_clean_end(outside_door):
+    with pytest.raises(httpx.RemoteProtocolError):
+        httpx.post(outside_door.url + "/v1/completions", json=body("[fail:drop]"))
+    r = httpx.post(outside_door.url + "/v1/completions", json=body("[fail:500]"))
+    assert r.status_code == 500  # the engine's own error status and body, passed through
+    assert b"asked to fail" in r.content
+
+
+def test_replicas_share_requests_by_fewest_outstanding(outside_door, instruments):
+    a, b = instruments
+    a.clear()
+    b.clear()
+    with cf.ThreadPoolExecutor(6) as pool:
+        rs = list(pool.map(lambda i: httpx.post(outside_door.url + "/v1/completions",
+                                                json=dict(body(f"p{i}"), model="pair"), timeout=30), range(6)))
+    assert [r.status_code for r in rs] == [200] * 6
+    assert len(a.records()) == 3 and len(b.records()) == 3
