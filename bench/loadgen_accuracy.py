@@ -25,7 +25,6 @@ while schedule lag p99 stays under 5 ms.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import itertools
 import json
 import os

@@ -15,7 +15,6 @@ inflate it), the longest single pause. --profile adds cProfile's top functions b
 from __future__ import annotations
 
 import argparse
-import asyncio
 import cProfile
 import gc
 import importlib.util

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -15,13 +14,11 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-import httpx
 import psutil
 import pytest
 
 from servedeck.config import load as load_models
 from servedeck.deck import Deck
-from servedeck.engines.metrics import parse_prometheus
 from servedeck.init import render_starter
 from tests.conftest import TEST_MARK, SESSION, free_port
 

@@ -35,7 +35,6 @@ from servedeck.deck import Deck
 from servedeck.deck import launch as L
 from servedeck.deck import state as S
 from servedeck.deck.deck import settings_of
-from servedeck.engines import get_engine
 from servedeck.errors import ConfigError, LaunchError, RefusedError, RunError, ServedeckError
 from servedeck.gates.niah import GateSpec
 from servedeck.hostcpu import usable_cpus
