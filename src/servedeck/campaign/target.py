@@ -14,6 +14,7 @@ from typing import Any, Optional
 from servedeck.config import Config
 from servedeck.deck import Deck
 from servedeck.deck.deck import describe_exit
+from servedeck.engines import get_engine
 from servedeck.errors import RunError
 from servedeck.gates.niah import Server
 from servedeck.supervisor import process as P
@@ -44,8 +45,19 @@ class Target:
         return self.record.get("launch_dir")
 
     @property
+    def speculation(self) -> Optional[dict[str, Any]]:
+        """How this launch speculates (from its argv, read by the engine's adapter); None if it does not."""
+        argv = (self.record.get("spec") or {}).get("argv") or []
+        return get_engine(self.engine).speculation(list(argv))
+
+    @property
+    def request(self) -> dict[str, Any]:
+        """models.toml `request`: merged into the body of every request servedeck sends."""
+        return dict(self.cfg.models[self.name].request)
+
+    @property
     def server(self) -> Server:
-        return Server(self.base_url, self.served_name, self.engine)
+        return Server(self.base_url, self.served_name, self.engine, self.request)
 
     def death(self) -> Optional[str]:
         """None while the engine lives; otherwise how it ended, as its launch folder records it."""

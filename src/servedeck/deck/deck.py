@@ -440,7 +440,8 @@ def spec_of_record(rec: dict) -> LaunchSpec:
     return LaunchSpec(model=rec["model"], engine=rec["engine"], argv=[], env={}, host=rec.get("host", "127.0.0.1"),
                       port=rec["port"], served_name=rec.get("served_name", rec["model"]),
                       health_path=rec.get("spec", {}).get("health_path", "/health"), slot=rec.get("slot", "main"),
-                      stop_timeout_s=rec.get("stop_timeout_s", 120.0), ready_timeout_s=0)
+                      stop_timeout_s=rec.get("stop_timeout_s", 120.0), ready_timeout_s=0,
+                      request=rec.get("spec", {}).get("request") or {})
 
 
 def _read_json(path: Path) -> dict:

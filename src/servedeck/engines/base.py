@@ -35,6 +35,7 @@ class LaunchSpec:
     stop_timeout_s: float
     ready_timeout_s: float
     gpus: list[int] = field(default_factory=list)
+    request: dict[str, Any] = field(default_factory=dict)  # models.toml `request`: merged into every body
 
     @property
     def base_url(self) -> str:
@@ -71,6 +72,7 @@ class LaunchSpec:
             "health_path": self.health_path,
             "slot": self.slot,
             "gpus": self.gpus,
+            "request": self.request,
         }
 
 
@@ -141,6 +143,43 @@ class Engine:
     boot_patterns: list[BootPattern] = []
     # Prometheus counters that show progress and prefix-cache use (loadgen and watch read them)
     metrics: dict[str, str] = {}
+    # Speculative decoding, the engine's own account. Counters (servedeck name → Prometheus name):
+    #   drafts            draft rounds proposed          draft_tokens     tokens proposed
+    #   accepted_tokens   proposed tokens accepted       accepted_per_pos same, one series per `position`
+    spec_metrics: dict[str, str] = {}
+    # Per-response `timings` fields saying the same for one request (servedeck name → field).
+    spec_timings: dict[str, str] = {}
+    # Where the engine reports a request's own tokens, so two launches' outputs compare token by
+    # token: extra body keys for a non-streamed chat request, read back by `output_token_ids`.
+    output_tokens_request: dict[str, Any] = {}
+
+    def speculation(self, argv: list[str]) -> dict[str, Any] | None:
+        """How this launch speculates, read from its argv; None when it does not."""
+        return None
+
+    def output_token_ids(self, doc: dict[str, Any]) -> list[int] | None:
+        """Token ids of a non-streamed chat answer; None when the engine did not give them."""
+        return None
+
+    @staticmethod
+    def logprob_tokens(doc: dict[str, Any]) -> list[str] | None:
+        """The answer's tokens as text, from OpenAI-style `logprobs.content[].bytes` (or `token`)."""
+        try:
+            content = doc["choices"][0]["logprobs"]["content"]
+        except (KeyError, IndexError, TypeError):
+            return None
+        if not isinstance(content, list):
+            return None
+        out = []
+        for item in content:
+            b = item.get("bytes") if isinstance(item, dict) else None
+            if isinstance(b, list):
+                out.append(bytes(b).decode("utf-8", errors="replace"))
+            elif isinstance(item, dict) and isinstance(item.get("token"), str):
+                out.append(item["token"])
+            else:
+                return None
+        return out
 
     def rendered_flag_owner(self, arg_key: str) -> str | None:
         return self.owned_flags.get(flag_name(arg_key))
@@ -168,6 +207,7 @@ class Engine:
             stop_timeout_s=model.stop_timeout_s,
             ready_timeout_s=model.ready_timeout_s,
             gpus=list(model.gpus),
+            request=dict(model.request),
         )
 
     # --- shared by adapters ----------------------------------------------------------

@@ -21,6 +21,7 @@ from typing import Any, Awaitable, Callable, Optional
 
 import httpx
 
+from servedeck.config.schema import merge_request
 from servedeck.errors import RunError
 from servedeck.gates import haystack
 from servedeck.gates.server import ServerTokens
@@ -35,6 +36,7 @@ class Server:
     base_url: str
     served_name: str
     engine: str
+    request: dict[str, Any] = field(default_factory=dict)  # models.toml `request`, merged into each probe
 
 
 @dataclass(frozen=True)
@@ -187,8 +189,8 @@ async def size_prompt(tokens: ServerTokens, target: int, seed: int, depth: float
 async def ask(client: httpx.AsyncClient, server: Server, text: str, answer_tokens: int,
               timeout_s: float) -> dict[str, Any]:
     """One probe request. Never raises for a server-side failure: the error comes back in the dict."""
-    body = {"model": server.served_name, "messages": [{"role": "user", "content": text}],
-            "max_tokens": answer_tokens, "temperature": 0, "stream": False}
+    body = merge_request({"model": server.served_name, "messages": [{"role": "user", "content": text}],
+                          "max_tokens": answer_tokens, "temperature": 0, "stream": False}, server.request)
     t0 = perf_counter()
     try:
         r = await client.post(server.base_url.rstrip("/") + "/v1/chat/completions", json=body, timeout=timeout_s)
