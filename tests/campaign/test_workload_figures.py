@@ -95,3 +95,30 @@ def test_request_table_merges_tables_key_by_key():
     body = {"model": "m", "chat_template_kwargs": {"a": 1}}
     assert merge_request(body, {"chat_template_kwargs": {"enable_thinking": False}, "top_k": 1}) == \
         {"model": "m", "chat_template_kwargs": {"a": 1, "enable_thinking": False}, "top_k": 1}
+
+
+def test_vllm_speculation_counters_per_position_from_metrics_text():
+    from servedeck.campaign.counters import spec_counters
+
+    page = "\n".join([
+        '# HELP vllm:spec_decode_num_drafts_total drafts',
+        'vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 10.0',
+        'vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} 30.0',
+        'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 20.0',
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="0"} 9.0',
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="1"} 7.0',
+        'vllm:generation_tokens_total{model_name="m"} 55.0'])
+    assert spec_counters("vllm", page) == {"drafts": 10.0, "draft_tokens": 30.0, "accepted_tokens": 20.0,
+                                           "accepted_per_pos": {"0": 9.0, "1": 7.0}, "generation_tokens": 55.0}
+    assert spec_counters("vllm", 'vllm:generation_tokens_total{model_name="m"} 55.0') is None
+
+
+def test_gate_answer_room_is_checked():
+    import pytest
+
+    from servedeck.errors import ServedeckError
+    from servedeck.gates import GateSpec
+
+    GateSpec(context=4096, answer_tokens=512).check()
+    with pytest.raises(ServedeckError, match="--answer-tokens must be at least 1"):
+        GateSpec(context=4096, answer_tokens=0).check()

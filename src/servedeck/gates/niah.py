@@ -61,6 +61,10 @@ class GateSpec:
         if not 0.0 <= self.threshold <= 1.0:
             raise ServedeckError(f"--threshold must be between 0 and 1, got {self.threshold}",
                                  hint="the seed's publication threshold is 0.67 (two of three probes)")
+        if self.answer_tokens < 1:
+            raise ServedeckError(f"--answer-tokens must be at least 1, got {self.answer_tokens}",
+                                 hint="the gate's answer room; a reasoning model needs more (or a models.toml "
+                                      "`request` table turning thinking off)")
         if self.context < self.answer_tokens + 128:
             raise ServedeckError(f"--context {self.context} leaves no room for a haystack",
                                  hint=f"use at least {self.answer_tokens + 128} tokens")

@@ -210,6 +210,10 @@ def markdown(view: dict[str, Any]) -> str:
 def headline_cell(view: dict[str, Any]) -> str:
     """One line of figures for the `runs` list, per point."""
     parts = []
+    r = view.get("ramp")
+    if isinstance(r, dict) and r.get("cutoff"):
+        return (f"ramp: {r.get('ok_turns')} turns to {r.get('max_context_tokens')} tokens, needle "
+                f"{r.get('needle_found')}/{r.get('needle_checks')}; stopped: {r['cutoff'].get('reason')}")
     for p in view.get("points") or []:
         h = p.get("headline") or {}
         if view.get("workload", {}).get("workload") == "long-prompt":
