@@ -85,7 +85,7 @@ def test_turn_line_uses_the_servers_counts():
     assert ln["prefill_tok_s"] == 500 and ln["decode_tok_s"] == 10 and ln["cached_share"] == 2000 / 3000
     cold = turn_line(3, _Turn(t_send=0, t_first=1, t_end=2, usage={"prompt_tokens": 100, "completion_tokens": 2,
                                                                   "prompt_tokens_details": {"cached_tokens": 10}}),
-                     None, None, 0.0)
+                     None, None, 0.0, prev_context=80)
     assert "not reused" in cold["cache_note"]
     s = summarize([ln, cold])
     assert s["needle_checks"] == 1 and s["needle_found"] == 1 and s["max_context_tokens"] == 3000

@@ -235,6 +235,8 @@ async def run_point(index: int, shape: Shape, spec: BenchSpec, target: Target, f
         point["spec_counters"] = {"before": spec_before, "after": spec_after}
         point["speculation_configured"] = target.speculation
         point["spec_timing_fields"] = get_engine(target.engine).spec_timings
+        if target.speculation:
+            point["spec_note"] = get_engine(target.engine).spec_note
     _finish_point(folder, point, records, spec)
     reporter.point_done(label, point)
     if watch.death is not None:

@@ -149,7 +149,7 @@ async def stream_turn(http: httpx.AsyncClient, url: str, body: dict[str, Any], q
 
 
 def turn_line(i: int, turn: _Turn, needle: Optional[dict[str, Any]], cached_from_counters: Optional[float],
-              start: float) -> dict[str, Any]:
+              start: float, prev_context: Optional[int] = None) -> dict[str, Any]:
     """The ramp.jsonl line of one finished turn (pure)."""
     usage = turn.usage or {}
     timings = turn.timings or {}
@@ -182,9 +182,10 @@ def turn_line(i: int, turn: _Turn, needle: Optional[dict[str, Any]], cached_from
         "engine_timings": {k: timings[k] for k in ("prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "cache_n")
                            if k in timings} or None,
     }
-    if i > 1 and line["cached_share"] is not None and line["cached_share"] < 0.5:
-        line["cache_note"] = (f"the conversation prefix was not reused: only {line['cached_share']:.0%} of the "
-                              "prompt came from the prefix cache")
+    # The whole previous prompt is this turn's prefix: it should all come from the cache.
+    if prev_context and cached is not None and cached < 0.9 * prev_context:
+        line["cache_note"] = (f"the conversation prefix was not reused: {cached} tokens came from the prefix cache, "
+                              f"the previous turn's prompt alone was {prev_context}")
     return line
 
 
@@ -273,7 +274,8 @@ async def run_ramp(spec: RampSpec, target: Target, context: int, folder: RunFold
             needle = None
             if needle_turn and turn.status == "ok":
                 needle = {"asked": True, "found": code in turn.content, "answer": turn.content.strip()[:80]}
-            line = turn_line(i, turn, needle, from_counters, start)
+            line = turn_line(i, turn, needle, from_counters, start,
+                             prev_context=lines[-1]["context_tokens"] if lines else None)
             if verdict is not None:
                 line["stall"] = verdict
             folder.append_jsonl(FILE, line)

@@ -149,6 +149,7 @@ class Engine:
     spec_metrics: dict[str, str] = {}
     # Per-response `timings` fields saying the same for one request (servedeck name → field).
     spec_timings: dict[str, str] = {}
+    spec_note: str = ""  # how this engine's counters are to be read, shown beside its figures
     # Where the engine reports a request's own tokens, so two launches' outputs compare token by
     # token: extra body keys for a non-streamed chat request, read back by `output_token_ids`.
     output_tokens_request: dict[str, Any] = {}

@@ -30,7 +30,13 @@ class LlamaCpp(Engine):
         "drafts": "llamacpp:spec_decode_num_drafts_total",
         "draft_tokens": "llamacpp:spec_decode_num_draft_tokens_total",
         "accepted_tokens": "llamacpp:spec_decode_num_accepted_tokens_total",
+        "accepted_per_pos": "llamacpp:spec_decode_num_accepted_tokens_per_pos_total",
     }
+    # Seen on build 11434 (ngram-simple): one request drafting 28 tokens over a 40-token answer
+    # counted spec_decode_num_drafts_total 1 and logged "mean len = 15.00" (1 + 14 accepted / 1).
+    spec_note = ("llama.cpp counts one draft round per request in spec_decode_num_drafts_total (seen on "
+                 "build 11434), so its mean acceptance length is per request, as its log's 'mean len'; "
+                 "tokens per step is the figure comparable across engines")
     spec_timings = {"draft_tokens": "draft_n", "accepted_tokens": "draft_n_accepted"}
     # logprobs make each token's id and bytes part of the answer
     output_tokens_request = {"logprobs": True, "top_logprobs": 1}

@@ -65,6 +65,8 @@ def speculation_section(view: dict[str, Any]) -> list[str]:
             notes.append(f"{p.get('label')}: {fig} absent: {why}")
         if s.get("source"):
             notes.append(f"{p.get('label')}: source {s['source']}")
+        if s.get("note"):
+            notes.append(f"{p.get('label')}: {s['note']}")
     if not rows:
         return []
     return ["## Speculative decoding (the engine's own account)", "",

@@ -90,6 +90,8 @@ def point_figures(records: list[RequestRecord], point: dict[str, Any], workload:
     sc = point.get("spec_counters") or {}
     fig["speculation"] = spec_figures(sc.get("before"), sc.get("after"), records,
                                       point.get("speculation_configured"), point.get("spec_timing_fields") or {})
+    if fig["speculation"] and point.get("spec_note"):
+        fig["speculation"]["note"] = point["spec_note"]
     return fig
 
 
