@@ -98,7 +98,7 @@ def test_request_table_merges_tables_key_by_key():
 
 
 def test_vllm_speculation_counters_per_position_from_metrics_text():
-    from servedeck.campaign.counters import spec_counters
+    from servedeck.engines.metrics import spec_counters
 
     page = "\n".join([
         '# HELP vllm:spec_decode_num_drafts_total drafts',

@@ -18,26 +18,23 @@ from typing import Any, Iterable, Iterator, Literal, Optional
 
 import httpx
 
-from servedeck.campaign import counters
 from servedeck.campaign.reporter import Reporter
 from servedeck.campaign.stall import StallJudge
 from servedeck.campaign.target import Target
-from servedeck.errors import RunError, ServedeckError
+from servedeck.engines import get_engine
+from servedeck.engines.metrics import metrics_snapshot_async
+from servedeck.errors import RunError, ServedeckError, ServerDied
 from servedeck.gates.server import ServerTokens
-from servedeck.loadgen import (ClientConfig, ClosedLoop, LoadRun, OpenLoop, RequestRecord, RequestSpec,
+from servedeck.loadgen import (ClientConfig, ClosedLoop, LoadRun, RequestRecord, RequestSpec,
                                Shape, Slo, StreamingClient, new_nonce, sized_requests, synthetic_requests,
                                synthetic_text)
 from servedeck.loadgen.prompts import chars_per_token
+from servedeck.loadgen.schedule import shape_json
 from servedeck.loadgen.texts import Content
-from servedeck.engines import get_engine
 from servedeck.runs.figures import counter_delta, headline, point_figures
 from servedeck.runs.folder import RunFolder
 
 Workload = Literal["chat", "long-prompt"]
-
-
-class ServerDied(RunError):
-    """The engine went away during the benchmark."""
 
 
 @dataclass(frozen=True)
@@ -171,7 +168,7 @@ async def run_point(index: int, shape: Shape, spec: BenchSpec, target: Target, f
     """One measured point; returns its summary entry (already written to summary.json)."""
     label = shape_label(shape)
     nonce = new_nonce()
-    point: dict[str, Any] = {"index": index, "label": label, "shape": _shape_json(shape), "nonce": nonce,
+    point: dict[str, Any] = {"index": index, "label": label, "shape": shape_json(shape), "nonce": nonce,
                              "status": "running"}
     _put_point(folder, point)
     watch = _Watch(target)
@@ -194,8 +191,8 @@ async def run_point(index: int, shape: Shape, spec: BenchSpec, target: Target, f
             raise (ServerDied(death) if death else e) from None
         point["prompts"] = how
         cfg = ClientConfig(target.base_url, target.served_name, api="chat",
-                           continuous_usage_stats=target.engine == "vllm", extra_body=target.request,
-                           request_timeout_s=spec.request_timeout_s)
+                           continuous_usage_stats=get_engine(target.engine).stream_usage_per_chunk,
+                           extra_body=target.request, request_timeout_s=spec.request_timeout_s)
         conc = shape.concurrency if isinstance(shape, ClosedLoop) else None
         async with StreamingClient(cfg) as client:
             await client.prewarm(min(conc or 16, 256))
@@ -203,7 +200,7 @@ async def run_point(index: int, shape: Shape, spec: BenchSpec, target: Target, f
                 reporter.stage(f"{label}: warm-up ({len(warm)} requests, distinct prompts)")
                 await LoadRun(client, ClosedLoop(min(len(warm), conc or 4)), [], warmup=warm,
                               on_record=on_record).run()
-            before, spec_before = await counters.snapshot(http, target.base_url, target.engine)
+            before, spec_before = await metrics_snapshot_async(target.engine, target.base_url)
             total = spec.requests if spec.duration_s is None else None
             reporter.point_start(label, total, spec.duration_s)
             run = LoadRun(client, shape, measured, max_requests=spec.requests, duration_s=spec.duration_s,
@@ -228,7 +225,7 @@ async def run_point(index: int, shape: Shape, spec: BenchSpec, target: Target, f
                 guard.cancel()
                 await asyncio.gather(guard, return_exceptions=True)
                 point["stalls"], point["slow"] = stalls, judge.slow
-            after, spec_after = await counters.snapshot(http, target.base_url, target.engine) \
+            after, spec_after = await metrics_snapshot_async(target.engine, target.base_url) \
                 if watch.death is None else (None, None)
         point["load"] = run.result().meta()
         point["counters"] = counter_delta(before, after)
@@ -280,9 +277,3 @@ def _put_point(folder: RunFolder, point: dict[str, Any]) -> None:
     points = [p for p in folder.summary.get("points", []) if p.get("index") != point["index"]]
     folder.update(points=sorted(points + [point], key=lambda p: p["index"]))
 
-
-def _shape_json(shape: Shape) -> dict[str, Any]:
-    if isinstance(shape, ClosedLoop):
-        return {"type": "closed", "concurrency": shape.concurrency}
-    assert isinstance(shape, OpenLoop)
-    return {"type": "open", "rate": shape.rate, "arrivals": shape.arrivals, "seed": shape.seed}

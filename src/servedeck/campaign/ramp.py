@@ -30,11 +30,11 @@ from typing import Any, Optional
 
 import httpx
 
-from servedeck.campaign import counters
 from servedeck.campaign.reporter import Reporter
 from servedeck.campaign.stall import Quiet, StallWatch
 from servedeck.campaign.target import Target
 from servedeck.config.schema import merge_request
+from servedeck.engines.metrics import prefix_counters_async
 from servedeck.errors import ServedeckError
 from servedeck.gates.server import ServerTokens
 from servedeck.loadgen import texts
@@ -241,7 +241,8 @@ async def run_ramp(spec: RampSpec, target: Target, context: int, folder: RunFold
                 return head + texts.piece(spec.content, base, k) + tail
 
             async def count(text: str) -> int:
-                return await tokens.count_text(text)
+                # the turn as the server will prefill it, template included
+                return await tokens.count_chat([{"role": "user", "content": text}])
 
             reporter.stage(f"turn {i}: sizing {spec.turn_tokens} tokens of {spec.content}")
             message, _ = await fit_length(text_of, spec.turn_tokens, count,
@@ -251,7 +252,7 @@ async def run_ramp(spec: RampSpec, target: Target, context: int, folder: RunFold
             body = merge_request({"model": target.served_name, "messages": history, "max_tokens": spec.answer_tokens,
                                   "temperature": 0, "stream": True, "stream_options": {"include_usage": True}},
                                  target.request)
-            before = await counters.read(http, target.base_url, target.engine)
+            before = await prefix_counters_async(target.engine, target.base_url)
             quiet = Quiet()
             watch = StallWatch(target, spec.stall_after_s, spec.turn_timeout_s,
                                on_tick=lambda q, i=i: reporter.stage(
@@ -268,7 +269,7 @@ async def run_ramp(spec: RampSpec, target: Target, context: int, folder: RunFold
                     turn = _Turn(t_send=quiet.t_begin, status="error", error=f"{type(e).__name__}: {e}"[:300])
             from_counters = None
             if turn.status == "ok" and before is not None:
-                after = await counters.read(http, target.base_url, target.engine)
+                after = await prefix_counters_async(target.engine, target.base_url)
                 if after is not None:
                     from_counters = after.get("hits", 0.0) - before.get("hits", 0.0)
             needle = None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from typing import Any, Callable, Optional
 
 import typer
@@ -9,7 +11,7 @@ from rich.markdown import Markdown
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from servedeck.campaign import BenchSpec, Outcome, RampSpec, bench as run_bench, compare_runs, gate as run_gate
-from servedeck.campaign import ramp as run_ramp
+from servedeck.campaign import measured, ramp as run_ramp
 from servedeck.campaign.bench import shape_label
 from servedeck.cli.app import app, console, err_console, load_config, print_json
 from servedeck.errors import ServedeckError
@@ -138,7 +140,11 @@ def gate(
     spec = GateSpec(context=context or 0, depths=_depths(depths), repeats=repeats, threshold=threshold, seed=seed,
                     answer_tokens=answer_tokens)
     outcome = Outcome()
-    _guarded(outcome, lambda rep: run_gate(cfg, model, spec, launch=launch, reporter=rep, outcome=outcome))
+    def run(rep: RichReporter) -> None:
+        with measured(cfg, model, launch, outcome) as target:
+            asyncio.run(run_gate(target, spec, reporter=rep, outcome=outcome))
+
+    _guarded(outcome, run)
     view = load(outcome.folder) if outcome.folder else {}
     if as_json:
         print_json(view)
@@ -203,10 +209,14 @@ def bench(
                          turn_timeout_s=_limit(request_timeout or turn_timeout, "--turn-timeout"),
                          stop_on_miss=stop_on_miss, content=content or "prose",  # type: ignore[arg-type]
                          stall_after_s=stall_s, seed=seed)
-        ramp_outcome = Outcome()
-        _guarded(ramp_outcome, lambda rep: run_ramp(load_config(), model, rspec, gate_mode=gate_flag,
-                                                    gate_spec=gate_spec, launch=launch, reporter=rep,
-                                                    outcome=ramp_outcome))
+        ramp_outcome, ramp_cfg = Outcome(), load_config()
+
+        def run_r(rep: RichReporter) -> None:
+            with measured(ramp_cfg, model, launch, ramp_outcome) as target:
+                asyncio.run(run_ramp(target, rspec, gate_mode=gate_flag, gate_spec=gate_spec, reporter=rep,
+                                     outcome=ramp_outcome))
+
+        _guarded(ramp_outcome, run_r)
         _show(ramp_outcome, as_json)
         return
     if concurrency and rate:
@@ -233,8 +243,12 @@ def bench(
                      stall_after_s=stall_s, check_outputs=check_outputs)
     cfg = load_config()
     outcome = Outcome()
-    _guarded(outcome, lambda rep: run_bench(cfg, model, spec, gate_mode=gate_flag, gate_spec=gate_spec,
-                                            launch=launch, reporter=rep, outcome=outcome))
+    def run(rep: RichReporter) -> None:
+        with measured(cfg, model, launch, outcome) as target:
+            asyncio.run(run_bench(target, spec, gate_mode=gate_flag, gate_spec=gate_spec, reporter=rep,
+                                  outcome=outcome))
+
+    _guarded(outcome, run)
     _show(outcome, as_json)
 
 
