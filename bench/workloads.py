@@ -16,6 +16,7 @@ Timings on a shared 2-core machine are noisy; the ratios side by side are what t
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import re
@@ -27,8 +28,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from servedeck.campaign import BenchSpec, RampSpec, bench, compare_runs, ramp
-from servedeck.config import load as load_config
+from servedeck.campaign import BenchSpec, Outcome, RampSpec, bench, compare_runs, measured, ramp
+from servedeck.modelsfile import load as load_config
 from servedeck.deck import Deck
 from servedeck.fsio import read_jsonl
 from servedeck.init import render_starter
@@ -80,7 +81,9 @@ def main() -> None:
                 spec = BenchSpec(workload="chat", shapes=(ClosedLoop(1),), input_tokens=a.input_tokens,
                                  output_tokens=a.output_tokens, requests=a.requests, warmup=1, content=content,
                                  check_outputs=content == "prose")
-                folder = bench(cfg, model, spec, gate_mode=False).folder
+                got = Outcome()
+                with measured(cfg, model, False, got) as target:
+                    folder = asyncio.run(bench(target, spec, gate_mode=False, outcome=got)).folder
                 assert folder is not None
                 if content == "prose":
                     runs[model] = folder
@@ -95,7 +98,9 @@ def main() -> None:
             if model == "smollm2":
                 rspec = RampSpec(turn_tokens=a.turn_tokens, answer_tokens=a.answer_tokens, needle_every=2,
                                  content="prose", seed=1)
-                folder = ramp(cfg, model, rspec, gate_mode=False).folder
+                got = Outcome()
+                with measured(cfg, model, False, got) as target:
+                    folder = asyncio.run(ramp(target, rspec, gate_mode=False, outcome=got)).folder
                 assert folder is not None
                 view = load(folder)
                 out["ramp"] = {"run": folder.name, "cutoff": view["ramp"]["cutoff"],

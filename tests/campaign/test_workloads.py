@@ -5,6 +5,7 @@ four full prompts at once, and one stalled on purpose (SIGSTOP on the engine, al
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import threading
@@ -12,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from servedeck.campaign import BenchSpec, QuietReporter, RampSpec, bench, compare_runs, ramp
+from campaignkit import run_bench as bench
+from servedeck.campaign import BenchSpec, Outcome, QuietReporter, RampSpec, compare_runs, measured, ramp
 from servedeck.fsio import read_jsonl
 from servedeck.loadgen import ClosedLoop
 from servedeck.runs import load
@@ -70,7 +72,9 @@ def test_speculation_figures_and_identical_output(campaign_config, llama, llama_
 
 def test_ramp_to_the_8k_context(campaign_config, llama):
     spec = RampSpec(turn_tokens=1500, answer_tokens=16, needle_every=2, content="prose", seed=7)
-    folder = ramp(campaign_config, "smollm2", spec, gate_mode=False).folder
+    out = Outcome()
+    with measured(campaign_config, "smollm2", False, out) as target:
+        folder = asyncio.run(ramp(target, spec, gate_mode=False, outcome=out)).folder
     view = load(folder)
     turns = read_jsonl(folder / "ramp.jsonl")
     assert len(turns) >= 4 and all(t["status"] == "ok" for t in turns)
@@ -118,7 +122,7 @@ class _StopWhenMeasuring(QuietReporter):
 
 
 def test_a_stalled_request_is_recorded_as_stalled(campaign_config, llama):
-    rep = _StopWhenMeasuring(llama["pgid"])
+    rep = _StopWhenMeasuring(llama.pgid)
     spec = BenchSpec(workload="long-prompt", shapes=(ClosedLoop(1),), prompt_tokens=1500, output_tokens=64,
                      requests=1, warmup=0, request_timeout_s=None, stall_after_s=2.0)
     try:
@@ -127,7 +131,7 @@ def test_a_stalled_request_is_recorded_as_stalled(campaign_config, llama):
         if rep.timer is not None:
             rep.timer.cancel()
             rep.timer.join()
-        os.killpg(llama["pgid"], signal.SIGCONT)  # always resumed, whatever happened
+        os.killpg(llama.pgid, signal.SIGCONT)  # always resumed, whatever happened
     (line,) = _measured(folder)
     assert line["status"] == "error" and line["error"].startswith("stalled:"), line
     assert "counters" in line["error"]
