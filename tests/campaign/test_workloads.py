@@ -92,13 +92,14 @@ def test_ramp_to_the_8k_context(campaign_config, llama):
 
 
 def test_long_requests_without_and_with_a_timeout_and_four_at_once(campaign_config, llama):
-    four = BenchSpec(workload="long-prompt", shapes=(ClosedLoop(4),), prompt_tokens=1500, output_tokens=8,
+    four = BenchSpec(workload="long-prompt", shapes=(ClosedLoop(4),), prompt_tokens=1000, output_tokens=8,
                      requests=4, warmup=0, request_timeout_s=None)
     folder = bench(campaign_config, "smollm2", four, gate_mode=False).folder
     lines = _measured(folder)
-    assert len(lines) == 4 and all(ln["status"] == "ok" and ln["prompt_tokens"] == 1500 for ln in lines)
+    assert len(lines) == 4 and all(ln["status"] == "ok" for ln in lines), [ln["error"] for ln in lines]
+    assert all(ln["prompt_tokens"] == 1000 for ln in lines), [ln["prompt_tokens"] for ln in lines]
     slowest = max(ln["t_end"] - ln["t_send"] for ln in lines)
-    short = BenchSpec(workload="long-prompt", shapes=(ClosedLoop(1),), prompt_tokens=1500, output_tokens=8,
+    short = BenchSpec(workload="long-prompt", shapes=(ClosedLoop(1),), prompt_tokens=1000, output_tokens=8,
                       requests=1, warmup=0, request_timeout_s=0.5)
     folder = bench(campaign_config, "smollm2", short, gate_mode=False).folder
     (line,) = _measured(folder)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+
+import httpx
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -54,7 +56,16 @@ class StallJudge:
 
     async def _sample(self) -> Optional[dict[str, float]]:
         names = get_engine(self.target.engine).metrics
-        return await asyncio.to_thread(read_counters, self.target.base_url, names)
+        # generous: llama.cpp answers /metrics from its main loop, after the batch in progress
+        return await asyncio.to_thread(read_counters, self.target.base_url, names, 10.0)
+
+    async def _answers_health(self) -> bool:
+        try:
+            async with httpx.AsyncClient() as http:
+                r = await http.get(self.target.base_url.rstrip("/") + self.target.server.health_path, timeout=5.0)
+            return r.status_code == 200
+        except httpx.HTTPError:
+            return False
 
     async def check(self, key: Any, quiet_s: float, tick_s: float) -> Optional[dict[str, Any]]:
         """None while fine (or slow); a verdict {"status": "stalled", …} once the silence is a stall."""
@@ -66,6 +77,12 @@ class StallJudge:
         if quiet_s < self.stall_after_s:
             return None
         before, after = self.baselines[key], await self._sample()
+        if after is None and await self._answers_health():
+            # Busy rather than stuck: the page that would say so waits behind the work itself.
+            self.slow.append({"request": str(key), "quiet_s": round(quiet_s, 1),
+                              "detail": "no byte of the answer and /metrics did not answer in 10 s, but /health "
+                                        "did: taken as busy, not stalled"})
+            return None
         verdict, detail, moved = judge(True, "", False, quiet_s, before, after)
         detail = detail.replace("answers health but not a 1-token completion", "no byte of the answer")
         if verdict == "slow":
