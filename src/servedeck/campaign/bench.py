@@ -54,6 +54,8 @@ class BenchSpec:
     request_timeout_s: Optional[float] = 600.0  # per request; None: no limit (a 1M prefill takes minutes)
     stall_after_s: Optional[float] = 300.0  # no byte for this long: ask the engine's counters, stalled or slow
     check_outputs: bool = False  # answer the fixed output-check prompts first (outputs.jsonl)
+    check_prompts: int = 8  # the output check: how many of its fixed prompts (the CLI always asks 8)
+    check_tokens: int = 128  # and the answer room of each
 
     @property
     def prompt_size(self) -> int:

@@ -30,11 +30,11 @@ EXCERPT_CHARS = 1200
 FILE = "outputs.jsonl"
 
 
-def prompts() -> list[dict[str, Any]]:
-    """The fixed prompt set: 4 prose continuations, 4 code continuations (same everywhere)."""
+def prompts(n: int = N_PROMPTS) -> list[dict[str, Any]]:
+    """The fixed prompt set: prose and code continuations alternating (the first n of the same list everywhere)."""
     rng = random.Random(PROMPT_SEED)
     out = []
-    for i in range(N_PROMPTS):
+    for i in range(n):
         content = "prose" if i % 2 == 0 else "code"
         excerpt = texts.piece(content, texts.start_of(content, rng), EXCERPT_CHARS)
         ask = ("Continue the following text exactly where it stops." if content == "prose"
@@ -46,14 +46,15 @@ def prompts() -> list[dict[str, Any]]:
 
 
 async def collect(base_url: str, served_name: str, engine: str, request: dict[str, Any],
-                  on_answer: Callable[[dict[str, Any]], None], timeout_s: float = 600.0) -> list[dict[str, Any]]:
+                  on_answer: Callable[[dict[str, Any]], None], timeout_s: float = 600.0, n: int = N_PROMPTS,
+                  max_tokens: int = MAX_TOKENS) -> list[dict[str, Any]]:
     """Ask every prompt once, in order, greedily; `on_answer` gets each line as it finishes."""
     adapter = get_engine(engine)
     lines = []
     async with httpx.AsyncClient() as http:
-        for p in prompts():
+        for p in prompts(n):
             body = merge_request({"model": served_name, "messages": [{"role": "user", "content": p["prompt"]}],
-                                  "max_tokens": MAX_TOKENS, "temperature": 0, "stream": False}, request)
+                                  "max_tokens": max_tokens, "temperature": 0, "stream": False}, request)
             body = merge_request(body, dict(adapter.output_tokens_request))
             line: dict[str, Any] = {"index": p["index"], "content": p["content"], "prompt_sha": p["prompt_sha"]}
             try:

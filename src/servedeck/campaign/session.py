@@ -225,7 +225,7 @@ async def _bench_async(target: Target, spec: BenchSpec, gate_mode: Optional[bool
     async def work() -> None:
         await _gate_or_inherit(folder, target, gate_mode, gate_spec, inherited, reporter, outcome)
         if spec.check_outputs:
-            await _check_outputs(folder, target, reporter)
+            await _check_outputs(folder, target, reporter, spec.check_prompts, spec.check_tokens)
         for i, shape in enumerate(spec.shapes):
             await run_point(i, shape, spec, target, folder, reporter)
         errors = [(p["label"], p["figures"]["counts"]) for p in folder.summary["points"]
@@ -294,12 +294,12 @@ async def ramp(target: Target, spec: RampSpec, *, gate_mode: Optional[bool] = No
     return outcome
 
 
-async def _check_outputs(folder: RunFolder, target: Target, reporter: Reporter) -> None:
+async def _check_outputs(folder: RunFolder, target: Target, reporter: Reporter, n: int, max_tokens: int) -> None:
     """The fixed greedy prompt set (campaign/outputs.py) into outputs.jsonl, before any load."""
-    reporter.stage(f"output check: {outputs.N_PROMPTS} fixed prompts, temperature 0, {outputs.MAX_TOKENS} tokens")
+    reporter.stage(f"output check: {n} fixed prompts, temperature 0, {max_tokens} tokens")
     folder.update(outputs={"status": "running", "file": outputs.FILE})
     lines = await outputs.collect(target.base_url, target.served_name, target.engine, target.request,
-                                  lambda line: folder.append_jsonl(outputs.FILE, line))
+                                  lambda line: folder.append_jsonl(outputs.FILE, line), n=n, max_tokens=max_tokens)
     errors = [ln["error"] for ln in lines if ln.get("error")]
     death = target.death()
     if death:
@@ -307,7 +307,7 @@ async def _check_outputs(folder: RunFolder, target: Target, reporter: Reporter) 
     folder.update(outputs={"status": "failed" if errors else "ok", "file": outputs.FILE, "prompts": len(lines),
                            "errors": len(errors), "first_error": errors[0] if errors else None,
                            "unit": "token" if all(ln.get("token_ids") is not None for ln in lines if not ln.get("error"))
-                           else "character", "seed": outputs.PROMPT_SEED, "max_tokens": outputs.MAX_TOKENS})
+                           else "character", "seed": outputs.PROMPT_SEED, "max_tokens": max_tokens})
 
 
 async def bench(target: Target, spec: BenchSpec, *, gate_mode: Optional[bool] = None,
