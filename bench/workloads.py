@@ -64,6 +64,8 @@ def main() -> None:
     ap.add_argument("--output-tokens", type=int, default=128)
     ap.add_argument("--turn-tokens", type=int, default=1500)
     ap.add_argument("--answer-tokens", type=int, default=16)
+    ap.add_argument("--no-ramp", action="store_true", help="speculation table only")
+    ap.add_argument("--check-outputs", action="store_true", help="also the 8-prompt greedy output check")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "bench/results"), "workloads.json"))
     a = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="servedeck-workloads-"))
@@ -80,7 +82,7 @@ def main() -> None:
             for content in ("prose", "code"):
                 spec = BenchSpec(workload="chat", shapes=(ClosedLoop(1),), input_tokens=a.input_tokens,
                                  output_tokens=a.output_tokens, requests=a.requests, warmup=1, content=content,
-                                 check_outputs=content == "prose")
+                                 check_outputs=a.check_outputs and content == "prose")
                 got = Outcome()
                 with measured(cfg, model, False, got) as target:
                     folder = asyncio.run(bench(target, spec, gate_mode=False, outcome=got)).folder
@@ -95,7 +97,7 @@ def main() -> None:
                     "mean_acceptance_length": s.get("mean_acceptance_length"),
                     "tokens_per_step": s.get("tokens_per_step"), "draft_tokens": s.get("draft_tokens"),
                     "accepted_tokens": s.get("accepted_tokens"), "absent": s.get("absent"), "source": s.get("source")})
-            if model == "smollm2":
+            if model == "smollm2" and not a.no_ramp:
                 rspec = RampSpec(turn_tokens=a.turn_tokens, answer_tokens=a.answer_tokens, needle_every=2,
                                  content="prose", seed=1)
                 got = Outcome()
@@ -106,7 +108,8 @@ def main() -> None:
                 out["ramp"] = {"run": folder.name, "cutoff": view["ramp"]["cutoff"],
                                "turns": read_jsonl(folder / "ramp.jsonl")}
             deck.stop([model])
-        out["outputs"] = compare_runs(runs["smollm2-spec"], runs["smollm2"])
+        if a.check_outputs:
+            out["outputs"] = compare_runs(runs["smollm2-spec"], runs["smollm2"])
     finally:
         deck.stop(["smollm2", "smollm2-spec"])
     t = Table(title="Speculation (llama.cpp ngram-simple, draft max 4) vs plain, SmolLM2-135M, c=1")
@@ -120,7 +123,13 @@ def main() -> None:
                   f(r["output_tok_s"], 1))
     console.print(t)
     o = out["outputs"]
-    console.print(f"greedy output check, speculating vs plain: {o['verdict']} ({o['identical']}/{o['prompts']})")
+    if o:
+        console.print(f"greedy output check, speculating vs plain: {o['verdict']} ({o['identical']}/{o['prompts']})")
+    if out["ramp"] is None:
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.out).write_text(json.dumps(out, indent=1))
+        console.print(f"wrote {a.out}")
+        return
     t = Table(title=f"Ramp: SmolLM2 on llama.cpp, {a.turn_tokens} prose tokens a turn, {a.answer_tokens}-token answers")
     for col in ("turn", "context", "TTFT s", "prefill tok/s (new)", "decode tok/s", "cached", "needle"):
         t.add_column(col)

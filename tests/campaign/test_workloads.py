@@ -51,11 +51,14 @@ def test_speculation_figures_and_identical_output(campaign_config, llama, llama_
     view = load(spec_run)
     s = view["points"][0]["figures"]["speculation"]
     assert s["configured"] == {"method": "ngram-simple", "draft_max": "4"}
-    assert s["draft_tokens"] > 0 and 0 <= s["accepted_tokens"] <= s["draft_tokens"]
-    assert s["acceptance_rate"] == s["accepted_tokens"] / s["draft_tokens"]
-    assert s["tokens_per_step"] >= 1.0
-    # the per-response account (llama.cpp timings) is kept beside the counters
-    assert s["per_response"]["requests"] == 2
+    assert s["source"].startswith("engine counters") and s["counters"]["generation_tokens"] >= 64
+    assert 0 <= s["accepted_tokens"] <= s["draft_tokens"]
+    if s["draft_tokens"]:
+        assert s["acceptance_rate"] == s["accepted_tokens"] / s["draft_tokens"]
+    else:  # n-gram drafting found nothing to propose: said, not estimated (seen here on raw code slices)
+        assert s["acceptance_rate"] is None and "no tokens were drafted" in s["absent"]["acceptance_rate"]
+    assert s["tokens_per_step"] == s["generated_tokens"] / (s["generated_tokens"] - s["accepted_tokens"])
+    assert "one draft round per request" in s["note"]
     assert view["outputs"]["status"] == "ok" and view["outputs"]["unit"] == "token"
     plain = bench(campaign_config, "smollm2", BenchSpec(workload="chat", shapes=(ClosedLoop(1),), input_tokens=64,
                                                         output_tokens=4, requests=1, warmup=0, **small),
