@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Literal, Optional
+from functools import partial
+from typing import Any, Callable, Iterator, Literal, Optional
 
 import httpx
 
@@ -28,6 +29,7 @@ from servedeck.gates.server import ServerTokens
 from servedeck.loadgen import (ClientConfig, ClosedLoop, LoadRun, RequestRecord, RequestSpec,
                                Shape, Slo, StreamingClient, new_nonce, sized_requests, synthetic_requests,
                                synthetic_text)
+from servedeck.loadgen.procs import ProcessLoadRun
 from servedeck.loadgen.prompts import chars_per_token
 from servedeck.loadgen.schedule import shape_json
 from servedeck.loadgen.texts import Content
@@ -56,6 +58,7 @@ class BenchSpec:
     check_outputs: bool = False  # answer the fixed output-check prompts first (outputs.jsonl)
     check_prompts: int = 8  # the output check: how many of its fixed prompts (the CLI always asks 8)
     check_tokens: int = 128  # and the answer room of each
+    client_procs: int = 1  # client processes the streams are split across (one schedule for all)
 
     @property
     def prompt_size(self) -> int:
@@ -74,6 +77,9 @@ class BenchSpec:
         if self.requests is not None and self.requests < 1:
             raise ServedeckError(f"--requests must be at least 1, got {self.requests}",
                                  hint="or bound each point by time: --duration 60s")
+        if self.client_procs < 1:
+            raise ServedeckError(f"--client-procs must be at least 1, got {self.client_procs}",
+                                 hint="1 runs the client in this process; N > 1 splits the streams over N processes")
         if self.warmup < 0:
             raise ServedeckError(f"--warmup must be 0 or more, got {self.warmup}",
                                  hint="--warmup 0 skips warm-up; warm-up prompts never repeat measured ones")
@@ -93,7 +99,7 @@ class BenchSpec:
                 "stall_after_s": self.stall_after_s, "check_outputs": self.check_outputs,
                 "slo": None if self.slo is None else {"ttft_ms": self.slo.ttft_ms, "tpot_ms": self.slo.tpot_ms,
                                                       "e2e_ms": self.slo.e2e_ms},
-                "api": "chat", "ignore_eos": True}
+                "api": "chat", "ignore_eos": True, "client_procs": self.client_procs}
 
 
 def shape_label(shape: Shape) -> str:
@@ -120,9 +126,12 @@ class _Watch:
             self.task.cancel()
 
 
-async def _prompts(spec: BenchSpec, tokens: ServerTokens, nonce: str,
-                   reporter: Reporter, label: str) -> tuple[list[RequestSpec], Iterable[RequestSpec], dict[str, Any]]:
-    """Warm-up and measured requests for one point, and how they were sized."""
+async def _prompts(spec: BenchSpec, tokens: ServerTokens, nonce: str, reporter: Reporter,
+                   label: str) -> tuple[list[RequestSpec], list[RequestSpec] | Callable[[], Iterator[RequestSpec]],
+                                    dict[str, Any]]:
+    """Warm-up and measured requests for one point, and how they were sized. Measured requests
+    without end (a duration-bounded point) come as a picklable factory, so that several client
+    processes can each draw their share."""
     size, out = spec.prompt_size, spec.output_tokens
 
     async def count(text: str) -> int:
@@ -145,15 +154,15 @@ async def _prompts(spec: BenchSpec, tokens: ServerTokens, nonce: str,
             cpt *= size / max(got, 1)
         measured = list(synthetic_requests(size, out, n=1, seed=spec.seed, nonce=nonce, chars_per_token=cpt,
                                            content=spec.content)) \
-            if spec.repeat_prompt else synthetic_requests(size, out, seed=spec.seed, nonce=nonce, chars_per_token=cpt,
-                                                          content=spec.content)
+            if spec.repeat_prompt else partial(synthetic_requests, size, out, seed=spec.seed, nonce=nonce,
+                                               chars_per_token=cpt, content=spec.content)
         how = {"sized_by": "server tokenizer, calibrated chars/token (approximate per request)",
                "target_tokens": size, "chars_per_token": round(cpt, 4)}
     how["content"] = spec.content
     if spec.repeat_prompt:
-        first = measured[0] if isinstance(measured, list) else next(iter(measured))
+        assert isinstance(measured, list)
         how["repeat_prompt"] = True
-        return warm, _repeat(first), how
+        return warm, partial(_repeat, measured[0]), how
     return warm, measured, how
 
 
@@ -197,7 +206,8 @@ async def run_point(index: int, shape: Shape, spec: BenchSpec, target: Target, f
                            extra_body=target.request, request_timeout_s=spec.request_timeout_s)
         conc = shape.concurrency if isinstance(shape, ClosedLoop) else None
         async with StreamingClient(cfg) as client:
-            await client.prewarm(min(conc or 16, 256))
+            # With client processes the connections that matter are theirs; this one only warms up.
+            await client.prewarm(min(conc or 16, 256) if spec.client_procs == 1 else max(1, len(warm)))
             if warm:
                 reporter.stage(f"{label}: warm-up ({len(warm)} requests, distinct prompts)")
                 await LoadRun(client, ClosedLoop(min(len(warm), conc or 4)), [], warmup=warm,
@@ -205,8 +215,17 @@ async def run_point(index: int, shape: Shape, spec: BenchSpec, target: Target, f
             before, spec_before = await metrics_snapshot_async(target.engine, target.base_url)
             total = spec.requests if spec.duration_s is None else None
             reporter.point_start(label, total, spec.duration_s)
-            run = LoadRun(client, shape, measured, max_requests=spec.requests, duration_s=spec.duration_s,
-                          on_record=on_record, on_progress=lambda p: reporter.progress(label, p))
+            run: LoadRun | ProcessLoadRun
+            if spec.client_procs > 1:
+                point["client_procs"] = spec.client_procs
+                await client.aclose()  # no idle connection of ours holds a server slot meanwhile
+                run = ProcessLoadRun(cfg, shape, measured, procs=spec.client_procs, max_requests=spec.requests,
+                                     duration_s=spec.duration_s, on_record=on_record,
+                                     on_progress=lambda p: reporter.progress(label, p))
+            else:
+                run = LoadRun(client, shape, measured if isinstance(measured, list) else measured(),
+                              max_requests=spec.requests, duration_s=spec.duration_s,
+                              on_record=on_record, on_progress=lambda p: reporter.progress(label, p))
             watch.task = asyncio.current_task()
             stalls: list[dict[str, Any]] = []
             judge = StallJudge(target, spec.stall_after_s or float("inf"))

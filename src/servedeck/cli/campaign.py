@@ -18,6 +18,7 @@ from servedeck.errors import ServedeckError
 from servedeck.gates import GateSpec, ProbeResult
 from servedeck.loadgen import ClosedLoop, OpenLoop, Progress as LoadProgress, Slo
 from servedeck.loadgen.texts import CONTENTS
+from servedeck.loadgen.loop import run as run_loop
 from servedeck.report import list_row, markdown
 from servedeck.report.workloads import outputs_markdown
 from servedeck.runs import find_run, list_runs, load, runs_root
@@ -189,6 +190,7 @@ def bench(
     time_cap: str = typer.Option("2h", "--time-cap", help="ramp: stop after this long"),
     turn_timeout: str = typer.Option("20m", "--turn-timeout", help="ramp: a turn taking longer ends the ramp"),
     stop_on_miss: bool = typer.Option(False, "--stop-on-miss", help="ramp: stop at the first needle missed"),
+    client_procs: int = typer.Option(1, "--client-procs", help="split the streams over N client processes (one schedule); for hosts with spare cores"),
     launch: bool = typer.Option(False, "--launch", help="start the model for this run and stop it afterwards"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
@@ -213,8 +215,8 @@ def bench(
 
         def run_r(rep: RichReporter) -> None:
             with measured(ramp_cfg, model, launch, ramp_outcome) as target:
-                asyncio.run(run_ramp(target, rspec, gate_mode=gate_flag, gate_spec=gate_spec, reporter=rep,
-                                     outcome=ramp_outcome))
+                run_loop(run_ramp(target, rspec, gate_mode=gate_flag, gate_spec=gate_spec, reporter=rep,
+                                  outcome=ramp_outcome))
 
         _guarded(ramp_outcome, run_r)
         _show(ramp_outcome, as_json)
@@ -225,6 +227,9 @@ def bench(
     if arrivals not in ("poisson", "constant"):
         raise ServedeckError(f"--arrivals {arrivals!r} is not poisson or constant",
                              hint="poisson: random gaps at the given mean rate; constant: evenly spaced")
+    if client_procs < 1:
+        raise ServedeckError(f"--client-procs must be at least 1, got {client_procs}",
+                             hint="1 runs the client in this process; N > 1 splits the streams over N processes")
     if rate:
         shapes = tuple(OpenLoop(r, arrivals) for r in _numbers(rate, "--rate", float))  # type: ignore[arg-type]
     else:
@@ -240,13 +245,14 @@ def bench(
                      repeat_prompt=repeat_prompt, seed=seed, content=content or "random",  # type: ignore[arg-type]
                      request_timeout_s=_limit(request_timeout or ("10m" if workload == "chat" else "none"),
                                               "--request-timeout"),
-                     stall_after_s=stall_s, check_outputs=check_outputs)
+                     stall_after_s=stall_s, check_outputs=check_outputs, client_procs=client_procs)
     cfg = load_config()
     outcome = Outcome()
     def run(rep: RichReporter) -> None:
         with measured(cfg, model, launch, outcome) as target:
-            asyncio.run(run_bench(target, spec, gate_mode=gate_flag, gate_spec=gate_spec, reporter=rep,
-                                  outcome=outcome))
+            # uvloop when installed: the load generator's timestamps want the cheaper loop
+            run_loop(run_bench(target, spec, gate_mode=gate_flag, gate_spec=gate_spec, reporter=rep,
+                               outcome=outcome))
 
     _guarded(outcome, run)
     _show(outcome, as_json)
