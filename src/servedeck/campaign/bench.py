@@ -30,7 +30,7 @@ from servedeck.loadgen import (ClientConfig, ClosedLoop, LoadRun, RequestRecord,
                                Shape, Slo, StreamingClient, new_nonce, sized_requests, synthetic_requests,
                                synthetic_text)
 from servedeck.loadgen.procs import ProcessLoadRun
-from servedeck.loadgen.prompts import chars_per_token
+from servedeck.loadgen.prompts import chars_per_token, seeded_nonce
 from servedeck.loadgen.schedule import shape_json
 from servedeck.loadgen.texts import Content
 from servedeck.runs.figures import counter_delta, headline, point_figures
@@ -170,7 +170,8 @@ def _repeat(first: RequestSpec) -> Iterator[RequestSpec]:
     i = 0
     while True:
         yield RequestSpec(id=f"{first.id}-rep{i}", prompt=first.prompt, max_tokens=first.max_tokens,
-                          prompt_tokens_expected=first.prompt_tokens_expected)
+                          prompt_tokens_expected=first.prompt_tokens_expected, index=first.index,
+                          digest=first.digest)
         i += 1
 
 
@@ -178,7 +179,7 @@ async def run_point(index: int, shape: Shape, spec: BenchSpec, target: Target, f
                     reporter: Reporter) -> dict[str, Any]:
     """One measured point; returns its summary entry (already written to summary.json)."""
     label = shape_label(shape)
-    nonce = new_nonce()
+    nonce = seeded_nonce(spec.seed, index) if spec.seed is not None else new_nonce()
     point: dict[str, Any] = {"index": index, "label": label, "shape": shape_json(shape), "nonce": nonce,
                              "status": "running"}
     _put_point(folder, point)

@@ -177,7 +177,7 @@ def bench(
     gate_flag: Optional[bool] = typer.Option(None, "--gate/--no-gate", help="default: reuse this launch's gate, else run one"),
     gate_context: Optional[int] = typer.Option(None, "--gate-context", help="context for the gate (default: the server's)"),
     repeat_prompt: bool = typer.Option(False, "--repeat-prompt", help="send one prompt over and over: shows the prefix cache at work; not a benchmark"),
-    seed: Optional[int] = typer.Option(None, "--seed", help="seed for the prompts' words (each run still gets a fresh nonce)"),
+    seed: Optional[int] = typer.Option(None, "--seed", help="the same prompts in every launch with the same seed (compare pairs them); on a server that already saw them they come from the prefix cache"),
     content: Optional[str] = typer.Option(None, "--content", help="random | prose | code: what follows each prompt's unique tag (default random; prose for the ramp)"),
     request_timeout: Optional[str] = typer.Option(None, "--request-timeout", help="per request, e.g. 30m, or none (default 10m for chat, none for long-prompt and ramp)"),
     stall_after: str = typer.Option("5m", "--stall-after", help="no byte for this long: the engine's counters tell stalled (ended, recorded) from slow"),

@@ -360,7 +360,8 @@ class LoadRun:
     async def _one(self, spec: RequestSpec, kind: Kind, target: float) -> RequestRecord:
         if kind == "measured" and spec.prompt in self._warmup_prompts:
             raise ValueError(f"request {spec.id} reuses a warm-up prompt; it would hit the prefix cache")
-        rec = RequestRecord(id=spec.id, kind=kind, t_target=target - self.t0)
+        rec = RequestRecord(id=spec.id, kind=kind, t_target=target - self.t0, prompt_index=spec.index,
+                            prompt_digest=spec.digest)
         self._in_flight += 1
         try:
             await self.client.send(spec, rec, self.t0)
