@@ -68,6 +68,11 @@ def campaign_toml() -> str:
     assert source
     text += (f'\n[models.victim]\nsource = "{source.group(1)}"\nbuild = "llamacpp"\nport = {free_port()}\n'
              'slot = "victim"\ncontext = 2048\nargs = { parallel = 2 }\n')
+    # issue 10: the same model speculating with n-grams (no draft model), for the speculation figures
+    # and the identical-output check against the plain launch above
+    text += (f'\n[models.smollm2-spec]\nsource = "{source.group(1)}"\nbuild = "llamacpp"\nport = {free_port()}\n'
+             'slot = "spec"\ncontext = 4096\n'
+             'args = { parallel = 1, spec-type = "ngram-simple", spec-draft-n-max = 4 }\n')
     return text
 
 
@@ -98,6 +103,18 @@ def _shared_server(cfg: Config, home: Path, name: str) -> Iterator[dict]:
 def llama(campaign_config, campaign_home) -> Iterator[dict]:
     """SmolLM2 on llama.cpp: 4 slots of 8192 tokens."""
     yield from _shared_server(campaign_config, campaign_home, "smollm2")
+
+
+@pytest.fixture(scope="session")
+def llama_spec(campaign_config, campaign_home) -> Iterator[dict]:
+    """SmolLM2 on llama.cpp with n-gram speculation (--spec-type ngram-simple --spec-draft-n-max 4)."""
+    yield from _shared_server(campaign_config, campaign_home, "smollm2-spec")
+
+
+@pytest.fixture(scope="session")
+def gemma(campaign_config, campaign_home) -> Iterator[dict]:
+    """Gemma 3 270M on llama.cpp: a different model, whose greedy output must differ from SmolLM2's."""
+    yield from _shared_server(campaign_config, campaign_home, "gemma")
 
 
 @pytest.fixture(scope="session")

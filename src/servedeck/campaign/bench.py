@@ -20,18 +20,20 @@ from typing import Any, Callable, Iterator, Literal, Optional
 import httpx
 
 from servedeck.campaign.reporter import Reporter
+from servedeck.campaign.stall import StallJudge
 from servedeck.campaign.target import Target
 from servedeck.engines import get_engine
-from servedeck.engines.metrics import parse_prometheus, prefix_counters_async
+from servedeck.engines.metrics import metrics_snapshot_async, parse_prometheus
 from servedeck.errors import RunError, ServedeckError, ServerDied
 from servedeck.gates.server import ServerTokens
 from servedeck.loadgen import (ClientConfig, ClosedLoop, LoadRun, RequestRecord, RequestSpec,
                                Shape, Slo, StreamingClient, new_nonce, sized_requests, synthetic_requests,
                                synthetic_text)
 from servedeck.loadgen.procs import ProcessLoadRun
-from servedeck.loadgen.prompts import DEFAULT_CHARS_PER_TOKEN, seeded_nonce
+from servedeck.loadgen.prompts import chars_per_token, seeded_nonce
 from servedeck.loadgen.schedule import shape_json
 from servedeck.loadgen.spread import Spread
+from servedeck.loadgen.texts import Content
 from servedeck.runs.figures import counter_delta, headline, point_figures
 from servedeck.runs.folder import RunFolder
 
@@ -51,6 +53,12 @@ class BenchSpec:
     slo: Optional[Slo] = None
     repeat_prompt: bool = False  # every measured request the same prompt: shows what the cache does
     seed: Optional[int] = None
+    content: Content = "random"  # what follows each prompt's unique tag: random words, prose or code
+    request_timeout_s: Optional[float] = 600.0  # per request; None: no limit (a 1M prefill takes minutes)
+    stall_after_s: Optional[float] = 300.0  # no byte for this long: ask the engine's counters, stalled or slow
+    check_outputs: bool = False  # answer the fixed output-check prompts first (outputs.jsonl)
+    check_prompts: int = 8  # the output check: how many of its fixed prompts (the CLI always asks 8)
+    check_tokens: int = 128  # and the answer room of each
     client_procs: int = 1  # client processes the streams are split across (one schedule for all)
 
     @property
@@ -88,6 +96,8 @@ class BenchSpec:
                 "input_tokens": self.input_tokens, "prompt_tokens": self.prompt_tokens,
                 "output_tokens": self.output_tokens, "duration_s": self.duration_s, "requests": self.requests,
                 "warmup": self.warmup, "repeat_prompt": self.repeat_prompt, "seed": self.seed,
+                "content": self.content, "request_timeout_s": self.request_timeout_s,
+                "stall_after_s": self.stall_after_s, "check_outputs": self.check_outputs,
                 "slo": None if self.slo is None else {"ttft_ms": self.slo.ttft_ms, "tpot_ms": self.slo.tpot_ms,
                                                       "e2e_ms": self.slo.e2e_ms},
                 "api": "chat", "ignore_eos": True, "client_procs": self.client_procs}
@@ -129,25 +139,27 @@ async def _prompts(spec: BenchSpec, tokens: ServerTokens, nonce: str, reporter: 
         return await tokens.count_chat([{"role": "user", "content": text}])
 
     reporter.stage(f"{label}: sizing prompts with the server's tokenizer")
-    warm = await sized_requests(size, out, spec.warmup, count, kind="warmup", seed=spec.seed, nonce=nonce) \
-        if spec.warmup else []
+    warm = await sized_requests(size, out, spec.warmup, count, kind="warmup", seed=spec.seed, nonce=nonce,
+                                content=spec.content) if spec.warmup else []
     if spec.requests is not None:
         n = 1 if spec.repeat_prompt else spec.requests
-        measured = await sized_requests(size, out, n, count, seed=spec.seed, nonce=nonce)
+        measured = await sized_requests(size, out, n, count, seed=spec.seed, nonce=nonce, content=spec.content)
         how = {"sized_by": "server tokenizer, exact per request (chat template included)", "target_tokens": size}
     else:
         # Duration runs need prompts without end: calibrate characters per token on the server once,
         # then size by length; the server's reported prompt_tokens stay the record of truth.
-        cpt = DEFAULT_CHARS_PER_TOKEN
+        cpt = chars_per_token(spec.content)
         for _ in range(3):
-            sample = synthetic_text(0, size, nonce=nonce, seed=spec.seed, chars_per_token=cpt)
+            sample = synthetic_text(0, size, nonce=nonce, seed=spec.seed, chars_per_token=cpt, content=spec.content)
             got = await count(sample)
             cpt *= size / max(got, 1)
-        measured = list(synthetic_requests(size, out, n=1, seed=spec.seed, nonce=nonce, chars_per_token=cpt)) \
+        measured = list(synthetic_requests(size, out, n=1, seed=spec.seed, nonce=nonce, chars_per_token=cpt,
+                                           content=spec.content)) \
             if spec.repeat_prompt else partial(synthetic_requests, size, out, seed=spec.seed, nonce=nonce,
-                                               chars_per_token=cpt)
+                                               chars_per_token=cpt, content=spec.content)
         how = {"sized_by": "server tokenizer, calibrated chars/token (approximate per request)",
                "target_tokens": size, "chars_per_token": round(cpt, 4)}
+    how["content"] = spec.content
     if spec.repeat_prompt:
         assert isinstance(measured, list)
         how["repeat_prompt"] = True
@@ -192,15 +204,15 @@ async def run_point(index: int, shape: Shape, spec: BenchSpec, target: Target, f
             raise (ServerDied(death) if death else e) from None
         point["prompts"] = how
         conc = shape.concurrency if isinstance(shape, ClosedLoop) else None
-        cfg = _config(target)  # client processes (--client-procs) talk to the first replica only
-        async with _client(target) as client:
+        cfg = _config(target, spec)  # client processes (--client-procs) talk to the first replica only
+        async with _client(target, spec) as client:
             # With client processes the connections that matter are theirs; this one only warms up.
             await client.prewarm(min(conc or 16, 256) if spec.client_procs == 1 else max(1, len(warm)))
             if warm:
                 reporter.stage(f"{label}: warm-up ({len(warm)} requests, distinct prompts)")
                 await LoadRun(client, ClosedLoop(min(len(warm), conc or 4)), [], warmup=warm,
                               on_record=on_record).run()
-            before = await prefix_counters_async(target.engine, target.base_url)
+            before, spec_before = await metrics_snapshot_async(target.engine, target.base_url)
             gen_before = await _generated(http, target) if isinstance(client, Spread) else None
             if isinstance(client, Spread):
                 client.reset_counts()
@@ -218,6 +230,9 @@ async def run_point(index: int, shape: Shape, spec: BenchSpec, target: Target, f
                               max_requests=spec.requests, duration_s=spec.duration_s,
                               on_record=on_record, on_progress=lambda p: reporter.progress(label, p))
             watch.task = asyncio.current_task()
+            stalls: list[dict[str, Any]] = []
+            judge = StallJudge(target, spec.stall_after_s or float("inf"))
+            guard = asyncio.ensure_future(_watch_long(client, judge, spec, reporter, label, stalls))
             try:
                 await run.run()
                 point["status"] = "ok"
@@ -230,7 +245,12 @@ async def run_point(index: int, shape: Shape, spec: BenchSpec, target: Target, f
                 if current is not None:
                     current.uncancel()
                 point["status"] = "failed"
-            after = await prefix_counters_async(target.engine, target.base_url) if watch.death is None else None
+            finally:
+                guard.cancel()
+                await asyncio.gather(guard, return_exceptions=True)
+                point["stalls"], point["slow"] = stalls, judge.slow
+            after, spec_after = await metrics_snapshot_async(target.engine, target.base_url) \
+                if watch.death is None else (None, None)
             if isinstance(client, Spread):
                 point["replicas"] = client.counts()
                 gen_after = await _generated(http, target) if watch.death is None else None
@@ -239,6 +259,11 @@ async def run_point(index: int, shape: Shape, spec: BenchSpec, target: Target, f
                         r["generated_tokens_by_server"] = gen_after[i] - gen_before[i]
         point["load"] = run.result().meta()
         point["counters"] = counter_delta(before, after)
+        point["spec_counters"] = {"before": spec_before, "after": spec_after}
+        point["speculation_configured"] = target.speculation
+        point["spec_timing_fields"] = get_engine(target.engine).spec_timings
+        if target.speculation:
+            point["spec_note"] = get_engine(target.engine).spec_note
     _finish_point(folder, point, records, spec)
     reporter.point_done(label, point)
     if watch.death is not None:
@@ -247,16 +272,17 @@ async def run_point(index: int, shape: Shape, spec: BenchSpec, target: Target, f
     return point
 
 
-def _config(t: Target) -> ClientConfig:
+def _config(t: Target, spec: BenchSpec) -> ClientConfig:
     return ClientConfig(t.base_url, t.served_name, api="chat",
-                        continuous_usage_stats=get_engine(t.engine).stream_usage_per_chunk)
+                        continuous_usage_stats=get_engine(t.engine).stream_usage_per_chunk,
+                        extra_body=t.request, request_timeout_s=spec.request_timeout_s)
 
 
-def _client(target: Target) -> Any:
+def _client(target: Target, spec: BenchSpec) -> Any:
     """One streaming client, or one per replica behind a least-outstanding-requests Spread."""
     if not target.peers:
-        return StreamingClient(_config(target))
-    return Spread([StreamingClient(_config(t)) for t in target.replicas])
+        return StreamingClient(_config(target, spec))
+    return Spread([StreamingClient(_config(t, spec)) for t in target.replicas])
 
 
 async def _generated(http: httpx.AsyncClient, target: Target) -> list[Optional[float]]:
@@ -270,6 +296,31 @@ async def _generated(http: httpx.AsyncClient, target: Target) -> list[Optional[f
         except httpx.HTTPError:
             out.append(None)
     return out
+
+
+async def _watch_long(client: StreamingClient, judge: StallJudge, spec: BenchSpec, reporter: Reporter, label: str,
+                      stalls: list[dict[str, Any]]) -> None:
+    """While a point runs: show long requests' progress, and end those the engine's counters call stalled."""
+    limits = [x for x in (spec.stall_after_s,) if x]
+    tick = max(0.2, min([10.0] + [x / 4 for x in limits]))
+    shown = 0.0
+    while True:
+        await asyncio.sleep(tick)
+        busy = client.in_flight()
+        now = asyncio.get_running_loop().time()
+        quietest = max(busy, key=lambda b: b[1], default=None)
+        if quietest is not None and quietest[1] >= 10.0 and now - shown >= 10.0:
+            shown = now
+            reporter.stage(f"{label}: {len(busy)} in flight; {quietest[0]}: {quietest[2]} tokens so far, "
+                           f"last byte {quietest[1]:.0f} s ago")
+        if spec.stall_after_s is None:
+            continue
+        for rid, quiet_s, chunks, conn in busy:
+            verdict = await judge.check(rid, quiet_s, tick)
+            if verdict is not None:
+                stalls.append({"request": rid, "tokens_so_far": chunks, **verdict})
+                reporter.stage(f"{label}: {rid} {verdict['detail']}")
+                client.end(conn, verdict["detail"])
 
 
 def _finish_point(folder: RunFolder, point: dict[str, Any], records: list[RequestRecord], spec: BenchSpec) -> None:

@@ -19,7 +19,9 @@ from typing import Any, Iterator, Optional
 
 import httpx
 
+from servedeck.campaign import outputs
 from servedeck.campaign.bench import BenchSpec, run_point
+from servedeck.campaign.ramp import RampSpec, run_ramp
 from servedeck.campaign.reporter import QuietReporter, Reporter
 from servedeck.campaign.target import Target, close_target, open_target
 from servedeck.config import Config
@@ -224,19 +226,9 @@ async def _bench_async(target: Target, spec: BenchSpec, gate_mode: Optional[bool
     folder.attach_launch(target.launch_dir, whole_log=target.launched)
 
     async def work() -> None:
-        if inherited is not None:
-            # The gate is a fact about this launch of the server: copy its evidence in, say where from.
-            shutil.copyfile(inherited / "niah.log", folder.path / "niah.log")
-            g = gate_view(inherited, summary_of(inherited))
-            folder.update(gate={"status": g["status"], "source": inherited.name, "result": g["result"],
-                                "note": "gate run earlier on this same launch of the server"})
-        elif gate_mode is False:
-            folder.update(gate={"status": "not run", "note": "--no-gate, and no gate was run on this launch"})
-        else:
-            result = await _gate_into(folder, target, gate_spec, reporter, outcome)
-            if not result.passed:
-                reporter.stage(f"gate failed (score {round(result.score, 2)} < {result.threshold}): "
-                               "the figures below are recorded but marked as not a result")
+        await _gate_or_inherit(folder, target, gate_mode, gate_spec, inherited, reporter, outcome)
+        if spec.check_outputs:
+            await _check_outputs(folder, target, reporter, spec.check_prompts, spec.check_tokens)
         for i, shape in enumerate(spec.shapes):
             await run_point(i, shape, spec, target, folder, reporter)
         errors = [(p["label"], p["figures"]["counts"]) for p in folder.summary["points"]
@@ -249,6 +241,76 @@ async def _bench_async(target: Target, spec: BenchSpec, gate_mode: Optional[bool
             _finish(folder, "ok", None)
 
     await _guarded(folder, work())
+
+
+async def _gate_or_inherit(folder: RunFolder, target: Target, gate_mode: Optional[bool], gate_spec: GateSpec,
+                           inherited: Optional[Path], reporter: Reporter, outcome: Outcome) -> None:
+    if inherited is not None:
+        # The gate is a fact about this launch of the server: copy its evidence in, say where from.
+        shutil.copyfile(inherited / "niah.log", folder.path / "niah.log")
+        g = gate_view(inherited, summary_of(inherited))
+        folder.update(gate={"status": g["status"], "source": inherited.name, "result": g["result"],
+                            "note": "gate run earlier on this same launch of the server"})
+    elif gate_mode is False:
+        folder.update(gate={"status": "not run", "note": "--no-gate, and no gate was run on this launch"})
+    else:
+        result = await _gate_into(folder, target, gate_spec, reporter, outcome)
+        if not result.passed:
+            reporter.stage(f"gate failed (score {round(result.score, 2)} < {result.threshold}): "
+                           "the figures below are recorded but marked as not a result")
+
+
+# --- ramp -------------------------------------------------------------------------------------
+
+async def _ramp_async(target: Target, spec: RampSpec, gate_mode: Optional[bool], gate_spec: GateSpec,
+                      reporter: Reporter, outcome: Outcome) -> None:
+    ctx = await _served_context(target)
+    spec.check(ctx)
+    _check_asked(target, gate_spec.context or ctx, ctx)
+    gate_spec = replace(gate_spec, context=gate_spec.context or ctx)
+    gate_spec.check()
+    model = target.cfg.models[target.name]
+    root = _root(target.cfg)
+    inherited = gate_of_launch(root, target.launch_dir, gate_spec.context) if gate_mode is not True else None
+    folder = RunFolder.create(root, target.name, model.layout, model.context or ctx, target.engine,
+                              base_summary(target, ctx, "bench", spec.to_json()))
+    outcome.folder = folder.path
+    folder.attach_launch(target.launch_dir, whole_log=target.launched)
+
+    async def work() -> None:
+        await _gate_or_inherit(folder, target, gate_mode, gate_spec, inherited, reporter, outcome)
+        cutoff = await run_ramp(spec, target, ctx, folder, reporter)
+        reporter.stage(f"ramp stopped after turn {cutoff['turn']}: {cutoff['reason']}")
+        failed = (folder.summary.get("ramp") or {}).get("ok_turns", 0) == 0
+        _finish(folder, "failed" if failed else "ok", f"no turn finished: {cutoff['reason']}" if failed else None)
+
+    await _guarded(folder, work())
+
+
+async def ramp(target: Target, spec: RampSpec, *, gate_mode: Optional[bool] = None,
+               gate_spec: Optional[GateSpec] = None, reporter: Optional[Reporter] = None,
+               outcome: Optional[Outcome] = None) -> Outcome:
+    """`servedeck bench MODEL --workload ramp`: gate (as bench), then one conversation to its cut-off."""
+    outcome = outcome or Outcome(target=target)
+    await _ramp_async(target, spec, gate_mode, gate_spec or GateSpec(context=0), reporter or QuietReporter(),
+                      outcome)
+    return outcome
+
+
+async def _check_outputs(folder: RunFolder, target: Target, reporter: Reporter, n: int, max_tokens: int) -> None:
+    """The fixed greedy prompt set (campaign/outputs.py) into outputs.jsonl, before any load."""
+    reporter.stage(f"output check: {n} fixed prompts, temperature 0, {max_tokens} tokens")
+    folder.update(outputs={"status": "running", "file": outputs.FILE})
+    lines = await outputs.collect(target.base_url, target.served_name, target.engine, target.request,
+                                  lambda line: folder.append_jsonl(outputs.FILE, line), n=n, max_tokens=max_tokens)
+    errors = [ln["error"] for ln in lines if ln.get("error")]
+    death = target.death()
+    if death:
+        raise ServerDied(f"{death} (during the output check)")
+    folder.update(outputs={"status": "failed" if errors else "ok", "file": outputs.FILE, "prompts": len(lines),
+                           "errors": len(errors), "first_error": errors[0] if errors else None,
+                           "unit": "token" if all(ln.get("token_ids") is not None for ln in lines if not ln.get("error"))
+                           else "character", "seed": outputs.PROMPT_SEED, "max_tokens": max_tokens})
 
 
 async def bench(target: Target, spec: BenchSpec, *, gate_mode: Optional[bool] = None,

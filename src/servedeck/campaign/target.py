@@ -7,13 +7,14 @@ the engine has gone, and what the shim recorded about how.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
 
 from servedeck.config import Config
 from servedeck.deck import Deck
 from servedeck.deck.deck import describe_exit
+from servedeck.engines import get_engine
 from servedeck.deck.records import LaunchState, LiveRecord
 from servedeck.engines.base import Endpoint
 from servedeck.errors import RunError
@@ -64,8 +65,19 @@ class Target:
         return self.record.launch_dir
 
     @property
+    def speculation(self) -> Optional[dict[str, Any]]:
+        """How this launch speculates (from its argv, read by the engine's adapter); None if it does not."""
+        argv = self.record.spec.get("argv") or []
+        return get_engine(self.engine).speculation(list(argv))
+
+    @property
+    def request(self) -> dict[str, Any]:
+        """models.toml `request`: merged into the body of every request servedeck sends."""
+        return dict(self.cfg.models[self.name].request)
+
+    @property
     def server(self) -> Endpoint:
-        return self.record.endpoint
+        return replace(self.record.endpoint, request=self.request)
 
     def death(self) -> Optional[str]:
         """None while the engine (every replica) lives; otherwise how one ended, as its launch folder records it."""

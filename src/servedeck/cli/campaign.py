@@ -10,14 +10,17 @@ import typer
 from rich.markdown import Markdown
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from servedeck.campaign import BenchSpec, Outcome, bench as run_bench, gate as run_gate, measured
+from servedeck.campaign import BenchSpec, Outcome, RampSpec, bench as run_bench, compare_runs, gate as run_gate
+from servedeck.campaign import measured, ramp as run_ramp
 from servedeck.campaign.bench import shape_label
 from servedeck.cli.app import app, console, err_console, load_config, print_json
 from servedeck.errors import ServedeckError
 from servedeck.gates import GateSpec, ProbeResult
 from servedeck.loadgen import ClosedLoop, OpenLoop, Progress as LoadProgress, Slo
+from servedeck.loadgen.texts import CONTENTS
 from servedeck.loadgen.loop import run as run_loop
 from servedeck.report import list_row, markdown
+from servedeck.report.workloads import outputs_markdown
 from servedeck.runs import find_run, list_runs, load, runs_root
 from servedeck.timeparse import seconds
 
@@ -129,12 +132,14 @@ def gate(
     repeats: int = typer.Option(1, "--repeats", help="probes per depth, each with its own haystack and code"),
     threshold: float = typer.Option(0.67, "--threshold", help="pass when the score (rounded to 2 decimals) is at least this"),
     seed: Optional[int] = typer.Option(None, "--seed", help="reproduce an earlier gate's haystacks and codes"),
+    answer_tokens: int = typer.Option(32, "--answer-tokens", help="room for each answer (a reasoning model needs more, or `request` in models.toml)"),
     launch: bool = typer.Option(False, "--launch", help="start the model for this run and stop it afterwards"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Correctness gate: find a planted 7-digit code at each depth of a context-sized prompt."""
     cfg = load_config()
-    spec = GateSpec(context=context or 0, depths=_depths(depths), repeats=repeats, threshold=threshold, seed=seed)
+    spec = GateSpec(context=context or 0, depths=_depths(depths), repeats=repeats, threshold=threshold, seed=seed,
+                    answer_tokens=answer_tokens)
     outcome = Outcome()
     def run(rep: RichReporter) -> None:
         with measured(cfg, model, launch, outcome) as target:
@@ -158,7 +163,7 @@ def gate(
 @app.command()
 def bench(
     model: str,
-    workload: str = typer.Option("chat", "--workload", help="chat | long-prompt"),
+    workload: str = typer.Option("chat", "--workload", help="chat | long-prompt | ramp"),
     concurrency: Optional[str] = typer.Option(None, "--concurrency", help="closed-loop points, e.g. 1,4,16"),
     rate: Optional[str] = typer.Option(None, "--rate", help="open-loop points in requests/s, e.g. 2,4,8"),
     arrivals: str = typer.Option("poisson", "--arrivals", help="poisson | constant (with --rate)"),
@@ -173,14 +178,49 @@ def bench(
     gate_context: Optional[int] = typer.Option(None, "--gate-context", help="context for the gate (default: the server's)"),
     repeat_prompt: bool = typer.Option(False, "--repeat-prompt", help="send one prompt over and over: shows the prefix cache at work; not a benchmark"),
     seed: Optional[int] = typer.Option(None, "--seed", help="the same prompts in every launch with the same seed (compare pairs them); on a server that already saw them they come from the prefix cache"),
+    content: Optional[str] = typer.Option(None, "--content", help="random | prose | code: what follows each prompt's unique tag (default random; prose for the ramp)"),
+    request_timeout: Optional[str] = typer.Option(None, "--request-timeout", help="per request, e.g. 30m, or none (default 10m for chat, none for long-prompt and ramp)"),
+    stall_after: str = typer.Option("5m", "--stall-after", help="no byte for this long: the engine's counters tell stalled (ended, recorded) from slow"),
+    check_outputs: bool = typer.Option(False, "--check-outputs", help="first answer 8 fixed prompts greedily into outputs.jsonl (see compare-outputs)"),
+    gate_answer_tokens: int = typer.Option(32, "--gate-answer-tokens", help="room for each gate answer"),
+    turn_tokens: int = typer.Option(2000, "--turn-tokens", help="ramp: text tokens each turn adds"),
+    answer_tokens: int = typer.Option(64, "--answer-tokens", help="ramp: room for each answer"),
+    max_context: Optional[int] = typer.Option(None, "--max-context", help="ramp: stop before the conversation passes this (default: the server's context)"),
+    needle_every: int = typer.Option(4, "--needle-every", help="ramp: ask for the code planted in turn 1 every N turns (0: never)"),
+    time_cap: str = typer.Option("2h", "--time-cap", help="ramp: stop after this long"),
+    turn_timeout: str = typer.Option("20m", "--turn-timeout", help="ramp: a turn taking longer ends the ramp"),
+    stop_on_miss: bool = typer.Option(False, "--stop-on-miss", help="ramp: stop at the first needle missed"),
     client_procs: int = typer.Option(1, "--client-procs", help="split the streams over N client processes (one schedule); for hosts with spare cores"),
     launch: bool = typer.Option(False, "--launch", help="start the model for this run and stop it afterwards"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Benchmark MODEL: gate, then one measured point per concurrency or rate, recorded as a run folder."""
-    if workload not in ("chat", "long-prompt"):
-        raise ServedeckError(f"--workload {workload!r} is not chat or long-prompt",
-                             hint="chat: --input-tokens/--output-tokens per request; long-prompt: a prompt near the context")
+    """Benchmark MODEL: gate, then one measured point per concurrency or rate (or the conversation ramp), recorded as a run folder."""
+    if workload not in ("chat", "long-prompt", "ramp"):
+        raise ServedeckError(f"--workload {workload!r} is not chat, long-prompt or ramp",
+                             hint="chat: --input-tokens/--output-tokens per request; long-prompt: a prompt near the "
+                                  "context; ramp: one conversation grown turn by turn")
+    if content is not None and content not in CONTENTS:
+        raise ServedeckError(f"--content {content!r} is not one of {', '.join(CONTENTS)}",
+                             hint="random: common words (cache-free baselines); prose: Python's documentation "
+                                  "topics; code: the standard library's sources")
+    stall_s = _limit(stall_after, "--stall-after")
+    gate_spec = GateSpec(context=gate_context or 0, answer_tokens=gate_answer_tokens)
+    if workload == "ramp":
+        rspec = RampSpec(turn_tokens=turn_tokens, answer_tokens=answer_tokens, max_context=max_context,
+                         needle_every=needle_every, time_cap_s=_limit(time_cap, "--time-cap"),
+                         turn_timeout_s=_limit(request_timeout or turn_timeout, "--turn-timeout"),
+                         stop_on_miss=stop_on_miss, content=content or "prose",  # type: ignore[arg-type]
+                         stall_after_s=stall_s, seed=seed)
+        ramp_outcome, ramp_cfg = Outcome(), load_config()
+
+        def run_r(rep: RichReporter) -> None:
+            with measured(ramp_cfg, model, launch, ramp_outcome) as target:
+                run_loop(run_ramp(target, rspec, gate_mode=gate_flag, gate_spec=gate_spec, reporter=rep,
+                                  outcome=ramp_outcome))
+
+        _guarded(ramp_outcome, run_r)
+        _show(ramp_outcome, as_json)
+        return
     if concurrency and rate:
         raise ServedeckError("--concurrency and --rate are two different load shapes",
                              hint="give one: --concurrency 1,4,16 (closed loop) or --rate 2,4,8 (open loop)")
@@ -202,22 +242,54 @@ def bench(
                      input_tokens=input_tokens if workload == "chat" else None,
                      prompt_tokens=prompt_tokens if workload == "long-prompt" else None,
                      duration_s=duration_s, requests=requests, warmup=warmup, slo=_slo(slo),
-                     repeat_prompt=repeat_prompt, seed=seed, client_procs=client_procs)
+                     repeat_prompt=repeat_prompt, seed=seed, content=content or "random",  # type: ignore[arg-type]
+                     request_timeout_s=_limit(request_timeout or ("10m" if workload == "chat" else "none"),
+                                              "--request-timeout"),
+                     stall_after_s=stall_s, check_outputs=check_outputs, client_procs=client_procs)
     cfg = load_config()
     outcome = Outcome()
     def run(rep: RichReporter) -> None:
         with measured(cfg, model, launch, outcome) as target:
             # uvloop when installed: the load generator's timestamps want the cheaper loop
-            run_loop(run_bench(target, spec, gate_mode=gate_flag, gate_spec=GateSpec(context=gate_context or 0),
-                               reporter=rep, outcome=outcome))
+            run_loop(run_bench(target, spec, gate_mode=gate_flag, gate_spec=gate_spec, reporter=rep,
+                               outcome=outcome))
 
     _guarded(outcome, run)
+    _show(outcome, as_json)
+
+
+def _limit(text: str, what: str) -> Optional[float]:
+    """A time limit, or None for `none`/`0` (no limit)."""
+    if text.strip().lower() in ("none", "0", "off"):
+        return None
+    value = seconds(text, what)
+    if value <= 0:
+        raise ServedeckError(f"{what} must be above 0 or none, got {text!r}", hint=f"write it like {what} 30m")
+    return value
+
+
+def _show(outcome: Outcome, as_json: bool) -> None:
     view = load(outcome.folder) if outcome.folder else {}
     if as_json:
         print_json(view)
         return
     console.print(Markdown(markdown(view)))
     _ended(outcome, False)
+
+
+@app.command("compare-outputs")
+def compare_outputs(run_a: str = typer.Argument(..., help="run folder with outputs.jsonl (name, unique part, path or `last`)"),
+                    run_b: str = typer.Argument(..., help="the run to compare it with"),
+                    as_json: bool = typer.Option(False, "--json")) -> None:
+    """Greedy outputs of two runs (`bench --check-outputs`), token by token: identical, or where they part."""
+    root = runs_root(_results_dir())
+    result = compare_runs(find_run(root, run_a), find_run(root, run_b))
+    if as_json:
+        print_json(result)
+    else:
+        console.print(Markdown(outputs_markdown(result)))
+    if result["verdict"] != "identical":
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -278,4 +350,4 @@ def _results_dir() -> Optional[str]:
         return None
 
 
-__all__ = ["bench", "gate", "runs", "show", "shape_label"]
+__all__ = ["bench", "compare_outputs", "gate", "runs", "show", "shape_label"]

@@ -9,6 +9,23 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 ArgValue = Union[bool, int, float, str, list, dict]
 
 
+# Body keys servedeck decides per request: the gate needs temperature 0 and its own max_tokens, a
+# benchmark its streaming options and ignore_eos. A `request` table may set anything else.
+REQUEST_OWNED = frozenset({"model", "messages", "prompt", "stream", "stream_options", "max_tokens",
+                           "max_completion_tokens", "n", "temperature", "ignore_eos"})
+
+
+def merge_request(body: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """`body` with a model's `request` table merged in; tables merge key by key, other values replace."""
+    out = dict(body)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge_request(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
 class _Strict(BaseModel):
     # Unknown keys are errors: a typo must never be ignored silently.
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -98,7 +115,20 @@ class Model(_Strict):
     stop_timeout_s: float = Field(default=120.0, gt=0)  # SIGTERM grace before SIGKILL, as the seed's unit
     ready_timeout_s: float = Field(default=900.0, gt=0)
     ttl: Optional[float] = None  # the front door stops the model after this long without requests
+    # merged into the body of every request servedeck itself sends (gate, bench, readiness, soak),
+    # e.g. { chat_template_kwargs = { enable_thinking = false } } for a reasoning model
+    request: dict[str, Any] = Field(default_factory=dict)
     notes: str = ""
+
+    @field_validator("request")
+    @classmethod
+    def _request(cls, v: dict[str, Any]) -> dict[str, Any]:
+        owned = sorted(set(v) & REQUEST_OWNED)
+        if owned:
+            raise ValueError(f"request sets {', '.join(owned)}, which servedeck sets itself for each request "
+                             f"(it owns {', '.join(sorted(REQUEST_OWNED))}); remove "
+                             f"{'it' if len(owned) == 1 else 'them'} from the request table")
+        return v
 
     @field_validator("ttl", mode="before")
     @classmethod

@@ -85,13 +85,15 @@ class LiveRecord:
 
     @property
     def endpoint(self) -> Endpoint:
-        return Endpoint(self.model, self.engine, self.base_url, self.served_name or self.model, self.health_path)
+        return Endpoint(self.model, self.engine, self.base_url, self.served_name or self.model, self.health_path,
+                        request=dict(self.spec.get("request") or {}))
 
     def probe_spec(self) -> LaunchSpec:
         """Enough of a LaunchSpec to probe the running engine (health, one completion)."""
         return LaunchSpec(model=self.model, engine=self.engine, argv=[], env={}, host=self.host, port=self.port,
                           served_name=self.served_name or self.model, health_path=self.health_path, slot=self.slot,
-                          stop_timeout_s=self.stop_timeout_s, ready_timeout_s=0)
+                          stop_timeout_s=self.stop_timeout_s, ready_timeout_s=0,
+                          request=dict(self.spec.get("request") or {}))
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)

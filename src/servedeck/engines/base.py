@@ -28,6 +28,7 @@ class Endpoint:
     base_url: str
     served_name: str
     health_path: str = "/health"
+    request: dict[str, Any] = field(default_factory=dict)  # models.toml `request`: merged into every body
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class LaunchSpec:
     # CPUs the launcher pins the engine to before exec (sched_setaffinity, inherited by every child);
     # empty for a container, whose argv carries --cpuset-cpus instead.
     cpus: list[int] = field(default_factory=list)
+    request: dict[str, Any] = field(default_factory=dict)  # models.toml `request`: merged into every body
 
     @property
     def base_url(self) -> str:
@@ -86,6 +88,7 @@ class LaunchSpec:
             "slot": self.slot,
             "gpus": self.gpus,
             "cpus": self.cpus,
+            "request": self.request,
         }
 
 
@@ -246,6 +249,44 @@ class Engine:
         """An args key in the one spelling argv uses: `parallel`, `--parallel`, `-np` → `--parallel`."""
         flag = flag_name(key)
         return self.flag_aliases.get(flag, flag)
+    # Speculative decoding, the engine's own account. Counters (servedeck name → Prometheus name):
+    #   drafts            draft rounds proposed          draft_tokens     tokens proposed
+    #   accepted_tokens   proposed tokens accepted       accepted_per_pos same, one series per `position`
+    spec_metrics: dict[str, str] = {}
+    # Per-response `timings` fields saying the same for one request (servedeck name → field).
+    spec_timings: dict[str, str] = {}
+    spec_note: str = ""  # how this engine's counters are to be read, shown beside its figures
+    # Where the engine reports a request's own tokens, so two launches' outputs compare token by
+    # token: extra body keys for a non-streamed chat request, read back by `output_token_ids`.
+    output_tokens_request: dict[str, Any] = {}
+
+    def speculation(self, argv: list[str]) -> dict[str, Any] | None:
+        """How this launch speculates, read from its argv; None when it does not."""
+        return None
+
+    def output_token_ids(self, doc: dict[str, Any]) -> list[int] | None:
+        """Token ids of a non-streamed chat answer; None when the engine did not give them."""
+        return None
+
+    @staticmethod
+    def logprob_tokens(doc: dict[str, Any]) -> list[str] | None:
+        """The answer's tokens as text, from OpenAI-style `logprobs.content[].bytes` (or `token`)."""
+        try:
+            content = doc["choices"][0]["logprobs"]["content"]
+        except (KeyError, IndexError, TypeError):
+            return None
+        if not isinstance(content, list):
+            return None
+        out = []
+        for item in content:
+            b = item.get("bytes") if isinstance(item, dict) else None
+            if isinstance(b, list):
+                out.append(bytes(b).decode("utf-8", errors="replace"))
+            elif isinstance(item, dict) and isinstance(item.get("token"), str):
+                out.append(item["token"])
+            else:
+                return None
+        return out
 
     def rendered_flag_owner(self, arg_key: str) -> str | None:
         return self.owned_flags.get(self.canonical_flag(arg_key)) or self.owned_flags.get(flag_name(arg_key))
@@ -347,6 +388,7 @@ class Engine:
             ready_timeout_s=model.ready_timeout_s,
             gpus=list(model.gpus),
             cpus=[] if build.image else list(model.cpus),
+            request=dict(model.request),
         )
 
     # --- shared by adapters ----------------------------------------------------------

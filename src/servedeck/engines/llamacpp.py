@@ -42,6 +42,41 @@ class LlamaCpp(Engine):
     package = "llama_cpp"
     version_path = ("/props", "build_info")
     concurrency_flags = ("--parallel",)
+    spec_metrics = {
+        "drafts": "llamacpp:spec_decode_num_drafts_total",
+        "draft_tokens": "llamacpp:spec_decode_num_draft_tokens_total",
+        "accepted_tokens": "llamacpp:spec_decode_num_accepted_tokens_total",
+        "accepted_per_pos": "llamacpp:spec_decode_num_accepted_tokens_per_pos_total",
+    }
+    # Seen on build 11434 (ngram-simple): one request drafting 28 tokens over a 40-token answer
+    # counted spec_decode_num_drafts_total 1 and logged "mean len = 15.00" (1 + 14 accepted / 1).
+    spec_note = ("llama.cpp counts one draft round per request in spec_decode_num_drafts_total (seen on "
+                 "build 11434), so its mean acceptance length is per request, as its log's 'mean len'; "
+                 "tokens per step is the figure comparable across engines")
+    spec_timings = {"draft_tokens": "draft_n", "accepted_tokens": "draft_n_accepted"}
+    # logprobs make each token's id and bytes part of the answer
+    output_tokens_request = {"logprobs": True, "top_logprobs": 1}
+
+    def speculation(self, argv):
+        found: dict = {}
+        for flag, key in (("--spec-type", "method"), ("--model-draft", "draft_model"), ("-md", "draft_model"),
+                          ("--spec-draft-n-max", "draft_max"), ("--draft-max", "draft_max"),
+                          ("--draft", "draft_max"), ("--draft-n", "draft_max")):
+            if flag in argv[:-1]:
+                found[key] = argv[argv.index(flag) + 1]
+        if not found:
+            return None
+        found.setdefault("method", "draft model" if "draft_model" in found else "?")
+        return found
+
+    def output_token_ids(self, doc):
+        try:
+            content = doc["choices"][0]["logprobs"]["content"]
+            ids = [item["id"] for item in content]
+        except (KeyError, IndexError, TypeError):
+            return None
+        return ids if all(isinstance(i, int) for i in ids) else None
+
     boot_patterns = [
         BootPattern("slots", re.compile(r"n_slots\s*=\s*(\d+),\s*n_ctx_slot\s*=\s*(\d+)"),
                     lambda m: _int(m, "slots", "ctx_per_slot")),

@@ -5,7 +5,7 @@ over its label sets (one engine, several model_name / engine-core series)."""
 from __future__ import annotations
 
 import asyncio
-from typing import Optional
+from typing import Any, Optional
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -52,6 +52,53 @@ def prefix_counters(engine: str, base_url: str) -> Optional[dict[str, float]]:
     are server-wide: anyone else's traffic during a run is counted too."""
     raw = read_metrics(base_url, 10.0)
     return get_engine(engine).prefix_counters(raw) if raw is not None else None
+
+
+def spec_counters(engine: str, text: str) -> Optional[dict[str, Any]]:
+    """The engine's speculative-decoding counters (names from its adapter's `spec_metrics`) from a
+    /metrics page, per-position ones by their `position` label, with its generated-token counter
+    beside them; None when the page has none of them."""
+    adapter = get_engine(engine)
+    if not adapter.spec_metrics:
+        return None
+    metrics = parse_prometheus(text)
+    out: dict[str, Any] = {k: metrics[name] for k, name in adapter.spec_metrics.items()
+                           if k != "accepted_per_pos" and name in metrics}
+    if not out:
+        return None
+    per_pos_name = adapter.spec_metrics.get("accepted_per_pos")
+    if per_pos_name:
+        per_pos: dict[str, float] = {}
+        try:
+            for family in text_string_to_metric_families(text):
+                for sample in family.samples:
+                    pos = sample.labels.get("position")
+                    if sample.name == per_pos_name and pos is not None:
+                        per_pos[pos] = per_pos.get(pos, 0.0) + float(sample.value)
+        except (ValueError, TypeError, IndexError):
+            per_pos = {}
+        if per_pos:
+            out["accepted_per_pos"] = per_pos
+    gen = adapter.metrics.get("generation_tokens")
+    if gen and gen in metrics:
+        out["generation_tokens"] = metrics[gen]
+    return out
+
+
+def metrics_snapshot(engine: str, base_url: str) -> tuple[Optional[dict[str, float]], Optional[dict[str, Any]]]:
+    """(prefix-cache counters, speculation counters) from one read of /metrics; (None, None) if unreadable."""
+    try:
+        r = httpx.get(base_url.rstrip("/") + "/metrics", timeout=10.0)
+    except httpx.HTTPError:
+        return None, None
+    if r.status_code != 200:
+        return None, None
+    return get_engine(engine).prefix_counters(parse_prometheus(r.text)), spec_counters(engine, r.text)
+
+
+async def metrics_snapshot_async(engine: str, base_url: str) -> tuple[Optional[dict[str, float]],
+                                                                      Optional[dict[str, Any]]]:
+    return await asyncio.to_thread(metrics_snapshot, engine, base_url)
 
 
 async def prefix_counters_async(engine: str, base_url: str) -> Optional[dict[str, float]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 from typing import Any
@@ -42,6 +43,36 @@ class VLLM(Engine):
         "prefix_queries": "vllm:prefix_cache_queries_total",
         "prefix_hits": "vllm:prefix_cache_hits_total",
     }
+    spec_metrics = {
+        "drafts": "vllm:spec_decode_num_drafts_total",
+        "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
+        "accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total",
+        "accepted_per_pos": "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+    }
+    # token strings come back as "token_id:N", so the ids are exact
+    output_tokens_request = {"logprobs": True, "top_logprobs": 1, "return_tokens_as_token_ids": True}
+
+    def speculation(self, argv):
+        for i, a in enumerate(argv):
+            flag, eq, val = a.partition("=")
+            if flag == "--speculative-config":
+                raw = val if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+                try:
+                    conf = json.loads(raw)
+                except ValueError:
+                    return {"method": "?", "config": raw}
+                return {"method": conf.get("method") or conf.get("model") or "?",
+                        "draft_max": conf.get("num_speculative_tokens"), "config": conf}
+        return None
+
+    def output_token_ids(self, doc):
+        try:
+            content = doc["choices"][0]["logprobs"]["content"]
+            ids = [int(item["token"].split(":", 1)[1]) for item in content]
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+            return None
+        return ids
+
     boot_patterns = [
         BootPattern("model_loading", re.compile(r"Model loading took ([\d.]+) GiB(?: memory)? and " + _S),
                     lambda m: {"model_loading_gib": num(m.group(1)), "model_loading_s": num(m.group(2))}),

@@ -21,6 +21,7 @@ from typing import Any, Awaitable, Callable, Mapping, Optional, Sequence
 
 import httpx
 
+from servedeck.config.schema import merge_request
 from servedeck.engines.base import Endpoint
 from servedeck.errors import RunError
 from servedeck.gates import haystack
@@ -51,6 +52,10 @@ class GateSpec:
         if not 0.0 <= self.threshold <= 1.0:
             raise ServedeckError(f"--threshold must be between 0 and 1, got {self.threshold}",
                                  hint="the seed's publication threshold is 0.67 (two of three probes)")
+        if self.answer_tokens < 1:
+            raise ServedeckError(f"--answer-tokens must be at least 1, got {self.answer_tokens}",
+                                 hint="the gate's answer room; a reasoning model needs more (or a models.toml "
+                                      "`request` table turning thinking off)")
         if self.context < self.answer_tokens + 128:
             raise ServedeckError(f"--context {self.context} leaves no room for a haystack",
                                  hint=f"use at least {self.answer_tokens + 128} tokens")
@@ -185,8 +190,8 @@ async def size_prompt(tokens: ServerTokens, target: int, seed: int, depth: float
 async def ask(client: httpx.AsyncClient, server: Endpoint, text: str, answer_tokens: int,
               timeout_s: float) -> dict[str, Any]:
     """One probe request. Never raises for a server-side failure: the error comes back in the dict."""
-    body = {"model": server.served_name, "messages": [{"role": "user", "content": text}],
-            "max_tokens": answer_tokens, "temperature": 0, "stream": False}
+    body = merge_request({"model": server.served_name, "messages": [{"role": "user", "content": text}],
+                          "max_tokens": answer_tokens, "temperature": 0, "stream": False}, server.request)
     t0 = perf_counter()
     try:
         r = await client.post(server.base_url.rstrip("/") + "/v1/chat/completions", json=body, timeout=timeout_s)

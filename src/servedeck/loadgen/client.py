@@ -21,6 +21,7 @@ from time import perf_counter
 from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit
 
+from servedeck.config.schema import merge_request
 from servedeck.loadgen.records import RequestRecord, RequestSpec
 from servedeck.loadgen.sse import ProtocolError, ResponseParser
 
@@ -79,6 +80,8 @@ class _Connection(asyncio.BufferedProtocol):
         # keep-alive ran out, not that the request failed.
         self.dropped_unanswered = False
         self.t0 = 0.0  # run start; arrival times are stored relative to it from the start
+        self.t_last = 0.0  # last byte (or the send), relative to t0: how long the request has been quiet
+        self.request_id = ""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -88,6 +91,7 @@ class _Connection(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         t = perf_counter() - self.t0  # first thing: the arrival time, before any parsing
+        self.t_last = t
         data = bytes(self.buf[:nbytes])
         p = self.parser
         if p is None:  # bytes nobody asked for: the connection is out of step, drop it
@@ -187,13 +191,24 @@ class StreamingClient:
             body["prompt"] = spec.prompt
         if c.ignore_eos:
             body["ignore_eos"] = True
-        body.update(c.extra_body)
-        return body
+        return merge_request(body, dict(c.extra_body))
 
     def _request_bytes(self, spec: RequestSpec) -> bytes:
         payload = json.dumps(self.body(spec), ensure_ascii=False).encode()
         head = f"{self._head}\r\nX-Request-Id: {spec.id}\r\nContent-Length: {len(payload)}\r\n\r\n"
         return head.encode() + payload
+
+    def in_flight(self) -> list[tuple[str, float, int, "_Connection"]]:
+        """(request id, seconds since its last byte or its send, content chunks so far, connection) for
+        every request now waiting on the server: what a stall watch looks at."""
+        now = perf_counter()
+        return [(c.request_id, now - c.t0 - c.t_last, len(c.parser.chunk_n), c)
+                for c in list(self._all) if c.parser is not None and not c.parser.done and not c.closed]
+
+    @staticmethod
+    def end(conn: "_Connection", why: str) -> None:
+        """End one in-flight request now; its record says `why` (a stall, say)."""
+        conn._fail(why)
 
     async def prewarm(self, n: int) -> int:
         """Open up to `n` idle connections ahead of time; returns how many are idle now."""
@@ -277,6 +292,8 @@ class StreamingClient:
         waiter: asyncio.Future[None] = loop.create_future()
         conn.parser, conn.waiter, conn.failure, conn.dropped_unanswered = parser, waiter, None, False
         conn.t0 = t0
+        conn.request_id = record.id
+        conn.t_last = perf_counter() - t0
         timer = None
         if self.config.request_timeout_s is not None:
             timer = loop.call_later(self.config.request_timeout_s, _expire, conn, self.config.request_timeout_s)

@@ -8,6 +8,9 @@ prefix-cache hits leak into benchmarks (vLLM #52884). `bench --seed N` gives the
 (`seeded_nonce`): the same prompts in every launch, for comparisons pair by pair; on a fresh launch
 the cache is empty, on a server that already saw them the cached share says so.
 
+What follows the tag (`content`, see texts.py): `random` common words (cache-free baselines),
+`prose` or `code`, a slice of real text starting where the seed says (speculation, tokenisation).
+
 Two ways to size a prompt:
   approximate  words from a list of common English words, about one token each in BPE
                tokenizers; `chars_per_token` converts the target to characters
@@ -23,7 +26,9 @@ import random
 import secrets
 from collections.abc import Awaitable, Callable, Iterator
 
+from servedeck.loadgen import texts
 from servedeck.loadgen.records import Kind, RequestSpec
+from servedeck.loadgen.texts import Content
 
 TokenCounter = Callable[[str], Awaitable[int]]
 
@@ -54,6 +59,12 @@ _WORDS = (
 
 # Assumes one token per word plus its space; only the approximate mode relies on it.
 DEFAULT_CHARS_PER_TOKEN = sum(len(w) + 1 for w in _WORDS) / len(_WORDS)
+# First guesses for real text (BPE tokenizers); the server's count corrects them.
+_CHARS_PER_TOKEN = {"random": DEFAULT_CHARS_PER_TOKEN, "prose": 4.4, "code": 3.4}
+
+
+def chars_per_token(content: str) -> float:
+    return _CHARS_PER_TOKEN[content]
 
 
 def new_nonce() -> str:
@@ -84,31 +95,54 @@ def _words(seed: int | None, nonce: str, kind: Kind, i: int, n: int) -> list[str
     return rng.choices(_WORDS, k=max(0, n))
 
 
+def _body(content: Content, seed: int | None, nonce: str, kind: Kind, i: int) -> tuple[Callable[[int], str], float]:
+    """(text(k), units per token): the request's body after its tag, k units long. Units are words
+    for random content and characters for real text; text(k) is always a prefix of text(k + 1)."""
+    if content == "random":
+        words = _words(seed, nonce, kind, i, 64)
+
+        def text(k: int) -> str:
+            nonlocal words
+            if k > len(words):
+                words = _words(seed, nonce, kind, i, 2 * k)
+            return " ".join(words[:k])
+
+        return text, 1.0
+    if content not in texts.CONTENTS:
+        raise ValueError(f"content must be one of {', '.join(texts.CONTENTS)}, got {content!r}")
+    start = texts.start_of(content, random.Random(f"{seed if seed is not None else nonce}/{kind}/{i}/{content}"))
+    return (lambda k: texts.piece(content, start, k)), _CHARS_PER_TOKEN[content]
+
+
 def synthetic_text(
     i: int, tokens: int, *, nonce: str, kind: Kind = "measured", seed: int | None = None,
-    chars_per_token: float = DEFAULT_CHARS_PER_TOKEN,
+    chars_per_token: float = DEFAULT_CHARS_PER_TOKEN, content: Content = "random",
 ) -> str:
-    """Approximately `tokens` tokens: the unique tag, then random common words."""
+    """Approximately `tokens` tokens: the unique tag, then random common words or real text."""
     tag = _tag(nonce, kind, i)
     target_chars = tokens * chars_per_token - len(tag)
-    n_words = max(1, round(target_chars / DEFAULT_CHARS_PER_TOKEN))
-    return tag + " ".join(_words(seed, nonce, kind, i, n_words))
+    text, units_per_token = _body(content, seed, nonce, kind, i)
+    if content == "random":
+        return tag + text(max(1, round(target_chars / DEFAULT_CHARS_PER_TOKEN)))
+    return tag + text(max(1, round(target_chars)))
 
 
 def synthetic_requests(
     tokens: int, max_tokens: int, *, n: int | None = None, kind: Kind = "measured",
     seed: int | None = None, nonce: str | None = None,
-    chars_per_token: float = DEFAULT_CHARS_PER_TOKEN,
+    chars_per_token: float | None = None, content: Content = "random",
 ) -> Iterator[RequestSpec]:
     """Approximately sized requests, generated lazily (n=None: without end, for duration runs)."""
     if tokens < 1 or max_tokens < 1:
         raise ValueError("tokens and max_tokens must be >= 1")
+    chars_per_token = chars_per_token or _CHARS_PER_TOKEN[content]
     if chars_per_token <= 0:
         raise ValueError("chars_per_token must be > 0")
     nonce = nonce or new_nonce()
     i = 0
     while n is None or i < n:
-        text = synthetic_text(i, tokens, nonce=nonce, kind=kind, seed=seed, chars_per_token=chars_per_token)
+        text = synthetic_text(i, tokens, nonce=nonce, kind=kind, seed=seed, chars_per_token=chars_per_token,
+                              content=content)
         yield RequestSpec(id=f"{nonce}-{kind[0]}{i}", prompt=text, max_tokens=max_tokens, kind=kind,
                           index=i, digest=digest(text))
         i += 1
@@ -116,30 +150,33 @@ def synthetic_requests(
 
 async def fit_prompt(
     i: int, tokens: int, count_tokens: TokenCounter, *, nonce: str, kind: Kind = "measured",
-    seed: int | None = None, max_calls: int = 12,
+    seed: int | None = None, max_calls: int = 16, content: Content = "random",
 ) -> tuple[str, int]:
     """(text, its token count): exactly `tokens` when reachable, else the closest count below.
 
-    Text with k words is a prefix of text with k+1 words, so the count grows with k: a
-    secant guess, then bisection between the best under and the best over.
+    Text with k units (words, or characters of real text) is a prefix of text with k+1 units, so
+    the count grows with k: a secant guess, then bisection between the best under and the best over.
     """
     if tokens < 1:
         raise ValueError("tokens must be >= 1")
     tag = _tag(nonce, kind, i)
-    words = _words(seed, nonce, kind, i, tokens + 16)
+    body, units_per_token = _body(content, seed, nonce, kind, i)
+    return await fit_length(lambda k: tag + body(k), tokens, count_tokens, units_per_token=units_per_token,
+                            max_calls=max_calls, what="unique tag")
 
-    def text(k: int) -> str:
-        nonlocal words
-        if k > len(words):
-            words = _words(seed, nonce, kind, i, 2 * k)
-        return tag + " ".join(words[:k])
 
-    lo_k, lo_n = 0, await count_tokens(tag)  # most words known to stay <= target
+async def fit_length(
+    text: Callable[[int], str], tokens: int, count_tokens: TokenCounter, *, units_per_token: float = 1.0,
+    max_calls: int = 16, what: str = "fixed part",
+) -> tuple[str, int]:
+    """The longest text(k) the counter says is `tokens` long or just under; text(k) must be a
+    prefix of text(k + 1), text(0) the part that is always there."""
+    lo_k, lo_n = 0, await count_tokens(text(0))  # most units known to stay <= target
     if lo_n >= tokens:
-        raise ValueError(f"{tokens} tokens is too small for the {lo_n}-token unique tag")
+        raise ValueError(f"{tokens} tokens is too small for the {lo_n}-token {what}")
     hi_k: int | None = None  # fewest words known to overshoot
     prev_k, prev_n = lo_k, lo_n
-    k = tokens - lo_n  # first guess: one token per word
+    k = max(1, round((tokens - lo_n) * units_per_token))  # first guess
     for _ in range(max_calls):
         n = await count_tokens(text(k))
         if n == tokens:
@@ -148,7 +185,7 @@ async def fit_prompt(
             lo_k, lo_n = k, n
         else:
             hi_k = k
-        slope = (n - prev_n) / (k - prev_k) if k != prev_k and n != prev_n else 1.0
+        slope = (n - prev_n) / (k - prev_k) if k != prev_k and n != prev_n else 1.0 / units_per_token
         guess = k + round((tokens - n) / slope)
         prev_k, prev_n = k, n
         upper = hi_k - 1 if hi_k is not None else guess
@@ -161,7 +198,7 @@ async def fit_prompt(
 
 async def sized_requests(
     tokens: int, max_tokens: int, n: int, count_tokens: TokenCounter, *, kind: Kind = "measured",
-    seed: int | None = None, nonce: str | None = None, concurrency: int = 8,
+    seed: int | None = None, nonce: str | None = None, concurrency: int = 8, content: Content = "random",
 ) -> list[RequestSpec]:
     """`n` requests whose prompts the tokenizer says are `tokens` long (or just under)."""
     nonce = nonce or new_nonce()
@@ -169,7 +206,8 @@ async def sized_requests(
 
     async def one(i: int) -> RequestSpec:
         async with gate:
-            text, count = await fit_prompt(i, tokens, count_tokens, nonce=nonce, kind=kind, seed=seed)
+            text, count = await fit_prompt(i, tokens, count_tokens, nonce=nonce, kind=kind, seed=seed,
+                                           content=content)
         return RequestSpec(id=f"{nonce}-{kind[0]}{i}", prompt=text, max_tokens=max_tokens, kind=kind,
                            prompt_tokens_expected=count, index=i, digest=digest(text))
 

@@ -18,25 +18,31 @@ class Spread:
         if not clients:
             raise ValueError("Spread needs at least one client")
         self.clients = clients
-        self.in_flight = [0] * len(clients)
+        self.outstanding = [0] * len(clients)
         self.sent = [0] * len(clients)
         self.served: dict[str, list[int]] = {"warmup": [0] * len(clients), "measured": [0] * len(clients)}
         self.ok: dict[str, list[int]] = {"warmup": [0] * len(clients), "measured": [0] * len(clients)}
 
     def pick(self) -> int:
-        return min(range(len(self.clients)), key=lambda i: (self.in_flight[i], self.sent[i], i))
+        return min(range(len(self.clients)), key=lambda i: (self.outstanding[i], self.sent[i], i))
 
     async def send(self, spec: RequestSpec, record: RequestRecord, t0: float) -> None:
         i = self.pick()
-        self.in_flight[i] += 1
+        self.outstanding[i] += 1
         self.sent[i] += 1
         try:
             await self.clients[i].send(spec, record, t0)
         finally:
-            self.in_flight[i] -= 1
+            self.outstanding[i] -= 1
             self.served[spec.kind][i] += 1
             if record.status == "ok":
                 self.ok[spec.kind][i] += 1
+
+    def in_flight(self) -> list[tuple[str, float, int, Any]]:
+        """Every replica's requests now waiting on their server (what a stall watch looks at)."""
+        return [x for c in self.clients for x in c.in_flight()]
+
+    end = staticmethod(StreamingClient.end)
 
     async def prewarm(self, n: int) -> int:
         return sum([await c.prewarm(max(1, n // len(self.clients) + 1)) for c in self.clients])

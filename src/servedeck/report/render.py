@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from servedeck.report.workloads import outputs_section, ramp_section, speculation_section
+
 NOT_A_RESULT = {
     "failed": "NOT A RESULT: the server failed its correctness gate",
     "not run": "NOT A RESULT: no correctness gate was run on this server",
@@ -105,10 +107,16 @@ def _workload(view: dict[str, Any]) -> list[str]:
     if view.get("kind") == "gate":
         return []
     bits = [f"workload **{w.get('workload')}**", f"points {', '.join(w.get('points') or [])}"]
+    if w.get("workload") == "ramp":
+        return ["## Workload", "", f"workload **ramp** ({w.get('content')}): {w.get('turn_tokens')} tokens a turn, "
+                f"{w.get('answer_tokens')} answer tokens, needle every {w.get('needle_every')} turns, time cap "
+                f"{w.get('time_cap_s')} s, turn timeout {w.get('turn_timeout_s')} s, stall after "
+                f"{w.get('stall_after_s')} s" + (", stop on a miss" if w.get("stop_on_miss") else "") + "."]
     if w.get("workload") == "long-prompt":
         bits.append(f"prompt {w.get('prompt_tokens')} tokens")
     else:
         bits.append(f"input {w.get('input_tokens')} tokens")
+    bits.append(f"{w.get('content', 'random')} text after a unique tag")
     bits.append(f"output {w.get('output_tokens')} tokens (ignore_eos)")
     bits.append(f"{w['requests']} requests per point" if w.get("requests") else f"{w.get('duration_s')} s per point")
     bits.append(f"warm-up {w.get('warmup')} per point (prompts distinct from the measured ones)")
@@ -197,13 +205,18 @@ def markdown(view: dict[str, Any]) -> str:
                 str(view.get("model")), str(view.get("engine")), str(view.get("layout")), str(view.get("context")),
                 str(view.get("kind")), str(view.get("status")), str(view.get("created_at")),
                 str(view.get("finished_at"))]]), ""]
-    body = _gate_section(view) + [""] + _workload(view) + [""] + _figures(view) + [""] + _where(view)
+    body = (_gate_section(view) + [""] + _workload(view) + [""] + outputs_section(view) + [""] + _figures(view)
+            + [""] + speculation_section(view) + [""] + ramp_section(view) + [""] + _where(view))
     return "\n".join(head + body).replace("\n\n\n", "\n\n") + "\n"
 
 
 def headline_cell(view: dict[str, Any]) -> str:
     """One line of figures for the `runs` list, per point."""
     parts = []
+    r = view.get("ramp")
+    if isinstance(r, dict) and r.get("cutoff"):
+        return (f"ramp: {r.get('ok_turns')} turns to {r.get('max_context_tokens')} tokens, needle "
+                f"{r.get('needle_found')}/{r.get('needle_checks')}; stopped: {r['cutoff'].get('reason')}")
     for p in view.get("points") or []:
         h = p.get("headline") or {}
         if view.get("workload", {}).get("workload") == "long-prompt":

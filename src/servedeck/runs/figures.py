@@ -88,6 +88,11 @@ def point_figures(records: list[RequestRecord], point: dict[str, Any], workload:
         fig["warnings"].append(f"the engine's counters say {frac_counters:.1%} of prompt tokens came from the "
                                "prefix cache during this point: TTFT and prefill figures are inflated")
     fig["agreement"] = agreement(records)
+    sc = point.get("spec_counters") or {}
+    fig["speculation"] = spec_figures(sc.get("before"), sc.get("after"), records,
+                                      point.get("speculation_configured"), point.get("spec_timing_fields") or {})
+    if fig["speculation"] and point.get("spec_note"):
+        fig["speculation"]["note"] = point["spec_note"]
     return fig
 
 
@@ -102,3 +107,80 @@ def headline(fig: dict[str, Any]) -> dict[str, Any]:
             "prefill_tok_s_p50": p50("prefill_tok_s"), "cached_fraction": fig.get("cached_fraction")}
 
 
+
+
+def spec_figures(before: Optional[dict[str, Any]], after: Optional[dict[str, Any]], records: Iterable[RequestRecord],
+                 configured: Optional[dict[str, Any]], timing_fields: dict[str, str]) -> Optional[dict[str, Any]]:
+    """Speculative decoding over a measured phase, from the engine's own account only.
+
+    acceptance_rate         accepted draft tokens / drafted tokens
+    mean_acceptance_length  1 + accepted / draft rounds (tokens a verifying step yields; vLLM's definition)
+    tokens_per_step         generated tokens / (generated − accepted): every decoding step yields one
+                            token of its own, accepted drafts come on top
+    Counters (server-wide, read before and after) come first; llama.cpp's per-response `timings`
+    (draft_n, draft_n_accepted, predicted_n) stand in when the counters are missing. A figure the
+    engine gives no basis for is absent, with the reason in `absent`; nothing is estimated.
+    None when the launch does not speculate and the engine counted no drafts.
+    """
+    fig: dict[str, Any] = {"configured": configured, "absent": {}}
+    delta: dict[str, Any] = {}
+    if before and after:
+        for k, v in after.items():
+            if k != "accepted_per_pos" and k in before:
+                delta[k] = v - before[k]
+        pp_b, pp_a = before.get("accepted_per_pos") or {}, after.get("accepted_per_pos") or {}
+        if pp_a:
+            delta["accepted_per_pos"] = {p: pp_a[p] - pp_b.get(p, 0.0) for p in sorted(pp_a, key=int)}
+    drafted_t = accepted_t = generated_t = 0
+    with_timings = 0
+    dk, ak = timing_fields.get("draft_tokens"), timing_fields.get("accepted_tokens")
+    for r in records:
+        t = r.timings
+        if r.kind != "measured" or r.status != "ok" or not isinstance(t, dict) or not dk or not ak:
+            continue
+        if isinstance(t.get(dk), int) and isinstance(t.get(ak), int):
+            with_timings += 1
+            drafted_t += t[dk]
+            accepted_t += t[ak]
+            generated_t += t.get("predicted_n") or r.output_tokens or 0
+    if with_timings:
+        fig["per_response"] = {"requests": with_timings, "draft_tokens": drafted_t, "accepted_tokens": accepted_t,
+                               "generated_tokens": generated_t}
+    if "draft_tokens" in delta and "accepted_tokens" in delta:
+        fig["source"] = "engine counters (/metrics, server-wide, before/after the measured phase)"
+        drafted, accepted = delta["draft_tokens"], delta["accepted_tokens"]
+        drafts, generated = delta.get("drafts"), delta.get("generation_tokens")
+        fig["counters"] = delta
+    elif with_timings:
+        fig["source"] = "per-response timings (the engine exports no speculation counters)"
+        drafted, accepted, drafts, generated = drafted_t, accepted_t, None, generated_t
+    else:
+        if not configured:
+            return None
+        fig["source"] = None
+        fig["absent"]["all"] = ("the launch speculates but the engine reported no speculation counters at /metrics "
+                                "and no draft fields per response")
+        return fig
+    if not configured and not drafted:
+        return None
+    fig.update(draft_tokens=drafted, accepted_tokens=accepted, drafts=drafts, generated_tokens=generated)
+    if drafted:
+        fig["acceptance_rate"] = accepted / drafted
+    else:
+        fig["acceptance_rate"] = None
+        fig["absent"]["acceptance_rate"] = "no tokens were drafted during the measured phase"
+    if drafts:
+        fig["mean_acceptance_length"] = 1 + accepted / drafts
+    else:
+        fig["mean_acceptance_length"] = None
+        fig["absent"]["mean_acceptance_length"] = ("no draft rounds were counted" if drafts == 0 else
+                                                   "the engine does not say how many draft rounds it ran")
+    if generated and generated > accepted:
+        fig["tokens_per_step"] = generated / (generated - accepted)
+    else:
+        fig["tokens_per_step"] = None
+        fig["absent"]["tokens_per_step"] = "the engine did not say how many tokens it generated"
+    per_pos = delta.get("accepted_per_pos")
+    if per_pos and drafts:
+        fig["acceptance_per_position"] = {p: v / drafts for p, v in per_pos.items()}
+    return fig

@@ -114,6 +114,10 @@ class RunFolder:
         # show up as schedule lag; the OS still has every line if servedeck itself dies.
         append_jsonl(self.path / "requests.jsonl", record, fsync=False)
 
+    def append_jsonl(self, name: str, line: dict[str, Any]) -> None:
+        """One line of a per-run log (ramp.jsonl, outputs.jsonl), appended as its work finishes."""
+        append_jsonl(self.path / name, line, fsync=False)
+
     def update(self, **changes: Any) -> None:
         self.summary.update(changes)
         self._write_summary()

@@ -144,6 +144,8 @@ def load(path: Path) -> dict[str, Any]:
     if bad:  # never silently: figures below leave these lines out
         view["warnings"].append(f"{bad} of {len(lines)} lines of requests.jsonl could not be read and are left out "
                                 f"of every figure (first: {first_bad})")
+    if isinstance(view.get("ramp"), dict):
+        view["ramp"] = {**view["ramp"], "turns": read_jsonl(path / "ramp.jsonl")}
     view["label"] = result_label(view)
     return view
 

@@ -29,6 +29,7 @@ import httpx
 import psutil
 
 from servedeck.config import Config
+from servedeck.config.schema import merge_request
 from servedeck.deck import state as S
 from servedeck.deck import launch as L
 from servedeck.deck.deck import Deck, classify, describe_exit, settings_of
@@ -209,8 +210,9 @@ class Soak:
 
     async def _turn(self, client: httpx.AsyncClient, conv: Conversation) -> bool:
         messages = conv.ask()
-        body = {"model": self.rec.served_name or self.spec.model, "messages": messages,
-                "max_tokens": self.spec.max_tokens, "temperature": 0.7}
+        body = merge_request({"model": self.rec.served_name or self.spec.model, "messages": messages,
+                              "max_tokens": self.spec.max_tokens, "temperature": 0.7},
+                             dict(self.rec.spec.get("request") or {}))
         rec = RequestRecord(id=f"{conv.id}t{conv.turn}", kind="measured", t_target=self.elapsed())
         rec.t_send = self.elapsed()
         point = int(self.in_burst(rec.t_send))

@@ -1,0 +1,150 @@
+"""Issue 10's two tables, measured on real llama.cpp with SmolLM2-135M: speculation on prose vs code,
+and the conversation ramp to the model's 8K context.
+
+    .venv/bin/python bench/workloads.py [--requests 4] [--output-tokens 128] [--turn-tokens 1500]
+                                        [--answer-tokens 16] [--out bench/results/workloads.json]
+
+Speculation: the same model launched twice, plain and with `--spec-type ngram-simple
+--spec-draft-n-max 4` (n-gram drafting, no draft model), one point each at concurrency 1 on
+`--content prose` and `--content code`; acceptance, mean acceptance length and tokens per decoding
+step from the engine's own counters, TPOT from servedeck's records; plus the greedy output check
+between the two launches. Ramp: one conversation of `--turn-tokens` prose a turn, answers of
+`--answer-tokens`, needle every 2 turns, until the 8K context. Every launch is stopped afterwards.
+Timings on a shared 2-core machine are noisy; the ratios side by side are what to read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import socket
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from servedeck.campaign import BenchSpec, Outcome, RampSpec, bench, compare_runs, measured, ramp
+from servedeck.modelsfile import load as load_config
+from servedeck.deck import Deck
+from servedeck.fsio import read_jsonl
+from servedeck.init import render_starter
+from servedeck.loadgen import ClosedLoop
+from servedeck.runs import load
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def config(tmp: Path):
+    text = render_starter()
+    for old in ("8081", "8091", "8082"):
+        text = text.replace(f"port = {old}", f"port = {_port()}")
+    text = text.replace("context = 4096\nargs = { parallel = 4 }", "context = 8192\nargs = { parallel = 1 }")
+    source = re.search(r'source = "([^"]+smollm2[^"]+\.gguf)"', text)
+    assert source
+    text += (f'\n[models.smollm2-spec]\nsource = "{source.group(1)}"\nbuild = "llamacpp"\nport = {_port()}\n'
+             'slot = "spec"\ncontext = 8192\nargs = { parallel = 1, spec-type = "ngram-simple", spec-draft-n-max = 4 }\n')
+    path = tmp / "models.toml"
+    path.write_text(text)
+    return load_config(path)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--requests", type=int, default=4)
+    ap.add_argument("--input-tokens", type=int, default=512)
+    ap.add_argument("--output-tokens", type=int, default=128)
+    ap.add_argument("--turn-tokens", type=int, default=1500)
+    ap.add_argument("--answer-tokens", type=int, default=16)
+    ap.add_argument("--no-ramp", action="store_true", help="speculation table only")
+    ap.add_argument("--check-outputs", action="store_true", help="also the 8-prompt greedy output check")
+    ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "bench/results"), "workloads.json"))
+    a = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="servedeck-workloads-"))
+    os.environ.setdefault("SERVEDECK_HOME", str(tmp / "home"))
+    os.environ.setdefault("SERVEDECK_RESULTS", str(tmp / "results"))
+    cfg = config(tmp)
+    console = Console()
+    out: dict[str, Any] = {"speculation": [], "ramp": None, "outputs": None}
+    deck = Deck(cfg)
+    try:
+        runs: dict[str, Path] = {}
+        for model in ("smollm2", "smollm2-spec"):
+            deck.start(model)
+            for content in ("prose", "code"):
+                spec = BenchSpec(workload="chat", shapes=(ClosedLoop(1),), input_tokens=a.input_tokens,
+                                 output_tokens=a.output_tokens, requests=a.requests, warmup=1, content=content,
+                                 check_outputs=a.check_outputs and content == "prose")
+                got = Outcome()
+                with measured(cfg, model, False, got) as target:
+                    folder = asyncio.run(bench(target, spec, gate_mode=False, outcome=got)).folder
+                assert folder is not None
+                if content == "prose":
+                    runs[model] = folder
+                f = load(folder)["points"][0]["figures"]
+                s = f.get("speculation") or {}
+                out["speculation"].append({
+                    "model": model, "content": content, "run": folder.name, "tpot_p50_ms": f["tpot_ms"]["p50"],
+                    "output_tok_s": f["output_tok_s"], "acceptance_rate": s.get("acceptance_rate"),
+                    "mean_acceptance_length": s.get("mean_acceptance_length"),
+                    "tokens_per_step": s.get("tokens_per_step"), "draft_tokens": s.get("draft_tokens"),
+                    "accepted_tokens": s.get("accepted_tokens"), "absent": s.get("absent"), "source": s.get("source")})
+            if model == "smollm2" and not a.no_ramp:
+                rspec = RampSpec(turn_tokens=a.turn_tokens, answer_tokens=a.answer_tokens, needle_every=2,
+                                 content="prose", seed=1)
+                got = Outcome()
+                with measured(cfg, model, False, got) as target:
+                    folder = asyncio.run(ramp(target, rspec, gate_mode=False, outcome=got)).folder
+                assert folder is not None
+                view = load(folder)
+                out["ramp"] = {"run": folder.name, "cutoff": view["ramp"]["cutoff"],
+                               "turns": read_jsonl(folder / "ramp.jsonl")}
+            deck.stop([model])
+        if a.check_outputs:
+            out["outputs"] = compare_runs(runs["smollm2-spec"], runs["smollm2"])
+    finally:
+        deck.stop(["smollm2", "smollm2-spec"])
+    t = Table(title="Speculation (llama.cpp ngram-simple, draft max 4) vs plain, SmolLM2-135M, c=1")
+    for col in ("launch", "content", "acceptance", "mean acc. length", "tokens/step", "TPOT p50 ms", "out tok/s"):
+        t.add_column(col)
+    for r in out["speculation"]:
+        def f(x: Any, d: int = 2) -> str:
+            return "-" if x is None else f"{x:.{d}f}"
+        t.add_row(r["model"], r["content"], "-" if r["acceptance_rate"] is None else f"{r['acceptance_rate']:.1%}",
+                  f(r["mean_acceptance_length"]), f(r["tokens_per_step"]), f(r["tpot_p50_ms"], 1),
+                  f(r["output_tok_s"], 1))
+    console.print(t)
+    o = out["outputs"]
+    if o:
+        console.print(f"greedy output check, speculating vs plain: {o['verdict']} ({o['identical']}/{o['prompts']})")
+    if out["ramp"] is None:
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.out).write_text(json.dumps(out, indent=1))
+        console.print(f"wrote {a.out}")
+        return
+    t = Table(title=f"Ramp: SmolLM2 on llama.cpp, {a.turn_tokens} prose tokens a turn, {a.answer_tokens}-token answers")
+    for col in ("turn", "context", "TTFT s", "prefill tok/s (new)", "decode tok/s", "cached", "needle"):
+        t.add_column(col)
+    for ln in out["ramp"]["turns"]:
+        n = ln.get("needle")
+        t.add_row(str(ln["turn"]), str(ln["context_tokens"]), f"{ln['ttft_s']:.2f}",
+                  f"{ln['prefill_tok_s'] or 0:.0f}", f"{ln['decode_tok_s'] or 0:.1f}",
+                  "-" if ln["cached_share"] is None else f"{ln['cached_share']:.0%}",
+                  "-" if not n else ("found" if n["found"] else "MISSED"))
+    console.print(t)
+    console.print(f"cut-off: {out['ramp']['cutoff']}")
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(out, indent=1))
+    console.print(f"wrote {a.out}")
+
+
+if __name__ == "__main__":
+    main()

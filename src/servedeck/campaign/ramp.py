@@ -1,0 +1,307 @@
+"""The conversation ramp: one chat grown turn by turn toward the context limit.
+
+Each turn appends the next stretch of real text (sized by the server's tokenizer) and a question;
+the model's answers stay in the history exactly as they came (content only: reasoning text is
+not sent back, as the soak learned). Turn 1 plants a 7-digit access code after the run's unique
+tag; every `needle_every` turns the question asks for it back. One line per turn goes to
+ramp.jsonl the moment the turn ends:
+
+    context_tokens   prompt tokens of the turn, by the server's count (usage)
+    new_tokens       of those, the ones not served from the prefix cache
+    cached_share     cached / context (usage or llama.cpp timings; else the engine's counters)
+    ttft_s           send → first token (content or reasoning)
+    prefill_tok_s    new_tokens / ttft_s: the speed of prefilling the part the cache did not hold
+    decode_tok_s     (completion tokens − 1) / (end − first token)
+    needle           on recall turns: asked, found, the answer
+
+It stops at the first of: the next turn would not fit (`max_context`), the time cap, a failed,
+stalled or timed-out turn, or a needle miss with `stop_on_miss`; the cut-off and its reason go
+into summary.json.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import httpx
+
+from servedeck.campaign.reporter import Reporter
+from servedeck.campaign.stall import Quiet, StallWatch
+from servedeck.campaign.target import Target
+from servedeck.config.schema import merge_request
+from servedeck.engines.metrics import prefix_counters_async
+from servedeck.errors import ServedeckError
+from servedeck.gates.server import ServerTokens
+from servedeck.loadgen import texts
+from servedeck.loadgen.prompts import _tag, chars_per_token, fit_length, new_nonce
+from servedeck.loadgen.texts import Content
+from servedeck.runs.folder import RunFolder
+
+FILE = "ramp.jsonl"
+SUMMARY_Q = "In one sentence, what is the text above about?"
+NEEDLE_Q = ("What is the access code I gave you at the very start of this conversation? "
+            "Answer with the 7 digits only.")
+
+
+@dataclass(frozen=True)
+class RampSpec:
+    turn_tokens: int = 2000
+    answer_tokens: int = 64
+    max_context: Optional[int] = None  # None: what the server serves per request
+    needle_every: int = 4  # 0: never ask
+    time_cap_s: Optional[float] = 7200.0
+    turn_timeout_s: Optional[float] = 1200.0
+    stop_on_miss: bool = False
+    content: Content = "prose"
+    stall_after_s: Optional[float] = 300.0
+    seed: Optional[int] = None
+
+    def check(self, context: Optional[int]) -> None:
+        if self.turn_tokens < 32:
+            raise ServedeckError(f"--turn-tokens must be at least 32, got {self.turn_tokens}",
+                                 hint="each turn appends this much text, e.g. --turn-tokens 2000")
+        if self.answer_tokens < 1:
+            raise ServedeckError(f"--answer-tokens must be at least 1, got {self.answer_tokens}",
+                                 hint="the room each answer gets, e.g. --answer-tokens 64")
+        if self.needle_every < 0:
+            raise ServedeckError(f"--needle-every must be 0 (never) or more, got {self.needle_every}",
+                                 hint="--needle-every 4 asks for the planted code every fourth turn")
+        if self.content == "random":
+            raise ServedeckError("the ramp grows a conversation from real text; --content random is not for it",
+                                 hint="--content prose (default for the ramp) or --content code")
+        limit = self.max_context or context
+        if limit and self.turn_tokens + self.answer_tokens + 64 > limit:
+            raise ServedeckError(f"one turn ({self.turn_tokens} + {self.answer_tokens} answer tokens) does not fit "
+                                 f"a context of {limit} tokens", hint="lower --turn-tokens or raise --max-context")
+        if context and self.max_context and self.max_context > context:
+            raise ServedeckError(f"--max-context {self.max_context} is above what the server serves per request "
+                                 f"({context} tokens)", hint=f"use --max-context {context} or less")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"workload": "ramp", "points": [], "turn_tokens": self.turn_tokens,
+                "answer_tokens": self.answer_tokens, "max_context": self.max_context,
+                "needle_every": self.needle_every, "time_cap_s": self.time_cap_s,
+                "turn_timeout_s": self.turn_timeout_s, "stop_on_miss": self.stop_on_miss, "content": self.content,
+                "stall_after_s": self.stall_after_s, "seed": self.seed, "api": "chat", "temperature": 0}
+
+
+@dataclass
+class _Turn:
+    """What one streamed answer brought back (times are perf_counter seconds)."""
+
+    t_send: float = 0.0
+    t_first: Optional[float] = None
+    t_end: Optional[float] = None
+    content: str = ""
+    chunks: int = 0
+    usage: Optional[dict[str, Any]] = None
+    timings: Optional[dict[str, Any]] = None
+    finish_reason: Optional[str] = None
+    error: Optional[str] = None
+    status: str = "ok"
+
+
+async def stream_turn(http: httpx.AsyncClient, url: str, body: dict[str, Any], quiet: Quiet) -> _Turn:
+    """One streamed chat request; `quiet` is told of every line so a watchdog can see the silence."""
+    turn = _Turn(t_send=time.perf_counter())
+    quiet.begin(turn.t_send)
+    async with http.stream("POST", url, json=body, timeout=httpx.Timeout(None, connect=10.0)) as r:
+        if r.status_code != 200:
+            turn.status, turn.error = "error", f"HTTP {r.status_code}: {(await r.aread())[:300]!r}"
+            return turn
+        async for line in r.aiter_lines():
+            now = time.perf_counter()
+            quiet.byte(now)
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                break
+            try:
+                ev = json.loads(data)
+            except ValueError:
+                continue
+            if ev.get("error"):
+                turn.status, turn.error = "error", f"error in stream: {str(ev['error'])[:300]}"
+                break
+            if isinstance(ev.get("usage"), dict):
+                turn.usage = ev["usage"]
+            if isinstance(ev.get("timings"), dict):
+                turn.timings = ev["timings"]
+            for ch in ev.get("choices") or []:
+                delta = ch.get("delta") or {}
+                text = delta.get("content") or ""
+                thought = delta.get("reasoning_content") or delta.get("reasoning") or ""
+                if text or thought:
+                    turn.t_first = turn.t_first or now
+                    turn.chunks += 1
+                    quiet.token()
+                turn.content += text  # the answer as it came, without its reasoning
+                if ch.get("finish_reason"):
+                    turn.finish_reason = ch["finish_reason"]
+    turn.t_end = time.perf_counter()
+    return turn
+
+
+def turn_line(i: int, turn: _Turn, needle: Optional[dict[str, Any]], cached_from_counters: Optional[float],
+              start: float, prev_context: Optional[int] = None) -> dict[str, Any]:
+    """The ramp.jsonl line of one finished turn (pure)."""
+    usage = turn.usage or {}
+    timings = turn.timings or {}
+    ctx = usage.get("prompt_tokens") if isinstance(usage.get("prompt_tokens"), int) else timings.get("prompt_n")
+    out_n = usage.get("completion_tokens") if isinstance(usage.get("completion_tokens"), int) else \
+        timings.get("predicted_n")
+    details = usage.get("prompt_tokens_details") or {}
+    cached, cached_src = None, None
+    if isinstance(details.get("cached_tokens"), int):
+        cached, cached_src = details["cached_tokens"], "usage"
+    elif isinstance(timings.get("cache_n"), int):
+        cached, cached_src = timings["cache_n"], "timings"
+        if isinstance(timings.get("prompt_n"), int):
+            ctx = timings["prompt_n"] + timings["cache_n"]  # llama.cpp's prompt_n counts only the new part
+    elif cached_from_counters is not None:
+        cached, cached_src = int(cached_from_counters), "engine counters"
+    ttft = (turn.t_first - turn.t_send) if turn.t_first else None
+    new = (ctx - cached) if isinstance(ctx, int) and cached is not None else None
+    decode = None
+    if turn.t_first and turn.t_end and isinstance(out_n, int) and out_n > 1 and turn.t_end > turn.t_first:
+        decode = (out_n - 1) / (turn.t_end - turn.t_first)
+    line: dict[str, Any] = {
+        "turn": i, "status": turn.status, "error": turn.error, "at_s": round(turn.t_send - start, 3),
+        "context_tokens": ctx, "completion_tokens": out_n, "cached_tokens": cached, "cached_source": cached_src,
+        "cached_share": (cached / ctx) if cached is not None and ctx else None,
+        "new_tokens": new, "ttft_s": round(ttft, 4) if ttft is not None else None,
+        "prefill_tok_s": (new / ttft) if new and ttft else None, "decode_tok_s": decode,
+        "e2e_s": round(turn.t_end - turn.t_send, 4) if turn.t_end else None,
+        "finish_reason": turn.finish_reason, "answer": turn.content[:400], "needle": needle,
+        "engine_timings": {k: timings[k] for k in ("prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "cache_n")
+                           if k in timings} or None,
+    }
+    # The whole previous prompt is this turn's prefix: it should all come from the cache.
+    if prev_context and cached is not None and cached < 0.9 * prev_context:
+        line["cache_note"] = (f"the conversation prefix was not reused: {cached} tokens came from the prefix cache, "
+                              f"the previous turn's prompt alone was {prev_context}")
+    return line
+
+
+def summarize(lines: list[dict[str, Any]]) -> dict[str, Any]:
+    """Ramp summary from ramp.jsonl lines (pure): TTFT and decode speed against context, needle results."""
+    ok = [ln for ln in lines if ln.get("status") == "ok"]
+    needles = [ln["needle"] for ln in lines if ln.get("needle")]
+    return {"turns": len(lines), "ok_turns": len(ok),
+            "max_context_tokens": max((ln["context_tokens"] or 0 for ln in ok), default=0),
+            "needle_checks": len(needles), "needle_found": sum(bool(n.get("found")) for n in needles),
+            "curve": [{"turn": ln["turn"], "context_tokens": ln["context_tokens"], "ttft_s": ln["ttft_s"],
+                       "decode_tok_s": ln["decode_tok_s"], "prefill_tok_s": ln["prefill_tok_s"],
+                       "cached_share": ln["cached_share"], "needle": (ln.get("needle") or {}).get("found")}
+                      for ln in lines]}
+
+
+async def run_ramp(spec: RampSpec, target: Target, context: int, folder: RunFolder, reporter: Reporter) -> dict:
+    """Grow the conversation until a cut-off; returns the cut-off ({"reason", "turn"})."""
+    limit = spec.max_context or context
+    rng = random.Random(spec.seed)
+    code = f"{rng.randrange(10**6, 10**7)}"
+    nonce = new_nonce()
+    start_at = texts.start_of(spec.content, rng)
+    offset = 0  # characters of the corpus used so far: the text reads on from turn to turn
+    history: list[dict[str, str]] = []
+    lines: list[dict[str, Any]] = []
+    start = time.perf_counter()
+    url = target.base_url.rstrip("/") + "/v1/chat/completions"
+    cutoff: dict[str, Any] = {"reason": "", "turn": 0}
+    folder.update(ramp={"status": "running", "file": FILE, "code": code, "nonce": nonce, "limit": limit})
+    async with httpx.AsyncClient() as http:
+        tokens = ServerTokens(http, target.base_url, target.served_name, target.engine)
+        i = 0
+        while True:
+            i += 1
+            elapsed = time.perf_counter() - start
+            if spec.time_cap_s is not None and elapsed >= spec.time_cap_s:
+                cutoff = {"reason": f"time cap of {spec.time_cap_s:g} s reached", "turn": i - 1}
+                break
+            last_ctx = lines[-1]["context_tokens"] + (lines[-1]["completion_tokens"] or 0) if lines else 0
+            if last_ctx + spec.turn_tokens + spec.answer_tokens + 32 > limit:
+                cutoff = {"reason": f"context limit: {last_ctx} tokens so far + a {spec.turn_tokens}-token turn + "
+                                    f"{spec.answer_tokens} answer tokens would pass {limit}", "turn": i - 1}
+                break
+            needle_turn = spec.needle_every > 0 and i % spec.needle_every == 0
+            question = NEEDLE_Q if needle_turn else SUMMARY_Q
+            head = (f"{_tag(nonce, 'measured', 0)}Remember this access code, I will ask for it later: "
+                    f"the access code is {code}.\n\n") if i == 1 else ""
+            tail = f"\n\n{question}"
+            base = start_at + offset
+
+            def text_of(k: int, base: int = base, head: str = head, tail: str = tail) -> str:
+                return head + texts.piece(spec.content, base, k) + tail
+
+            async def count(text: str) -> int:
+                # the turn as the server will prefill it, template included
+                return await tokens.count_chat([{"role": "user", "content": text}])
+
+            reporter.stage(f"turn {i}: sizing {spec.turn_tokens} tokens of {spec.content}")
+            message, _ = await fit_length(text_of, spec.turn_tokens, count,
+                                          units_per_token=chars_per_token(spec.content), what="question")
+            offset += len(message) - len(head) - len(tail)
+            history.append({"role": "user", "content": message})
+            body = merge_request({"model": target.served_name, "messages": history, "max_tokens": spec.answer_tokens,
+                                  "temperature": 0, "stream": True, "stream_options": {"include_usage": True}},
+                                 target.request)
+            before = await prefix_counters_async(target.engine, target.base_url)
+            quiet = Quiet()
+            watch = StallWatch(target, spec.stall_after_s, spec.turn_timeout_s,
+                               on_tick=lambda q, i=i: reporter.stage(
+                                   f"turn {i}: {q.tokens} tokens so far, last byte {q.since_byte():.0f} s ago"))
+            task = asyncio.ensure_future(stream_turn(http, url, body, quiet))
+            verdict = await watch.watch(task, quiet)
+            if verdict is not None:
+                turn = _Turn(t_send=quiet.t_begin, status=verdict["status"], error=verdict["detail"],
+                             content="", chunks=quiet.tokens)
+            else:
+                try:
+                    turn = task.result()
+                except (httpx.HTTPError, OSError) as e:
+                    turn = _Turn(t_send=quiet.t_begin, status="error", error=f"{type(e).__name__}: {e}"[:300])
+            from_counters = None
+            if turn.status == "ok" and before is not None:
+                after = await prefix_counters_async(target.engine, target.base_url)
+                if after is not None:
+                    from_counters = after.get("hits", 0.0) - before.get("hits", 0.0)
+            needle = None
+            if needle_turn and turn.status == "ok":
+                needle = {"asked": True, "found": code in turn.content, "answer": turn.content.strip()[:80]}
+            line = turn_line(i, turn, needle, from_counters, start,
+                             prev_context=lines[-1]["context_tokens"] if lines else None)
+            if verdict is not None:
+                line["stall"] = verdict
+            folder.append_jsonl(FILE, line)
+            lines.append(line)
+            reporter.stage(f"turn {i}: {line['status']} context {line['context_tokens']} tokens, TTFT "
+                           f"{line['ttft_s']} s, decode {_f(line['decode_tok_s'])} tok/s, cached {_pct(line['cached_share'])}"
+                           + (f", needle {'found' if needle['found'] else 'MISSED'}" if needle else ""))
+            if turn.status != "ok":
+                cutoff = {"reason": f"turn {i} {turn.status}: {turn.error}", "turn": i}
+                break
+            history.append({"role": "assistant", "content": turn.content})
+            if needle is not None and not needle["found"] and spec.stop_on_miss:
+                cutoff = {"reason": f"needle missed at turn {i} (--stop-on-miss)", "turn": i}
+                break
+    death = target.death()
+    if death:
+        cutoff = {"reason": f"{death} (at turn {cutoff['turn']})", "turn": cutoff["turn"]}
+    folder.update(ramp={"status": "done", "file": FILE, "code": code, "nonce": nonce, "limit": limit,
+                        "cutoff": cutoff, **{k: v for k, v in summarize(lines).items() if k != "curve"}})
+    return cutoff
+
+
+def _f(x: Optional[float]) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
+def _pct(x: Optional[float]) -> str:
+    return "-" if x is None else f"{x:.0%}"
