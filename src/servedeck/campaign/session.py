@@ -30,6 +30,7 @@ from servedeck.gates.server import server_context
 from servedeck.report.render import markdown
 from servedeck.runs import inventory
 from servedeck.runs.folder import RunFolder, runs_root
+from servedeck.watch.notices import Redactor
 from servedeck.runs.read import gate_view, list_runs, load, summary_of
 
 
@@ -169,6 +170,7 @@ async def _gate_async(target: Target, spec: GateSpec, reporter: Reporter, outcom
                               target.cfg.models[target.name].context or ctx, target.engine,
                               base_summary(target, ctx, "gate", {"gate": _gate_spec_json(spec)}))
     outcome.folder = folder.path
+    folder.scrub = Redactor.from_config(target.cfg).text
     folder.attach_launch(target.launch_dir, whole_log=target.launched)
 
     async def work() -> GateResult:
@@ -209,6 +211,7 @@ async def _bench_async(target: Target, spec: BenchSpec, gate_mode: Optional[bool
     folder = RunFolder.create(root, target.name, model.layout, model.context or ctx, target.engine,
                               base_summary(target, ctx, "bench", spec.to_json()))
     outcome.folder = folder.path
+    folder.scrub = Redactor.from_config(target.cfg).text
     folder.attach_launch(target.launch_dir, whole_log=target.launched)
 
     async def work() -> None:

@@ -23,7 +23,7 @@ from servedeck.deck import launch as L
 from servedeck.deck import state as S
 from servedeck.deck.slots import Running, decide
 from servedeck.engines import get_engine
-from servedeck.engines.base import SECRET_KEY, LaunchSpec
+from servedeck.engines.base import REDACTED, LaunchSpec, redact_env, redact_settings_args
 from servedeck.errors import LaunchError, RefusedError, StateError
 from servedeck.fsio import atomic_write_json
 from servedeck.supervisor import process as P
@@ -52,11 +52,11 @@ def describe_exit(exit_info: dict | None) -> str:
 def settings_of(name: str, cfg: Config) -> dict:
     m = cfg.models[name]
     b = cfg.deck.builds[m.build]
-    red = lambda env: {k: ("<redacted>" if SECRET_KEY.search(k) else v) for k, v in env.items()}  # noqa: E731
     model = m.model_dump(mode="json")
-    model["env"] = red(m.env)
+    model["env"] = redact_env(m.env)
+    model["args"] = redact_settings_args(model.get("args") or {})
     build = b.model_dump(mode="json")
-    build["env"] = red(b.env)
+    build["env"] = redact_env(b.env)
     return {"model": model, "build_name": m.build, "build": build, "config_path": str(cfg.path),
             "since": S.now_iso()}
 
@@ -66,7 +66,7 @@ def config_from_settings(name: str, settings: dict, current: Config | None) -> C
     def fill(env: dict, current_env: dict, where: str) -> dict:
         out = {}
         for k, v in env.items():
-            if v == "<redacted>":
+            if v == REDACTED:
                 if k in current_env:
                     v = current_env[k]
                 elif k in os.environ:
@@ -77,11 +77,23 @@ def config_from_settings(name: str, settings: dict, current: Config | None) -> C
             out[k] = v
         return out
 
+    def fill_args(args: dict, current_args: dict) -> dict:
+        out = {}
+        for k, v in args.items():
+            if v == REDACTED:
+                if k not in current_args:
+                    raise StateError(f"desired.json: models.{name}: secret args.{k} is not stored",
+                                     hint=f"put args.{k} back in models.toml for models.{name}, then run again")
+                v = current_args[k]
+            out[k] = v
+        return out
+
     cur_m = current.models.get(name) if current else None
     cur_b = current.deck.builds.get(settings["build_name"]) if current else None
     model = dict(settings["model"])
     build = dict(settings["build"])
     model["env"] = fill(model.get("env", {}), dict(cur_m.env) if cur_m else {}, f"models.{name}")
+    model["args"] = fill_args(model.get("args", {}), dict(cur_m.args) if cur_m else {})
     build["env"] = fill(build.get("env", {}), dict(cur_b.env) if cur_b else {}, f"builds.{settings['build_name']}")
     deck = DeckConfig(builds={settings["build_name"]: Build(**build)}, models={name: Model(**model)})
     return Config(path=Path(settings.get("config_path", "desired.json")), deck=deck)
@@ -262,7 +274,7 @@ class Deck:
             return
         raise LaunchError(
             f"{name} failed to start: {why}" + (f" — {cause['summary']}" if cause and cause.get("summary") else ""),
-            hint=(cause or {}).get("action") or f"read the whole log: servedeck logs {name}",
+            hint=(cause or {}).get("action") or f"read the whole log: `servedeck logs {name}`",
             log_tail=L.log_tail(d, 15), cause=cause,
         ) from None
 

@@ -374,6 +374,7 @@ def run_soak(cfg: Config, spec: SoakSpec, progress: Callable[[str], None] | None
                                                          {"index": 1, "label": f"bursts c={cap}"}]})
     try:
         atomic_write_json(folder.path / "config.json", frozen)  # the frozen copy the soak ran with
+        folder.scrub = redactor.text
         folder.attach_launch(rec.get("launch_dir"), whole_log=started)
     except OSError as e:
         raise RunError(f"cannot write the run folder {folder.path}: {e.strerror or e}",
