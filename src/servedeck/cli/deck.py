@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 
 from servedeck import paths
-from servedeck.cli.app import Ctx, app, config_or_none, console, load_config, print_json
+from servedeck.cli.app import Ctx, app, config_or_none, console, load_config, print_json, warn_unreadable
 from servedeck.deck import Deck
 from servedeck.deck import launch as L
 from servedeck.deck import state as S
@@ -149,7 +149,7 @@ def logs(
     past = L.past_launches(name)
     if not past:
         raise UnknownModelError(f"no launches of {name!r} under {paths.launches_dir()}",
-                                hint="start it first: servedeck start " + name)
+                                hint=f"start it first: `servedeck start {name}`")
     d = past[-1]
     if launch:
         if launch.lstrip("-").isdigit():
@@ -194,7 +194,9 @@ def history(model: Optional[str] = typer.Argument(None), as_json: bool = typer.O
     """The journal: every start/stop/switch/crash, with outcome."""
     cfg = config_or_none("showing state")
     name = cfg.resolve(model) if (cfg and model) else model
-    rows = S.read_journal(name)[-limit:]
+    rows = S.read_journal(name)
+    warn_unreadable(rows, paths.journal_file())
+    rows = rows[-limit:]
     if as_json:
         print_json(rows)
         return
