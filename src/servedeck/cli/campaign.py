@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any, Callable, Optional
 
 import typer
 from rich.markdown import Markdown
+from rich.text import Text
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from servedeck.campaign import BenchSpec, Outcome, bench as run_bench, gate as run_gate
 from servedeck.campaign.bench import shape_label
-from servedeck.cli.app import app, console, err_console, load_config, print_json
+from servedeck import paths
+from servedeck.cli.app import Ctx, app, console, err_console, load_config, print_json
 from servedeck.errors import ServedeckError
 from servedeck.gates import GateSpec, ProbeResult
 from servedeck.loadgen import ClosedLoop, OpenLoop, Progress as LoadProgress, Slo
@@ -245,10 +248,18 @@ def show(run: str = typer.Argument(..., help="run folder name, a unique part of 
 
 
 def _results_dir() -> Optional[str]:
-    """[host] results_dir when models.toml is readable; runs are listable without one."""
+    """[host] results_dir when models.toml is readable. Runs are listable without one, but a models.toml
+    that exists and cannot be read is said (file and error) with the results dir used instead."""
+    cfg_path = paths.config_file(Ctx.config_path)
     try:
         return load_config().deck.host.results_dir
-    except ServedeckError:
+    except ServedeckError as e:
+        if cfg_path.exists() or Ctx.config_path or os.environ.get("SERVEDECK_CONFIG"):
+            used = runs_root(None)
+            why = "SERVEDECK_RESULTS" if os.environ.get("SERVEDECK_RESULTS") else "the default"
+            err_console.print(Text("warning: ", style="yellow") + Text(
+                f"{cfg_path} is broken, so its [host] results_dir is not known: {e.message.splitlines()[0]}; "
+                f"listing runs under {used.resolve()} ({why})"), highlight=False, soft_wrap=True)
         return None
 
 
