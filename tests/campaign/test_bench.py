@@ -35,6 +35,9 @@ def test_chat_run_writes_a_complete_folder(campaign_config, llama):
     assert summary["schema"] == 1 and summary["status"] == "ok" and summary["reason"] is None
     assert summary["versions"]["servedeck"] and summary["versions"]["python"] and summary["versions"]["engine"]
     assert summary["host"]["cpus"] >= 1 and "available" in summary["gpus"]
+    # the sdist build's own version (scripts/build-llama-server.sh's VERSION file), not b0-unknown (issue 8.8)
+    assert summary["versions"]["engine_version"] == Path(summary["command"][0]).with_name("VERSION").read_text().strip()
+    assert all(x == round(x, 2) for x in summary["host"]["load_avg"])
     assert summary["config"]["model"]["context"] == 8192 and summary["config"]["build"]["engine"] == "llamacpp"
     assert summary["command"][0].endswith("llama-server")
     assert summary["workload"]["points"] == ["c=1", "c=2"] and summary["workload"]["duration_s"] == 4.0

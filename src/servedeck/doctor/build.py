@@ -223,7 +223,11 @@ def verify_build(build: "Build", name: str = "", cfg: "Config | None" = None, in
         rep.integrity_skip = "the build does not exist"
         return rep
     if build.kind == "binary":
-        rep.engine_version, rep.version_source = binary_version(path), "--version"
+        from servedeck.engines import get_engine
+
+        stated = binary_version(path)
+        rep.engine_version = get_engine(build.engine).version(build, stated)
+        rep.version_source = "--version" if rep.engine_version == stated else "VERSION file beside the binary"
         rep.integrity_skip = "a binary has no package RECORD (its version is its build id)"
         return rep
     site = site_packages(p)

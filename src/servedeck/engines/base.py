@@ -219,6 +219,11 @@ class Engine:
     def command(self, name: str, model: "Model", build: "Build", cfg: "Config") -> tuple[list[str], dict[str, str]]:
         raise NotImplementedError
 
+    def version(self, build: "Build | None", stated: str | None = None) -> str | None:
+        """The version to record for a launch of `build`: `stated` is what the server or binary said
+        (/version, /props, `--version`, the boot log). Adapters whose builds can say more override this."""
+        return stated
+
     def parse_boot(self, text: str) -> dict[str, Any]:
         return parse_with(self.boot_patterns, text)
 

