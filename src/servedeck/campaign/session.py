@@ -160,12 +160,24 @@ def _guarded(folder: RunFolder, work: Any) -> Any:
     return inner()
 
 
+def check_output_cap(cfg: Config, name: str, asked: int, flag: str) -> None:
+    """A run that asks for more output than the model's max_output_tokens is refused, not cut short:
+    its figures would describe requests it did not make."""
+    cap = cfg.models[name].max_output_tokens
+    if cap and asked > cap:
+        raise ServedeckError(f"{flag} {asked} is above models.{name}.max_output_tokens ({cap})",
+                         hint=f"ask for {cap} or fewer ({flag} {cap}), or raise max_output_tokens in models.toml")
+
+
 # --- gate -------------------------------------------------------------------------------------
 
 async def _gate_async(target: Target, spec: GateSpec, reporter: Reporter, outcome: Outcome) -> GateResult:
     ctx = await _served_context(target)
     _check_asked(target, spec.context or ctx, ctx)
     spec = replace(spec, context=spec.context or ctx)
+    cap = target.cfg.models[target.name].max_output_tokens
+    if cap and spec.answer_tokens > cap:  # max_output_tokens caps what servedeck asks for
+        spec = replace(spec, answer_tokens=cap)
     spec.check()
     folder = RunFolder.create(_root(target.cfg), target.name, target.cfg.models[target.name].layout,
                               target.cfg.models[target.name].context or ctx, target.engine,
@@ -203,6 +215,7 @@ async def _bench_async(target: Target, spec: BenchSpec, gate_mode: Optional[bool
     if spec.workload == "long-prompt" and spec.prompt_tokens is None:
         spec = replace(spec, prompt_tokens=ctx - spec.output_tokens)
     spec.check(ctx)
+    check_output_cap(target.cfg, target.name, spec.output_tokens, "--output-tokens")
     _check_asked(target, gate_spec.context or ctx, ctx)
     gate_spec = replace(gate_spec, context=gate_spec.context or ctx)
     gate_spec.check()

@@ -131,7 +131,8 @@ def status(as_json: bool = typer.Option(False, "--json")) -> None:
         detail = r["detail"] or ""
         if r.get("cause") and r["cause"].get("summary"):
             detail += f" [{r['cause']['summary']}]"
-        t.add_row(r["model"], state, r.get("engine") or "-", str(r.get("port") or "-"), str(r.get("pid") or "-"),
+        model_txt = r["model"] + (" (vision)" if r.get("vision") else "")
+        t.add_row(model_txt, state, r.get("engine") or "-", str(r.get("port") or "-"), str(r.get("pid") or "-"),
                   _fmt_uptime(r.get("uptime_s")), facts, detail)
     console.print(t)
 

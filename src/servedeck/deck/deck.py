@@ -115,7 +115,9 @@ class Status:
                 "build": rec.get("build"), "slot": rec.get("slot"), "port": rec.get("port"), "pid": rec.get("pid"),
                 "engine_pid": rec.get("engine_pid"), "uptime_s": uptime, "started_at": rec.get("started_at"),
                 "launch_dir": rec.get("launch_dir"), "boot": rec.get("boot", {}), "detail": self.detail,
-                "cause": rec.get("cause"), "evidence": rec.get("evidence"), "liveness": rec.get("liveness")}
+                "cause": rec.get("cause"), "evidence": rec.get("evidence"), "liveness": rec.get("liveness"),
+                "vision": bool((rec.get("spec") or {}).get("vision")),
+                "max_output_tokens": (rec.get("spec") or {}).get("max_output_tokens")}
 
 class Deck:
     """Operations on the deck described by one models.toml."""

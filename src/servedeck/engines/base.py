@@ -118,6 +118,12 @@ class LaunchSpec:
     stop_timeout_s: float
     ready_timeout_s: float
     gpus: list[int] = field(default_factory=list)
+    max_output_tokens: int | None = None  # models.toml's cap on what servedeck's own requests ask for
+    vision: bool = False
+
+    def output_cap(self, wanted: int) -> int:
+        """`wanted` output tokens, held to the model's max_output_tokens."""
+        return min(wanted, self.max_output_tokens) if self.max_output_tokens else wanted
 
     @property
     def base_url(self) -> str:
@@ -142,6 +148,8 @@ class LaunchSpec:
             "health_path": self.health_path,
             "slot": self.slot,
             "gpus": self.gpus,
+            "max_output_tokens": self.max_output_tokens,
+            "vision": self.vision,
         }
 
 
@@ -210,6 +218,8 @@ class Engine:
     # flags servedeck renders from model keys: flag → key (so `args` cannot set them twice)
     owned_flags: dict[str, str] = {}
     boot_patterns: list[BootPattern] = []
+    # the model's multimodal projector is a separate file passed by flag (llama.cpp's --mmproj)
+    uses_mmproj: bool = False
     # Prometheus counters that show progress and prefix-cache use (loadgen and watch read them)
     metrics: dict[str, str] = {}
 
@@ -230,6 +240,11 @@ class Engine:
     def render(self, name: str, cfg: "Config") -> LaunchSpec:
         model = cfg.models[name]
         build = cfg.deck.builds[model.build]
+        if model.mmproj and not self.uses_mmproj:
+            from servedeck.errors import ConfigError
+
+            raise ConfigError(f"models.{name}.mmproj: engine {self.name!r} takes no projector file",
+                              hint="mmproj is llama.cpp's; remove the key (vision = true is enough here)")
         argv, env = self.command(name, model, build, cfg)
         return LaunchSpec(
             model=name,
@@ -244,6 +259,8 @@ class Engine:
             stop_timeout_s=model.stop_timeout_s,
             ready_timeout_s=model.ready_timeout_s,
             gpus=list(model.gpus),
+            max_output_tokens=model.max_output_tokens,
+            vision=model.vision,
         )
 
     # --- shared by adapters ----------------------------------------------------------

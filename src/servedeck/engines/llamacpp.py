@@ -26,7 +26,10 @@ class LlamaCpp(Engine):
         "--host": "host", "--port": "port",
         "-c": "context", "--ctx-size": "context",
         "--alias": "served_name", "-a": "served_name",
+        "-n": "max_output_tokens", "--n-predict": "max_output_tokens",
+        "--mmproj": "mmproj", "-mm": "mmproj",
     }
+    uses_mmproj = True
     metrics = {
         "prompt_tokens": "llamacpp:prompt_tokens_total",
         "generation_tokens": "llamacpp:tokens_predicted_total",
@@ -85,6 +88,20 @@ class LlamaCpp(Engine):
             flags += ["--parallel", "1"]
         if "metrics" not in model.args:
             flags.append("--metrics")  # servedeck reads progress counters from /metrics
+        if model.max_output_tokens:
+            flags += ["-n", str(model.max_output_tokens)]  # the server caps every request's n_predict at this
+        if model.vision:
+            if not model.mmproj:
+                from servedeck.errors import ConfigError
+
+                raise ConfigError(f"models.{name}: vision = true on llama.cpp needs the projector file",
+                                  hint=f"set mmproj = \"/path/to/mmproj.gguf\" in [models.{name}] (rendered as --mmproj)")
+            flags += ["--mmproj", cfg.expand(model.mmproj)]
+        elif model.mmproj:
+            from servedeck.errors import ConfigError
+
+            raise ConfigError(f"models.{name}.mmproj is set but vision is not",
+                              hint=f"set vision = true in [models.{name}], or remove mmproj")
         flags += render_args(model.args)
         if build.image:
             return self.docker_prefix(name, model, build, env, source) + flags, env

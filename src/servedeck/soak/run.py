@@ -32,7 +32,7 @@ from servedeck.config import Config
 from servedeck.deck import state as S
 from servedeck.deck import launch as L
 from servedeck.deck.deck import Deck, classify, describe_exit, settings_of
-from servedeck.errors import RefusedError, RunError
+from servedeck.errors import RefusedError, RunError, ServedeckError
 from servedeck.fsio import atomic_write_json
 from servedeck.loadgen.records import RequestRecord
 from servedeck.soak import windows as W
@@ -359,6 +359,10 @@ def run_soak(cfg: Config, spec: SoakSpec, progress: Callable[[str], None] | None
     from servedeck.runs.folder import RunFolder, runs_root
 
     name = spec.model
+    limit = cfg.models[name].max_output_tokens
+    if limit and spec.max_tokens > limit:  # refused before anything starts, as the bench refuses it
+        raise ServedeckError(f"--max-tokens {spec.max_tokens} is above models.{name}.max_output_tokens ({limit})",
+                         hint=f"ask for {limit} or fewer (--max-tokens {limit}), or raise max_output_tokens")
     redactor = Redactor.from_config(cfg)
     notices = notices or Notices(cfg.deck.host.on_notice, redactor)
     rec, started = preflight(cfg, name)
