@@ -45,10 +45,17 @@ def render(model: str, as_json: bool = typer.Option(False, "--json")) -> None:
 
 
 @app.command()
-def start(model: str, wait: float = WAIT) -> None:
+def start(model: str, wait: float = WAIT,
+          foreground: bool = typer.Option(False, "--foreground",
+                                          help="stay until the engine ends; SIGTERM stops it (what `servedeck unit` runs)")) -> None:
     """Start MODEL supervised; returns once a real request has been answered."""
     cfg = load_config()
     name = cfg.resolve(model)
+    if foreground:
+        from servedeck.deck.foreground import run_foreground
+
+        code = run_foreground(Deck(cfg), name, on_started=lambda rec: _say_started(name, rec), stop_wait_s=max(wait, 60))
+        raise typer.Exit(code)
     with console.status(f"starting {name} …"):
         rec = Deck(cfg).start(name, wait_s=wait)
     _say_started(name, rec)
@@ -218,7 +225,7 @@ def unit(
     watch: bool = typer.Option(False, "--watch", help="render the watch loop's unit instead"),
     interval: str = typer.Option("5s", "--interval"),
 ) -> None:
-    """Render a systemd unit (Restart=always, TimeoutStopSec=120) for MODEL, or for the watch loop."""
+    """Render a systemd unit for MODEL (runs `servedeck start MODEL --foreground`), or for the watch loop."""
     from servedeck.supervisor.systemd import render_unit, render_watch_unit
 
     cfg = load_config()
@@ -229,4 +236,4 @@ def unit(
         return
     if not model:
         raise ServedeckError("name a model, or pass --watch")
-    sys.stdout.write(render_unit(Deck(cfg).render(model), str(cfg.path.resolve())))
+    sys.stdout.write(render_unit(Deck(cfg).render(model), str(cfg.path.resolve()), str(paths.home().resolve())))
