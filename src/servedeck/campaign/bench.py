@@ -5,6 +5,10 @@ tokenizer including the chat template), its own warm-up requests that share no p
 measured ones, and reads the engine's prefix-cache counters right before and after its measured
 phase. Every request is written to requests.jsonl the moment it finishes.
 
+`--workload decode` is the seed's decode-speed check: one fixed prompt on /v1/completions, sent for
+the warm-up and then for every measured request, so that only decoding is measured: its figures are
+TPOT and decode tok/s; prefill (TTFT) is excluded, and the summary says so.
+
 If the engine dies, the first failed request notices (the shim's process is gone), the point is
 cancelled and ServerDied raised; finished requests stay on disk. Ctrl-C cancels the same way and
 propagates as CancelledError.
@@ -30,7 +34,7 @@ from servedeck.loadgen.prompts import DEFAULT_CHARS_PER_TOKEN
 from servedeck.runs.figures import counter_delta, headline, point_figures
 from servedeck.runs.folder import RunFolder
 
-Workload = Literal["chat", "long-prompt"]
+Workload = Literal["chat", "long-prompt", "decode"]
 
 
 class ServerDied(RunError):
@@ -50,6 +54,11 @@ class BenchSpec:
     slo: Optional[Slo] = None
     repeat_prompt: bool = False  # every measured request the same prompt: shows what the cache does
     seed: Optional[int] = None
+
+    @property
+    def api(self) -> str:
+        """The endpoint the requests use: decode is a plain completion (no chat template), as the seed's check."""
+        return "completions" if self.workload == "decode" else "chat"
 
     @property
     def prompt_size(self) -> int:
@@ -85,7 +94,9 @@ class BenchSpec:
                 "warmup": self.warmup, "repeat_prompt": self.repeat_prompt, "seed": self.seed,
                 "slo": None if self.slo is None else {"ttft_ms": self.slo.ttft_ms, "tpot_ms": self.slo.tpot_ms,
                                                       "e2e_ms": self.slo.e2e_ms},
-                "api": "chat", "ignore_eos": True}
+                "api": self.api, "ignore_eos": True,
+                **({"fixed_prompt": True, "excluded": "prefill (TTFT): one fixed prompt, cached after the warm-up"}
+                   if self.workload == "decode" else {})}
 
 
 def shape_label(shape: Shape) -> str:
@@ -120,6 +131,16 @@ async def _prompts(spec: BenchSpec, tokens: ServerTokens, nonce: str,
     async def count(text: str) -> int:
         return await tokens.count_chat([{"role": "user", "content": text}])
 
+    if spec.workload == "decode":
+        # One fixed prompt for warm-up and measured calls alike: only decoding is measured, so its
+        # exact size does not matter (the server's prompt_tokens stay on record per request).
+        text = synthetic_text(0, size, nonce=nonce, seed=spec.seed)
+        first = RequestSpec(id=f"{nonce}-decode", prompt=text, max_tokens=out)
+        warm = [RequestSpec(id=f"{nonce}-w{i}", prompt=text, max_tokens=out, kind="warmup")
+                for i in range(spec.warmup)]
+        how = {"sized_by": "approximate (default chars/token); the server's prompt_tokens are the record",
+               "target_tokens": size, "fixed_prompt": True}
+        return warm, _repeat(first), how
     reporter.stage(f"{label}: sizing prompts with the server's tokenizer")
     warm = await sized_requests(size, out, spec.warmup, count, kind="warmup", seed=spec.seed, nonce=nonce) \
         if spec.warmup else []
@@ -181,7 +202,7 @@ async def run_point(index: int, shape: Shape, spec: BenchSpec, target: Target, f
             death = target.death()
             raise (ServerDied(death) if death else e) from None
         point["prompts"] = how
-        cfg = ClientConfig(target.base_url, target.served_name, api="chat",
+        cfg = ClientConfig(target.base_url, target.served_name, api=spec.api,  # type: ignore[arg-type]
                            continuous_usage_stats=target.engine == "vllm")
         conc = shape.concurrency if isinstance(shape, ClosedLoop) else None
         async with StreamingClient(cfg) as client:

@@ -154,12 +154,12 @@ def gate(
 @app.command()
 def bench(
     model: str,
-    workload: str = typer.Option("chat", "--workload", help="chat | long-prompt"),
+    workload: str = typer.Option("chat", "--workload", help="chat | long-prompt | decode (decode speed: one fixed prompt, TPOT and decode tok/s only)"),
     concurrency: Optional[str] = typer.Option(None, "--concurrency", help="closed-loop points, e.g. 1,4,16"),
     rate: Optional[str] = typer.Option(None, "--rate", help="open-loop points in requests/s, e.g. 2,4,8"),
     arrivals: str = typer.Option("poisson", "--arrivals", help="poisson | constant (with --rate)"),
     input_tokens: int = typer.Option(1024, "--input-tokens", help="chat: prompt tokens as the server counts them"),
-    output_tokens: Optional[int] = typer.Option(None, "--output-tokens", help="default 1024 (chat), 64 (long-prompt)"),
+    output_tokens: Optional[int] = typer.Option(None, "--output-tokens", help="default 1024 (chat), 64 (long-prompt), 256 (decode)"),
     prompt_tokens: Optional[int] = typer.Option(None, "--prompt-tokens", help="long-prompt: default context − output"),
     duration: Optional[str] = typer.Option(None, "--duration", help="per point, e.g. 60s (default for chat)"),
     requests: Optional[int] = typer.Option(None, "--requests", help="per point (long-prompt default 3)"),
@@ -173,9 +173,10 @@ def bench(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Benchmark MODEL: gate, then one measured point per concurrency or rate, recorded as a run folder."""
-    if workload not in ("chat", "long-prompt"):
-        raise ServedeckError(f"--workload {workload!r} is not chat or long-prompt",
-                             hint="chat: --input-tokens/--output-tokens per request; long-prompt: a prompt near the context")
+    if workload not in ("chat", "long-prompt", "decode"):
+        raise ServedeckError(f"--workload {workload!r} is not chat, long-prompt or decode",
+                             hint="chat: --input-tokens/--output-tokens per request; long-prompt: a prompt near the "
+                                  "context; decode: one fixed prompt, decode speed only")
     if concurrency and rate:
         raise ServedeckError("--concurrency and --rate are two different load shapes",
                              hint="give one: --concurrency 1,4,16 (closed loop) or --rate 2,4,8 (open loop)")
@@ -190,8 +191,8 @@ def bench(
     if duration_s is None and requests is None:
         duration_s, requests = (60.0, None) if workload == "chat" else (None, 3)
     spec = BenchSpec(workload=workload, shapes=shapes,  # type: ignore[arg-type]
-                     output_tokens=output_tokens or (1024 if workload == "chat" else 64),
-                     input_tokens=input_tokens if workload == "chat" else None,
+                     output_tokens=output_tokens or {"chat": 1024, "long-prompt": 64, "decode": 256}[workload],
+                     input_tokens=input_tokens if workload in ("chat", "decode") else None,
                      prompt_tokens=prompt_tokens if workload == "long-prompt" else None,
                      duration_s=duration_s, requests=requests, warmup=warmup, slo=_slo(slo),
                      repeat_prompt=repeat_prompt, seed=seed)
