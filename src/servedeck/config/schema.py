@@ -82,7 +82,7 @@ class Model(_Strict):
     host: str = "127.0.0.1"
     host_ram_gib: Optional[float] = Field(default=None, gt=0)
     # the most output tokens servedeck's own requests ask for (gate, bench, soak, readiness); rendered as
-    # the engine's server-wide cap where it has one (llama.cpp -n); vLLM and SGLang have none
+    # llama.cpp's -n (the length of a request that names none); vLLM and SGLang have no such flag
     max_output_tokens: Optional[int] = Field(default=None, gt=0)
     vision: bool = False  # a multimodal model: shown in status; llama.cpp needs `mmproj`
     mmproj: Optional[str] = None  # llama.cpp's multimodal projector GGUF (--mmproj), for vision = true

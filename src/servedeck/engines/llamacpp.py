@@ -89,7 +89,7 @@ class LlamaCpp(Engine):
         if "metrics" not in model.args:
             flags.append("--metrics")  # servedeck reads progress counters from /metrics
         if model.max_output_tokens:
-            flags += ["-n", str(model.max_output_tokens)]  # the server caps every request's n_predict at this
+            flags += ["-n", str(model.max_output_tokens)]  # the length of a request that names none (not a cap)
         if model.vision:
             if not model.mmproj:
                 from servedeck.errors import ConfigError
