@@ -163,3 +163,4 @@ def test_decode_workload_measures_decode_only(campaign_config, llama):
     md = markdown(load(out.folder))
     assert "decode speed only: TPOT and decode tok/s; prefill (TTFT) is excluded" in md
     assert "decode tok/s p50/min" in md and "prefill tok/s p50" not in md
+    assert "warm-up 1 per point with that same prompt" in md and "distinct from the measured" not in md

@@ -114,7 +114,10 @@ def _workload(view: dict[str, Any]) -> list[str]:
         bits.append(f"input {w.get('input_tokens')} tokens")
     bits.append(f"output {w.get('output_tokens')} tokens (ignore_eos)")
     bits.append(f"{w['requests']} requests per point" if w.get("requests") else f"{w.get('duration_s')} s per point")
-    bits.append(f"warm-up {w.get('warmup')} per point (prompts distinct from the measured ones)")
+    if w.get("workload") == "decode":
+        bits.append(f"warm-up {w.get('warmup')} per point with that same prompt")
+    else:
+        bits.append(f"warm-up {w.get('warmup')} per point (prompts distinct from the measured ones)")
     if w.get("repeat_prompt"):
         bits.append("**one repeated prompt (a prefix-cache demonstration, not a benchmark)**")
     if w.get("workload") == "decode":
