@@ -168,7 +168,50 @@ EOF
   model hog 18201 main 16
   model second 18202 side 12
   model second-main 18203 main 12
+  # slowhog: a small llama-server whose wrapper leaves a setsid'd process holding SLOW_HOLD_GIB of CUDA
+  # memory until SLOW_HOLD_AFTER_S seconds after the engine's pid is gone (outside the process group, so
+  # the stop does not wait for it: only the fit check can see that the memory is still taken).
+  cat <<EOF
+[models.slowhog]
+source = "$gguf"
+build = "slowcuda"
+port = 18204
+slot = "main"
+context = 4096
+gpus = [0]
+args = { parallel = 1, n_gpu_layers = 999, fit = "off" }
+env = { SLOW_HOLD_GIB = "${SLOW_HOLD_GIB:-100}", SLOW_HOLD_AFTER_S = "${SLOW_HOLD_AFTER_S:-6}", SLOW_PY = "$(command -v "$py")", LLAMA_SERVER_BIN = "$bin" }
+ready_timeout_s = 300
+
+[builds.slowcuda]
+engine = "llamacpp"
+binary = "$work/slow-release-llama-server"
+
+EOF
 } >"$SERVEDECK_CONFIG"
+cat >"$work/slow-release-llama-server" <<'WRAP'
+#!/bin/sh
+# llama-server, plus a process outside its group that holds $SLOW_HOLD_GIB GiB of CUDA memory until
+# $SLOW_HOLD_AFTER_S s after this pid (which exec makes llama-server's) is gone.
+"$SLOW_PY" - "$$" <<'PY' &
+import os, sys, time
+os.setsid()
+import torch
+held = torch.empty(int(float(os.environ["SLOW_HOLD_GIB"]) * 2**30), dtype=torch.uint8, device="cuda")
+engine = int(sys.argv[1])
+while True:
+    try:
+        os.kill(engine, 0)
+    except ProcessLookupError:
+        break
+    time.sleep(0.1)
+gone = time.time()
+time.sleep(float(os.environ["SLOW_HOLD_AFTER_S"]))
+print(f"slow holder: released {held.numel() / 2**30:.0f} GiB {time.time() - gone:.1f} s after the engine's pid went", flush=True)
+PY
+exec "$LLAMA_SERVER_BIN" "$@"
+WRAP
+chmod +x "$work/slow-release-llama-server"
 cat "$SERVEDECK_CONFIG"
 
 step "before: doctor, plan, gpu"
@@ -187,18 +230,34 @@ run gpu_hog sd gpu --json
 run doctor_hog sd doctor hog --json --no-integrity
 run plan_hog_after sd plan hog --json
 
-step "start second: must be refused for memory, naming the holder"
+step "start second: must be refused for memory, naming the holder and a command that would work"
 run start_second sd start second
 grep -q "hog on GPU 0 holds" "$work/res/start_second.err" && echo "REFUSAL NAMES THE HOLDER: yes" || echo "REFUSAL NAMES THE HOLDER: NO"
+grep -q "start second --evict hog" "$work/res/start_second.err" && echo "HINT NAMES --evict hog: yes" || echo "HINT NAMES --evict hog: NO"
 run doctor_second sd doctor second --json --no-integrity
 
-step "switch second-main: stops hog, waits for its memory, starts second-main"
+step "the hint's command: start second --evict hog (hog is of another slot: switch would not stop it)"
+run evict sd start second --evict hog
+run stop_second sd stop second --grace 30
+
+step "switch second-main from hog: stops hog, waits for its memory, starts second-main"
+run start_hog2 sd start hog
 t0=$(date +%s.%N)
 run switch sd switch second-main
 t1=$(date +%s.%N)
 echo "switch took $(echo "$t1 - $t0" | bc 2>/dev/null || "$py" -c "print($t1 - $t0)") s"
 run smi_apps_switched smi_apps
 run gpu_switched sd gpu --json
+
+step "switch from slowhog: its memory outlives its pid by SLOW_HOLD_AFTER_S; switch must wait it out"
+run stop_main sd stop second-main --grace 30
+run start_slowhog sd start slowhog
+sleep 3
+run smi_apps_slowhog smi_apps
+t0=$(date +%s.%N)
+run switch_slow sd switch second-main
+t1=$(date +%s.%N)
+echo "switch from slowhog took $(echo "$t1 - $t0" | bc 2>/dev/null || "$py" -c "print($t1 - $t0)") s"
 run history sd history --json
 
 step "stop"
@@ -247,7 +306,16 @@ st = R.get("status_hog", {}).get("out")
 if isinstance(st, list) and st:
     add(f"boot facts: {json.dumps(st[0].get('boot') or st[0].get('boot_facts') or {})[:400]}")
 add("start second: rc=%s: %s" % (R.get("start_second", {}).get("rc"), R.get("start_second", {}).get("err", "").strip()[:600]))
-add("switch: rc=%s: %s" % (R.get("switch", {}).get("rc"), (str(R.get("switch", {}).get("out", "")) + R.get("switch", {}).get("err", "")).strip()[:600]))
+for key in ("evict", "switch", "switch_slow"):
+    r = R.get(key, {})
+    add("%s: rc=%s: %s" % (key, r.get("rc"), (str(r.get("out", "")) + r.get("err", "")).strip()[:600]))
+hist = R.get("history", {}).get("out")
+if isinstance(hist, list):
+    for e in hist:
+        if e.get("outcome") in ("waiting-for-memory", "ok", "begin") and e.get("event") in ("switch", "start"):
+            add(f"journal {e.get('ts')}: {e.get('event')} {e.get('model')} {e.get('outcome')} "
+                f"waited_s={e.get('waited_s')} waited_for_memory_s={e.get('waited_for_memory_s')} "
+                f"{str(e.get('detail') or '')[:160]}")
 open(os.path.join(out, "summary.txt"), "w").write("\n".join(lines) + "\n")
 PY
 echo "done: $OUT/proof.log, $OUT/results.json, $OUT/summary.txt"

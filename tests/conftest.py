@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from servedeck.config import load
+from servedeck.modelsfile import load
 from servedeck.init import default_locations, render_starter
 
 TEST_MARK = "SERVEDECK_TEST_RUN"

@@ -2,12 +2,19 @@
 
     ServedeckError            message + hint; the CLI prints both, never a traceback
     ├── ConfigError           models.toml is unreadable or invalid (names file and key path)
+    ├── UsageError            a command-line value is wrong (names the option and what was expected)
     ├── StateError            a state file (desired.json, a launch record) is corrupt or inconsistent
-    ├── BusyError             another servedeck holds the deck lock
+    ├── BusyError             another servedeck holds the deck lock (or the watch loop's)
     ├── RefusedError          the request is understood but would break a rule (slot held, no memory)
     ├── LaunchError           an engine died while starting or never became ready
     ├── UnknownModelError     no model or alias by that name
+    ├── PlanError             the planner cannot read the model's shape (no config.json, unreadable GGUF)
     └── RunError              a campaign run could not be written or completed
+        └── ServerDied        the engine went away during a gate or benchmark
+
+Exceptions that never reach a user are converted where they are raised: supervisor.ready's Died and
+TimedOut become LaunchError in the deck; loadgen.sse's ProtocolError becomes a failed request record;
+gpu.gguf_header's GGUFError becomes PlanError; soak's ProtocolViolation becomes a recorded fault.
 """
 
 from __future__ import annotations
@@ -56,5 +63,17 @@ class UnknownModelError(ServedeckError):
     exit_code = 2
 
 
+class UsageError(ServedeckError):
+    exit_code = 2
+
+
+class PlanError(ServedeckError):
+    exit_code = 2
+
+
 class RunError(ServedeckError):
     exit_code = 7
+
+
+class ServerDied(RunError):
+    """The engine went away during a gate or benchmark."""

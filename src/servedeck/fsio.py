@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 
 def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> None:
@@ -133,3 +134,34 @@ def tail_text(path: Path, lines: int = 40, max_bytes: int = 256 * 1024) -> str:
         return ""
     text = data.decode("utf-8", "replace")
     return "\n".join(text.splitlines()[-lines:])
+
+
+@contextmanager
+def exclusive(lock_path: Path, what: str, busy: Callable[[dict | None], BaseException],
+              wait_s: float = 0.0) -> Iterator[None]:
+    """Hold an flock on `lock_path` (released by the kernel if the holder dies) and say who holds it in
+    `<lock>.holder` ({pid, what, since}). A second caller gets `busy(holder-or-None)` raised."""
+    from datetime import datetime, timezone
+
+    from filelock import FileLock, Timeout
+
+    info_path = Path(lock_path).with_suffix(".holder")
+    lock = FileLock(str(lock_path))
+    try:
+        lock.acquire(timeout=wait_s if wait_s > 0 else 0)
+    except Timeout:
+        try:
+            holder = json.loads(info_path.read_text())
+        except (OSError, ValueError):
+            holder = None
+        raise busy(holder if isinstance(holder, dict) else None) from None
+    try:
+        since = datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")
+        atomic_write_json(info_path, {"pid": os.getpid(), "what": what, "since": since})
+        yield
+    finally:
+        try:
+            info_path.unlink()
+        except FileNotFoundError:
+            pass
+        lock.release()

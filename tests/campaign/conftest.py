@@ -17,7 +17,8 @@ from typing import Iterator
 
 import pytest
 
-from servedeck.config import Config, load
+from servedeck.config import Config
+from servedeck.modelsfile import load
 from servedeck.deck import Deck
 from servedeck.init import render_starter
 from servedeck.supervisor.process import group_members, stop_group
@@ -81,16 +82,16 @@ def _shared_server(cfg: Config, home: Path, name: str) -> Iterator[dict]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SERVEDECK_HOME", str(home))
         mp.setenv(TEST_MARK, "1")
-        rec = Deck(cfg).start(name)
+        rec = Deck(cfg).start(name).record
         try:
             yield rec
         finally:
             try:
                 Deck(cfg).stop([name], grace_s=20)
             finally:
-                if group_members(rec["pgid"]):
-                    stop_group(rec["pgid"], 5)
-            assert not group_members(rec["pgid"]), f"{name}'s process group outlived the session"
+                if group_members(rec.pgid):
+                    stop_group(rec.pgid, 5)
+            assert not group_members(rec.pgid), f"{name}'s process group outlived the session"
 
 
 @pytest.fixture(scope="session")
@@ -103,3 +104,4 @@ def llama(campaign_config, campaign_home) -> Iterator[dict]:
 def vllm(campaign_config, campaign_home) -> Iterator[dict]:
     """SmolLM2 converted to HF layout, on vLLM's CPU build (context 4096)."""
     yield from _shared_server(campaign_config, campaign_home, "smollm2-vllm")
+

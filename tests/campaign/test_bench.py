@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from servedeck.campaign import BenchSpec, bench
+from servedeck.campaign import BenchSpec
+
+from campaignkit import run_bench
 from servedeck.fsio import read_jsonl
 from servedeck.gates import GateSpec
 from servedeck.loadgen import ClosedLoop, Slo
@@ -27,7 +29,7 @@ def _point(view: dict, i: int = 0) -> dict:
 def test_chat_run_writes_a_complete_folder(campaign_config, llama):
     spec = BenchSpec(workload="chat", shapes=(ClosedLoop(1), ClosedLoop(2)), input_tokens=256, output_tokens=16,
                      duration_s=4.0, warmup=1, slo=Slo(ttft_ms=60_000, tpot_ms=5_000))
-    out = bench(campaign_config, "smollm2", spec, gate_spec=GateSpec(context=768))
+    out = run_bench(campaign_config, "smollm2", spec, gate_spec=GateSpec(context=768))
     folder = out.folder
     assert folder.name.startswith("smollm2__tp1__8k__llamacpp__")
     assert sorted(p.name for p in folder.iterdir()) == sorted(RUN_FILES)
@@ -69,7 +71,7 @@ def test_chat_run_writes_a_complete_folder(campaign_config, llama):
 def test_long_prompt_run_and_agreement_with_llamacpp_timings(campaign_config, llama):
     spec = BenchSpec(workload="long-prompt", shapes=(ClosedLoop(1),), prompt_tokens=1536, output_tokens=32,
                      requests=2, warmup=0)
-    out = bench(campaign_config, "smollm2", spec, gate_mode=False)
+    out = run_bench(campaign_config, "smollm2", spec, gate_mode=False)
     view = load(out.folder)
     assert view["status"] == "ok" and view["gate"]["status"] == "not run"
     assert view["label"] == "ok; no gate: not a result"
@@ -101,8 +103,8 @@ def _cache_runs(cfg, model: str) -> tuple[dict, dict]:
     # and prompts are long enough (>= 1024) to count in prefill figures unless served from cache
     common = dict(workload="chat", shapes=(ClosedLoop(1),), input_tokens=1100, output_tokens=16, requests=3,
                   warmup=1)
-    own = load(bench(cfg, model, BenchSpec(**common), gate_mode=False).folder)
-    rep = load(bench(cfg, model, BenchSpec(**common, repeat_prompt=True), gate_mode=False).folder)
+    own = load(run_bench(cfg, model, BenchSpec(**common), gate_mode=False).folder)
+    rep = load(run_bench(cfg, model, BenchSpec(**common, repeat_prompt=True), gate_mode=False).folder)
     return own, rep
 
 

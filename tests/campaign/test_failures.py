@@ -48,7 +48,7 @@ def test_engine_killed_mid_bench_leaves_a_failed_folder_with_every_finished_requ
         folder = _wait_for_requests(3)
         rec = S.read_live("victim")
         assert rec is not None
-        os.kill(rec["engine_pid"], signal.SIGKILL)
+        os.kill(rec.engine_pid, signal.SIGKILL)
         out, err = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:
@@ -66,7 +66,7 @@ def test_engine_killed_mid_bench_leaves_a_failed_folder_with_every_finished_requ
     assert view["points"][0]["figures"]["counts"]["ok"] == len(ok)  # every finished request counts
     assert "RUN FAILED" in (folder / "summary.md").read_text()
     assert (folder / "server.log").exists() and (folder / "cmd.sh").exists()
-    assert S.read_live("victim") is None and not group_members(rec["pgid"])
+    assert S.read_live("victim") is None and not group_members(rec.pgid)
 
 
 def test_ctrl_c_mid_bench_keeps_the_folder_and_stops_the_launched_engine(campaign_config):
@@ -89,4 +89,4 @@ def test_ctrl_c_mid_bench_keeps_the_folder_and_stops_the_launched_engine(campaig
     assert sum(ln["status"] == "ok" for ln in lines) >= 2
     assert all(ln["status"] in ("ok", "cancelled") for ln in lines)
     assert load(folder)["status"] == "failed"
-    assert S.read_live("victim") is None and not group_members(rec["pgid"])  # --launch: stopped on the way out
+    assert S.read_live("victim") is None and not group_members(rec.pgid)  # --launch: stopped on the way out

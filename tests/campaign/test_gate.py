@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from servedeck.campaign import gate
+from campaignkit import run_gate
 from servedeck.errors import ServedeckError
 from servedeck.gates import GateSpec, read_log
 from servedeck.runs import load
@@ -24,7 +24,7 @@ def _probes(folder: Path) -> tuple[list[dict], float | None]:
 
 @pytest.mark.llamacpp
 def test_gate_passes_at_2k_on_llamacpp(campaign_config, llama):
-    out = gate(campaign_config, "smollm2", GateSpec(context=2048))
+    out = run_gate(campaign_config, "smollm2", GateSpec(context=2048))
     assert out.gate is not None and out.gate.passed, out.gate
     probes, printed = _probes(out.folder)
     assert printed == round(out.gate.score, 2)
@@ -48,7 +48,7 @@ def test_gate_passes_at_2k_on_llamacpp(campaign_config, llama):
 def test_gate_near_the_training_context_is_scored_as_it_is(campaign_config, llama):
     """At 8K (SmolLM2's training context) the gate may pass or fail; whatever it scores is what
     the files say, and every probe is there."""
-    out = gate(campaign_config, "smollm2", GateSpec(context=8192))
+    out = run_gate(campaign_config, "smollm2", GateSpec(context=8192))
     probes, printed = _probes(out.folder)
     assert len(probes) == 3 and all(8192 - 32 - 40 <= p["prompt_tokens"] <= 8192 - 32 for p in probes)
     found = sum(p["ok"] for p in probes)
@@ -67,7 +67,7 @@ def test_gate_near_the_training_context_is_scored_as_it_is(campaign_config, llam
 @pytest.mark.llamacpp
 def test_gate_above_the_served_context_is_refused(campaign_config, llama):
     with pytest.raises(ServedeckError) as e:
-        gate(campaign_config, "smollm2", GateSpec(context=16384))
+        run_gate(campaign_config, "smollm2", GateSpec(context=16384))
     assert "above what smollm2 serves per request (8192" in e.value.message
     assert "models.smollm2.context" in e.value.hint
 
@@ -75,7 +75,7 @@ def test_gate_above_the_served_context_is_refused(campaign_config, llama):
 @pytest.mark.vllm
 @pytest.mark.slow
 def test_gate_passes_at_2k_on_vllm(campaign_config, vllm):
-    out = gate(campaign_config, "smollm2-vllm", GateSpec(context=2048))
+    out = run_gate(campaign_config, "smollm2-vllm", GateSpec(context=2048))
     assert out.gate.passed, out.gate
     probes, _ = _probes(out.folder)
     for p in probes:

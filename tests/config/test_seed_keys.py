@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from servedeck.cli import app
-from servedeck.config import load, parse
+from servedeck.modelsfile import load, parse
 from servedeck.deck import Deck
 from servedeck.errors import ConfigError
 
@@ -63,14 +63,18 @@ def test_llamacpp_renders_the_cap_and_the_projector():
 
 def test_llamacpp_vision_without_projector_is_refused_with_the_fix():
     with pytest.raises(ConfigError) as e:
-        Deck(cfg(SEED.replace('mmproj = "/models/mmproj-gemma3-4b.gguf"\n', ""))).render("gemma-vl")
-    assert "vision = true on llama.cpp needs the projector file" in e.value.message and "mmproj" in e.value.hint
+        cfg(SEED.replace('mmproj = "/models/mmproj-gemma3-4b.gguf"\n', ""))
+    assert "models.gemma-vl: vision = true on engine 'llamacpp' needs the projector file" in e.value.message
+    assert "mmproj = " in e.value.message
 
 
-def test_mmproj_on_vllm_is_refused():
+def test_mmproj_on_vllm_or_without_vision_is_refused():
     with pytest.raises(ConfigError) as e:
-        Deck(cfg(SEED.replace("max_output_tokens = 36000", 'max_output_tokens = 36000\nmmproj = "/x.gguf"'))).render("qwen27b")
-    assert "models.qwen27b.mmproj" in e.value.message
+        cfg(SEED.replace("max_output_tokens = 36000", 'max_output_tokens = 36000\nmmproj = "/x.gguf"'))
+    assert "models.qwen27b.mmproj: engine 'vllm' takes no projector file" in e.value.message
+    with pytest.raises(ConfigError) as e:
+        cfg(SEED.replace("vision = true\nmmproj", "mmproj"))
+    assert "models.gemma-vl.mmproj is set but vision is not" in e.value.message
 
 
 def test_n_predict_in_args_is_refused_in_favour_of_the_key(tmp_path):
@@ -88,12 +92,12 @@ def test_real_llamacpp_caps_output_and_status_shows_the_keys(deck_config, tmp_pa
     deck_config.path.write_text(text)
     c = load(deck_config.path)
     d = Deck(c)
-    rec = d.start("smollm2")
+    rec = d.start("smollm2").record
     try:
-        assert "-n" in rec["spec"]["argv"]
+        assert "-n" in rec.spec["argv"]
         # llama.cpp's -n is the length of a request that names none (it does not cut a request that asks
         # for more: measured on 11434, -n 6 with max_tokens 50 gave 50; docs/config.md says so)
-        r = httpx.post(rec["base_url"] + "/v1/completions", timeout=180,
+        r = httpx.post(rec.base_url + "/v1/completions", timeout=180,
                        json={"model": "smollm2", "prompt": "Count: one, two, three,", "ignore_eos": True})
         assert r.json()["usage"]["completion_tokens"] == 6
         out = CliRunner().invoke(app, ["--config", str(c.path), "status", "--json"])

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from servedeck.config import load, parse
+from servedeck.modelsfile import load, parse
 from servedeck.errors import ConfigError, UnknownModelError
 
 CORPUS = sorted((Path(__file__).parent.parent / "data" / "bad_configs").glob("*.toml"))

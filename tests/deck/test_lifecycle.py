@@ -13,9 +13,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from servedeck.config import parse
+from servedeck.modelsfile import parse
 from servedeck.deck import Deck
 from servedeck.deck import state as S
+from servedeck.deck.records import LaunchState
 from servedeck.errors import BusyError, LaunchError, RefusedError
 from servedeck.supervisor.process import alive, group_members
 
@@ -24,38 +25,38 @@ pytestmark = [pytest.mark.engine, pytest.mark.llamacpp]
 
 def test_start_answers_and_records_launch(deck_config):
     deck = Deck(deck_config)
-    rec = deck.start("smol")  # an alias works like the name
-    assert rec["model"] == "smollm2" and rec["state"] == "ready"
-    d = Path(rec["launch_dir"])
+    rec = deck.start("smol").record  # an alias works like the name
+    assert rec.model == "smollm2" and rec.state == LaunchState.READY
+    d = Path(rec.launch_dir)
     assert (d / "cmd.sh").read_text().startswith("#!/bin/sh")
     boot = json.loads((d / "boot.json").read_text())
     assert boot["slots"] == 4 and boot["ctx_per_slot"] == 4096  # context is per request; -c = 4 x 4096
-    assert rec["readiness"]["answered_after_s"] >= rec["readiness"]["healthy_after_s"]
-    r = httpx.post(rec["base_url"] + "/v1/completions",
+    assert rec.readiness["answered_after_s"] >= rec.readiness["healthy_after_s"]
+    r = httpx.post(rec.base_url + "/v1/completions",
                    json={"model": "smollm2", "prompt": "1, 2, 3,", "max_tokens": 3}, timeout=30)
     assert r.status_code == 200
     [st] = [s.to_json() for s in deck.status()]
-    assert st["state"] == "ready" and st["pid"] == rec["pid"] and st["desired"] is True
+    assert st["state"] == "ready" and st["pid"] == rec.pid and st["desired"] is True
     assert "smollm2" in S.read_desired()["models"]
     again = deck.start("smollm2")
-    assert again.get("already_running") and again["pid"] == rec["pid"]
+    assert again.already_running and again.record.pid == rec.pid
 
 
 def test_refuse_start_into_held_slot_then_switch_and_stop(deck_config):
     deck = Deck(deck_config)
-    first = deck.start("smollm2")
+    first = deck.start("smollm2").record
     with pytest.raises(RefusedError) as e:
         deck.start("gemma")
     assert "smollm2" in e.value.message and "switch gemma" in e.value.hint
     second = deck.switch("gemma")
-    assert second["evicted"] == ["smollm2"]
-    assert not group_members(first["pgid"])  # the holder's whole group is gone
+    assert second.evicted == ["smollm2"]
+    assert not group_members(first.pgid)  # the holder's whole group is gone
     assert set(S.read_desired()["models"]) == {"gemma"}
     third = deck.switch("smollm2")
-    assert third["evicted"] == ["gemma"] and not group_members(second["pgid"])
+    assert third.evicted == ["gemma"] and not group_members(second.record.pgid)
     out = deck.stop(None)
     assert out[0]["model"] == "smollm2" and out[0]["outcome"] == "stopped" and not out[0]["killed"]
-    assert not group_members(third["pgid"])
+    assert not group_members(third.record.pgid)
     assert deck.status() == []
     events = [(r["event"], r["model"], r["outcome"]) for r in S.read_journal()]
     assert ("start", "gemma", "refused") in events and ("switch", "gemma", "ok") in events
@@ -79,11 +80,11 @@ def test_engine_that_dies_at_boot_is_reported_at_once(deck_config, tmp_path):
 
 def test_kill_9_then_status_tells_the_truth(deck_config):
     deck = Deck(deck_config)
-    rec = deck.start("smollm2")
-    engine_pid = rec["engine_pid"]
+    rec = deck.start("smollm2").record
+    engine_pid = rec.engine_pid
     os.kill(engine_pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
-    while alive(rec["pid"]) and time.monotonic() < deadline:
+    while alive(rec.pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     [st] = [s.to_json() for s in deck.status()]
     assert st["state"] == "crashed"
@@ -97,13 +98,13 @@ def test_kill_9_then_status_tells_the_truth(deck_config):
 
 def test_restore_starts_desired_and_adopts_running(deck_config):
     deck = Deck(deck_config)
-    rec = deck.start("smollm2")
+    rec = deck.start("smollm2").record
     # a "reboot": the engine is gone without a stop, desired state still says it should run
-    os.killpg(rec["pgid"], signal.SIGKILL)
-    while group_members(rec["pgid"]):
+    os.killpg(rec.pgid, signal.SIGKILL)
+    while group_members(rec.pgid):
         time.sleep(0.05)
     [r] = deck.restore()
-    assert r["outcome"] == "started" and r["pid"] != rec["pid"], r
+    assert r["outcome"] == "started" and r["pid"] != rec.pid, r
     [r2] = deck.restore()
     assert r2["outcome"] == "adopted" and r2["pid"] == r["pid"]
     assert len([s for s in deck.status() if s.state == "ready"]) == 1
@@ -135,9 +136,24 @@ def test_stop_cli_leaves_no_process(deck_config):
     base = [sys.executable, "-m", "servedeck", "--config", str(deck_config.path)]
     r = subprocess.run(base + ["start", "smollm2"], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr
-    pgid = S.read_live("smollm2")["pgid"]
+    pgid = S.read_live("smollm2").pgid
     r = subprocess.run(base + ["status", "--json"], capture_output=True, text=True, timeout=60)
     assert json.loads(r.stdout)[0]["state"] == "ready"
     r = subprocess.run(base + ["stop", "--all"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "stopped" in r.stdout
     assert not group_members(pgid)
+
+
+def test_a_crash_is_classified_among_its_own_engines_signatures(deck_config, tmp_path):
+    """Defect: the deck called `classify` without the engine, so a vLLM-only signature could label a
+    llama.cpp crash. Here llama-server fails to open a model whose path reads like vLLM's start-up
+    out-of-memory line; the cause must be llama.cpp's load failure, not vLLM's signature."""
+    odd = tmp_path / "Free memory on device 0 is less than desired GPU memory utilization" / "m.gguf"
+    text = deck_config.path.read_text().replace(f'source = "{deck_config.models["smollm2"].source}"',
+                                                f'source = "{odd}"', 1)
+    cfg = parse(text, deck_config.path)
+    with pytest.raises(LaunchError) as e:
+        Deck(cfg).start("smollm2")
+    assert "less than desired GPU memory" in e.value.log_tail  # the vLLM-looking line is in the log
+    assert e.value.cause["id"] == "llamacpp-load-failed", e.value.cause
+    assert all(ev["id"] != "vllm-free-memory-below-utilization" for ev in e.value.cause["evidence"])

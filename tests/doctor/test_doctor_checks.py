@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from servedeck import paths
-from servedeck.config import parse
+from servedeck.modelsfile import parse
 from servedeck.doctor.build import verify_build
 from servedeck.doctor.checks import (
     build_rows, check_config, check_gpu, check_host_ram, check_port, check_power, check_weights, run_doctor,
@@ -108,7 +108,7 @@ def test_config_row_ok_and_fail(tmp_path):
     assert row.status == "OK" and got is cfg
     bad = tmp_path / "bad.toml"
     bad.write_text("[models.x]\nsource = 1\n")
-    from servedeck.config import load
+    from servedeck.modelsfile import load
 
     row, got = check_config(lambda: load(bad))
     assert row.status == "FAIL" and got is None and "models.x" in row.saw
@@ -313,7 +313,7 @@ def test_gpu_row_skip_fail_ok(tmp_path):
     inv = h200((4242, int(93.5 * GiB)))
     r = check_gpu(cfg, "qwen", inv, attribute(inv, {4242: "gemma"}))
     assert r.status == "FAIL" and "gemma on GPU 0 holds 93.5 GiB" in r.saw and "47.5 GiB is free" in r.saw
-    assert "switch qwen" in r.action
+    assert "start qwen --evict gemma" in r.action  # gemma is not of qwen's slot: switch would not stop it
     assert check_gpu(cfg, "qwen", h200(), []).status == "OK"
     inv = h200((7, 100 * GiB))
     assert "qwen is running" in check_gpu(cfg, "qwen", inv, attribute(inv, {7: "qwen"})).saw

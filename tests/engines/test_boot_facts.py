@@ -89,3 +89,15 @@ def test_llamacpp_real_boot_log():
     assert facts["ctx_per_slot"] > 0
     assert facts["listening"].startswith("http://127.0.0.1:")
     assert facts["model_loaded"] is True
+
+
+def test_a_fork_inherits_its_parents_lineage():
+    """A vLLM fork subclasses the vLLM adapter: vLLM's crash signatures and facts apply to it too."""
+    from servedeck.engines.vllm import VLLM
+
+    class Fork(VLLM):
+        name = "vfork"
+
+    assert Fork().lineage == ("vfork", "vllm")
+    assert get_engine("vllm").lineage == ("vllm",) and get_engine("llamacpp").lineage == ("llamacpp",)
+    assert Fork().memory == get_engine("vllm").memory  # what it does not override, it inherits

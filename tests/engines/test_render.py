@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from servedeck.config import parse
+from servedeck.modelsfile import parse
 from servedeck.deck import Deck
 from servedeck.deck.launch import cmd_sh
 
@@ -139,3 +139,44 @@ def test_secret_flags_redacted():
                       host="127.0.0.1", port=1, served_name="m", health_path="/health", slot="main",
                       stop_timeout_s=1, ready_timeout_s=1)
     assert spec.redacted_argv() == ["x", "--api-key", "<redacted>", "--hf-token=<redacted>"]
+
+
+LLAMA_ONLY = """
+[builds.llama]
+engine = "llamacpp"
+binary = "/opt/llama/bin/llama-server"
+
+[models.m]
+source = "/models/m.gguf"
+build = "llama"
+port = 8081
+context = 1024
+"""
+
+
+def _argv(args: str) -> list[str]:
+    cfg = parse(LLAMA_ONLY + f"args = {{ {args} }}\n", Path("/etc/models.toml"))
+    return Deck(cfg).render("m").argv
+
+
+def test_a_flag_in_any_spelling_is_rendered_once():
+    """Defect: `args = { "--parallel" = 4 }` rendered `--parallel 1 --parallel 4` (and -c for one slot)."""
+    for spelling in ('"--parallel" = 4', "parallel = 4", '"-np" = 4'):
+        argv = _argv(spelling)
+        slots = [a for a in argv if a in ("--parallel", "-np")]
+        assert len(slots) == 1, (spelling, argv)
+        assert argv[argv.index("-c") + 1] == "4096", (spelling, argv)  # 4 slots × 1024
+    assert _argv('"--metrics" = true').count("--metrics") == 1
+
+
+def test_two_spellings_of_one_flag_are_refused():
+    import pytest
+
+    from servedeck.errors import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        parse(LLAMA_ONLY + 'args = { "-np" = 2, "--parallel" = 4 }\n', Path("/etc/models.toml"))
+    assert "models.m.args.--parallel: the same flag as models.m.args.-np (--parallel)" in e.value.message
+    with pytest.raises(ConfigError) as e:  # an owned flag in its short spelling
+        parse(LLAMA_ONLY + 'args = { "-c" = 2048 }\n', Path("/etc/models.toml"))
+    assert "models.m.args.-c: servedeck renders this flag from models.m.context" in e.value.message

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import json
 import os
 import signal
@@ -16,7 +18,7 @@ import pytest
 from servedeck.deck import Deck
 from servedeck.errors import RefusedError, RunError
 from servedeck.runs import read as runs_read
-from servedeck.soak import SoakSpec, run_soak
+from servedeck.soak import SoakSpec, open_soak
 from servedeck.watch import Watcher
 from watchkit import SECRET, add_instrument, edit, free_port, kinds, wait_for, with_host
 
@@ -27,6 +29,13 @@ pytestmark = [pytest.mark.engine, pytest.mark.llamacpp]
 def results(tmp_path, monkeypatch):
     monkeypatch.setenv("SERVEDECK_RESULTS", str(tmp_path / "results"))
     return tmp_path / "results"
+
+
+def run_soak(cfg, spec: SoakSpec) -> dict:
+    """`servedeck soak` as the CLI runs it: preflight, the load under asyncio.run, the verdict."""
+    run = open_soak(cfg, spec)
+    asyncio.run(run.main())
+    return run.finish()
 
 
 def _all_text(folder: Path) -> str:
@@ -112,12 +121,12 @@ def test_disk_full_during_a_soak_is_a_clear_error_and_not_a_result(deck_config, 
 def test_engine_sigkilled_during_a_soak(deck_config, results):
     """The run keeps every finished request and is marked failed with the cause; the loop relaunches."""
     cfg = with_host(deck_config, relaunch_spacing_s=0.5, liveness_interval_s=60.0)
-    rec = Deck(cfg).start("smollm2")
+    rec = Deck(cfg).start("smollm2").record
 
     def kill_later():
         folder = wait_for(lambda: next(results.rglob("requests.jsonl"), None), 120, step=0.05, what="requests")
         wait_for(lambda: folder.read_text().count("\n") >= 3, 120, step=0.05, what="3 requests")
-        os.kill(rec["engine_pid"], signal.SIGKILL)
+        os.kill(rec.engine_pid, signal.SIGKILL)
 
     t = threading.Thread(target=kill_later)
     t.start()

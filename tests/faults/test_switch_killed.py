@@ -24,15 +24,15 @@ def _cli(cfg, *args, timeout=120):
                           capture_output=True, text=True, timeout=timeout)
 
 
-def _kill_switch_mid_start(cfg) -> dict:
+def _kill_switch_mid_start(cfg):
     """Start smollm2, then SIGKILL `servedeck switch gemma` once gemma's engine is spawned but not ready."""
-    first = Deck(cfg).start("smollm2")
+    first = Deck(cfg).start("smollm2").record
     p = subprocess.Popen([sys.executable, "-m", "servedeck", "--config", str(cfg.path), "switch", "gemma"],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     orphan = wait_for(lambda: S.read_live("gemma"), 60, step=0.01, what="gemma's live record")
     p.send_signal(signal.SIGKILL)
     p.wait(10)
-    assert not group_members(first["pgid"])  # the eviction had finished
+    assert not group_members(first.pgid)  # the eviction had finished
     return orphan
 
 
@@ -40,7 +40,7 @@ def _kill_switch_mid_start(cfg) -> dict:
 def test_switch_killed_mid_start_leaves_a_consistent_state(deck_config, next_command):
     cfg = with_host(deck_config, liveness_interval_s=60.0)
     orphan = _kill_switch_mid_start(cfg)
-    assert group_members(orphan["pgid"])  # its engine outlived the killed switch (its own session)
+    assert group_members(orphan.pgid)  # its engine outlived the killed switch (its own session)
     if next_command == "status-then-switch":
         r = _cli(cfg, "status", "--json")
         [row] = json.loads(r.stdout)
@@ -49,14 +49,14 @@ def test_switch_killed_mid_start_leaves_a_consistent_state(deck_config, next_com
         assert row["state"] == "starting" and "is gone" in row["detail"]
         r = _cli(cfg, "switch", "gemma")
         assert r.returncode == 0, r.stderr
-        assert not group_members(orphan["pgid"])  # the orphan was reaped, not adopted half-started
+        assert not group_members(orphan.pgid)  # the orphan was reaped, not adopted half-started
         ready = [s for s in Deck(cfg).status() if s.state == "ready"]
-        assert [s.model for s in ready] == ["gemma"] and ready[0].record["pid"] != orphan["pid"]
+        assert [s.model for s in ready] == ["gemma"] and ready[0].record.pid != orphan.pid
         assert set(S.read_desired()["models"]) == {"gemma"}
         assert any(r["outcome"] == "orphan-reaped" for r in S.read_journal("gemma"))
     else:
         Watcher(cfg, interval_s=0.1).tick()
         assert "reaped" in kinds("gemma")
-        assert not group_members(orphan["pgid"]) and S.all_live() == {}
+        assert not group_members(orphan.pgid) and S.all_live() == {}
         # desired state is empty (smollm2 was evicted, gemma never became ready) and so is reality
         assert S.read_desired()["models"] == {} and Deck(cfg).status() == []

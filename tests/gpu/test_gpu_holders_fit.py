@@ -5,7 +5,6 @@ the mapping from pid to model is the real psutil walk over real process groups a
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
@@ -16,6 +15,7 @@ import psutil
 import pytest
 
 from servedeck import paths
+from servedeck.engines import get_engine
 from servedeck.gpu.fit import FITS, NO_ROOM, RUNNING, UNKNOWN, check_fit, wait_for_fit
 from servedeck.gpu.holders import (
     attribute, by_holder, describe_gpu_holders, holders, live_records, model_gpu_use, pid_owners,
@@ -117,6 +117,9 @@ def test_attribute_is_pure():
 
 
 # ---------------------------------------------------------------- fit
+VLLM, LLAMACPP = get_engine("vllm").memory, get_engine("llamacpp").memory
+
+
 def held_by_gemma() -> tuple[Inventory, list]:
     inv = inv_with((100, int(93.5 * GiB)), total=141 * GiB)
     return inv, attribute(inv, {100: "gemma"})
@@ -124,32 +127,45 @@ def held_by_gemma() -> tuple[Inventory, list]:
 
 def test_vllm_utilisation_is_a_requirement_and_refusal_names_the_holder():
     inv, hs = held_by_gemma()
-    rep = check_fit("qwen27b", "vllm", [0], inv, hs, utilization=0.95)
+    rep = check_fit("qwen27b", VLLM, [0], inv, hs, utilization=0.95)
     assert rep.status == NO_ROOM and not rep.ok
     msg = rep.message()
     assert "needs 133.9 GiB free, 47.5 GiB is free of 141.0 GiB" in msg
     assert "gemma on GPU 0 holds 93.5 GiB" in msg and "gpu_memory_utilization 0.95" in msg
-    err = rep.refusal()
+    err = rep.refusal(slot_mates=["gemma"])  # gemma shares qwen27b's slot: switch would stop it
     assert "gemma" in err.hint and "switch qwen27b" in err.hint
     assert "lower" not in (msg + err.hint).lower()  # never suggests quietly lowering it
+    assert "need: planned (planned" not in msg and "(needed: gpu_memory_utilization" in msg  # no stutter
+
+
+def test_refusal_hint_names_a_command_that_would_work_when_the_holder_is_in_another_slot():
+    """Defect: on the H200 the hint said `servedeck switch second`, but switch evicts only the target's
+    slot, so that command was refused again. A holder of another slot is evicted by name."""
+    inv, hs = held_by_gemma()
+    err = check_fit("qwen27b", VLLM, [0], inv, hs, utilization=0.95).refusal(slot_mates=["other"])
+    assert "switch" not in err.hint
+    assert "`servedeck start qwen27b --evict gemma`" in err.hint and "`servedeck stop gemma`" in err.hint
+    foreign = attribute(inv, {})  # the memory is held by a process servedeck did not start
+    err = check_fit("qwen27b", VLLM, [0], inv, foreign, utilization=0.95).refusal()
+    assert "--evict" not in err.hint and "not servedeck's" in err.hint
 
 
 def test_switch_counts_the_evicted_models_memory_as_free():
     inv, hs = held_by_gemma()
-    rep = check_fit("qwen27b", "vllm", [0], inv, hs, utilization=0.95, releasing=["gemma"])
+    rep = check_fit("qwen27b", VLLM, [0], inv, hs, utilization=0.95, releasing=["gemma"])
     assert rep.status == FITS and rep.gpus[0].free == 141 * GiB
 
 
 def test_fits_running_unknown_and_missing_gpu():
     inv, hs = held_by_gemma()
-    assert check_fit("small", "vllm", [0], inv, hs, utilization=0.3).status == FITS
-    assert check_fit("gemma", "vllm", [0], inv, hs, utilization=0.9).status == RUNNING
+    assert check_fit("small", VLLM, [0], inv, hs, utilization=0.3).status == FITS
+    assert check_fit("gemma", VLLM, [0], inv, hs, utilization=0.9).status == RUNNING
     none = Inventory(available=False, reason="no NVIDIA driver here")
-    rep = check_fit("x", "vllm", [0], none, [])
+    rep = check_fit("x", VLLM, [0], none, [])
     assert rep.status == UNKNOWN and rep.ok and "no NVIDIA driver" in rep.reason
-    assert check_fit("x", "vllm", [3], inv, hs).status == NO_ROOM
+    assert check_fit("x", VLLM, [3], inv, hs).status == NO_ROOM
     # llama.cpp without a plan cannot be judged: unknown, not a refusal
-    assert check_fit("x", "llamacpp", [0], inv, hs).status == UNKNOWN
+    assert check_fit("x", LLAMACPP, [0], inv, hs).status == UNKNOWN
 
 
 def test_llamacpp_need_comes_from_the_plan():
@@ -158,26 +174,26 @@ def test_llamacpp_need_comes_from_the_plan():
     from pathlib import Path
 
     cfg = json.loads((Path(__file__).parent / "fixtures/llama3-8b.json").read_text())
-    plan = compute(from_hf_config(cfg, "l", 4_920_000_000), PlanInputs(engine="llamacpp", context=131072, parallel=4))
+    plan = compute(from_hf_config(cfg, "l", 4_920_000_000), PlanInputs(engine="llamacpp", memory=LLAMACPP, context=131072, parallel=4))
     inv, hs = held_by_gemma()
-    rep = check_fit("llama", "llamacpp", [0], inv, hs, plan=plan)
+    rep = check_fit("llama", LLAMACPP, [0], inv, hs, plan=plan)
     assert rep.status == NO_ROOM and rep.gpus[0].need == plan.need_bytes_per_gpu  # 64 GiB of KV + weights
     assert "planned" in rep.need_basis
 
 
 def test_wait_for_fit_polls_until_memory_is_released():
     inv, hs = held_by_gemma()
-    states = [check_fit("q", "vllm", [0], inv, hs, utilization=0.95)] * 2 + \
-             [check_fit("q", "vllm", [0], inv_with(total=141 * GiB), [], utilization=0.95)]
+    states = [check_fit("q", VLLM, [0], inv, hs, utilization=0.95)] * 2 + \
+             [check_fit("q", VLLM, [0], inv_with(total=141 * GiB), [], utilization=0.95)]
     seen = []
     t0 = time.monotonic()
-    rep = asyncio.run(wait_for_fit(None, "q", timeout_s=5, poll_s=0.01, read=lambda: states.pop(0),
-                                   on_wait=lambda r, w: seen.append(r.status)))
-    assert rep.status == FITS and seen == [NO_ROOM, NO_ROOM] and time.monotonic() - t0 < 2
+    rep, waited = wait_for_fit(None, "q", timeout_s=5, poll_s=0.01, read=lambda: states.pop(0),
+                               on_wait=lambda r, w: seen.append(r.status))
+    assert rep.status == FITS and seen == [NO_ROOM, NO_ROOM] and time.monotonic() - t0 < 2 and waited >= 0.02
 
 
 def test_wait_for_fit_gives_up_with_the_refusal():
     inv, hs = held_by_gemma()
-    rep = asyncio.run(wait_for_fit(None, "q", timeout_s=0.05, poll_s=0.01,
-                                   read=lambda: check_fit("q", "vllm", [0], inv, hs, utilization=0.95)))
+    rep, _ = wait_for_fit(None, "q", timeout_s=0.05, poll_s=0.01,
+                          read=lambda: check_fit("q", VLLM, [0], inv, hs, utilization=0.95))
     assert rep.status == NO_ROOM and "gemma on GPU 0 holds 93.5 GiB" in rep.message()

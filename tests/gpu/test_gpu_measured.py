@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from servedeck import paths
-from servedeck.config import parse
+from servedeck.modelsfile import parse
 from servedeck.engines import get_engine
 from servedeck.gpu import last_measurement, plan_model, record_boot, record_measurement
-from servedeck.gpu.modelplan import PlanError
+from servedeck.errors import PlanError
 
 FIX = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).parents[2]

@@ -14,7 +14,14 @@ import pytest
 
 from servedeck.gpu.arch import from_gguf, from_hf_config
 from servedeck.gpu.gguf_header import read_header
-from servedeck.gpu.plan import PlanInputs, compute
+from servedeck.engines import get_engine
+from servedeck.gpu.plan import PlanInputs as _PlanInputs
+from servedeck.gpu.plan import compute
+
+
+def PlanInputs(engine: str = "vllm", **kw) -> _PlanInputs:
+    """The planner's inputs for a launch on `engine`: its adapter says how it spends memory."""
+    return _PlanInputs(engine=engine, memory=get_engine(engine).memory, **kw)
 
 FIX = Path(__file__).parent / "fixtures"
 GiB = 1024**3

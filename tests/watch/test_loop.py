@@ -28,19 +28,19 @@ pytestmark = [pytest.mark.engine, pytest.mark.llamacpp]
 def test_sigkilled_engine_is_relaunched_with_a_notice(deck_config):
     cfg = with_host(deck_config, relaunch_spacing_s=0.5, liveness_interval_s=60.0)
     deck = Deck(cfg)
-    rec = deck.start("smollm2")
+    rec = deck.start("smollm2").record
     w = Watcher(cfg, interval_s=0.2)
     w.tick()
     assert kinds() == ["adopted"]  # started outside the loop: adopted, not started again
-    os.kill(rec["engine_pid"], signal.SIGKILL)
-    wait_for(lambda: not alive(rec["pid"]), 10, what="the shim to end")
+    os.kill(rec.engine_pid, signal.SIGKILL)
+    wait_for(lambda: not alive(rec.pid), 10, what="the shim to end")
     w.tick()
     assert kinds() == ["adopted", "crashed", "relaunch", "relaunched"]
     crashed, relaunch = read_notices()[1:3]
     assert "SIGKILL" in crashed["message"] and relaunch["message"].startswith("relaunch 1/3 of smollm2: killed by SIGKILL")
     [st] = [s.to_json() for s in deck.status()]
-    assert st["state"] == "ready" and st["pid"] != rec["pid"]
-    assert not group_members(rec["pgid"])
+    assert st["state"] == "ready" and st["pid"] != rec.pid
+    assert not group_members(rec.pgid)
     w.tick()  # nothing more to do: no duplicate
     assert len([s for s in deck.status() if s.state == "ready"]) == 1 and kinds()[-1] == "relaunched"
 
@@ -90,16 +90,16 @@ def test_restarted_loop_adopts_what_is_wanted_and_reaps_what_is_not(deck_config,
     cfg = with_host(deck_config, liveness_interval_s=60.0)
     cfg = edit(cfg, 'slot = "main"\naliases = ["gemma3-270m"]', 'slot = "side"\naliases = ["gemma3-270m"]')
     deck = Deck(cfg)
-    keep = deck.start("smollm2")
-    unwanted = deck.start("gemma")
+    keep = deck.start("smollm2").record
+    unwanted = deck.start("gemma").record
     S.set_desired("gemma", None)  # nothing wants it any more (as if a stop was killed half-way)
     first = _watch(cfg, servedeck_home)
     try:
         wait_for(lambda: {"adopted", "reaped"} <= set(kinds()), 30, what="adopt + reap")
-        assert not group_members(unwanted["pgid"])
+        assert not group_members(unwanted.pgid)
         first.send_signal(signal.SIGKILL)  # the loop itself dies; its engines do not
         first.wait(10)
-        assert alive(keep["pid"])
+        assert alive(keep.pid)
         second = _watch(cfg, servedeck_home)
         try:
             wait_for(lambda: kinds().count("adopted") == 2, 30, what="the second loop to adopt")
@@ -139,7 +139,7 @@ def test_corrupt_desired_json_is_an_error_naming_the_file_and_nothing_starts(dec
 def test_stalled_engine_is_reported_within_the_configured_time(deck_config, tmp_path, moving):
     cfg = with_host(deck_config, liveness_interval_s=1.0, stall_after_s=2.0)
     cfg = add_instrument(cfg, tmp_path, free_port(), *(["--moving"] if moving else []))
-    rec = Deck(cfg).start("stuck")  # answers the readiness completion, then never another
+    rec = Deck(cfg).start("stuck").record  # answers the readiness completion, then never another
     w = Watcher(cfg, interval_s=0.2)
     t0 = time.monotonic()
     verdict = "slow" if moving else "stalled"
@@ -150,4 +150,4 @@ def test_stalled_engine_is_reported_within_the_configured_time(deck_config, tmp_
     assert ("+" in n["message"]) if moving else ("did not move" in n["message"])
     [st] = [s.to_json() for s in Deck(cfg).status()]
     assert st["state"] == verdict and st["liveness"]["counters"]
-    assert alive(rec["pid"])  # reported, not killed: the evidence stays
+    assert alive(rec.pid)  # reported, not killed: the evidence stays

@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from servedeck.config import Config, parse
+from servedeck.config import Config
+from servedeck.modelsfile import parse
 from servedeck.watch.notices import read_notices
 
 HERE = Path(__file__).parent

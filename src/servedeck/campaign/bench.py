@@ -22,23 +22,21 @@ from typing import Any, Iterable, Iterator, Literal, Optional
 
 import httpx
 
-from servedeck.campaign import counters
 from servedeck.campaign.reporter import Reporter
 from servedeck.campaign.target import Target
-from servedeck.errors import RunError, ServedeckError
+from servedeck.engines import get_engine
+from servedeck.engines.metrics import prefix_counters_async
+from servedeck.errors import RunError, ServedeckError, ServerDied
 from servedeck.gates.server import ServerTokens
-from servedeck.loadgen import (ClientConfig, ClosedLoop, LoadRun, OpenLoop, RequestRecord, RequestSpec,
+from servedeck.loadgen import (ClientConfig, ClosedLoop, LoadRun, RequestRecord, RequestSpec,
                                Shape, Slo, StreamingClient, new_nonce, sized_requests, synthetic_requests,
                                synthetic_text)
 from servedeck.loadgen.prompts import DEFAULT_CHARS_PER_TOKEN
+from servedeck.loadgen.schedule import shape_json
 from servedeck.runs.figures import counter_delta, headline, point_figures
 from servedeck.runs.folder import RunFolder
 
 Workload = Literal["chat", "long-prompt", "decode"]
-
-
-class ServerDied(RunError):
-    """The engine went away during the benchmark."""
 
 
 @dataclass(frozen=True)
@@ -180,7 +178,7 @@ async def run_point(index: int, shape: Shape, spec: BenchSpec, target: Target, f
     """One measured point; returns its summary entry (already written to summary.json)."""
     label = shape_label(shape)
     nonce = new_nonce()
-    point: dict[str, Any] = {"index": index, "label": label, "shape": _shape_json(shape), "nonce": nonce,
+    point: dict[str, Any] = {"index": index, "label": label, "shape": shape_json(shape), "nonce": nonce,
                              "status": "running"}
     _put_point(folder, point)
     watch = _Watch(target)
@@ -203,7 +201,7 @@ async def run_point(index: int, shape: Shape, spec: BenchSpec, target: Target, f
             raise (ServerDied(death) if death else e) from None
         point["prompts"] = how
         cfg = ClientConfig(target.base_url, target.served_name, api=spec.api,  # type: ignore[arg-type]
-                           continuous_usage_stats=target.engine == "vllm")
+                           continuous_usage_stats=get_engine(target.engine).stream_usage_per_chunk)
         conc = shape.concurrency if isinstance(shape, ClosedLoop) else None
         async with StreamingClient(cfg) as client:
             await client.prewarm(min(conc or 16, 256))
@@ -211,7 +209,7 @@ async def run_point(index: int, shape: Shape, spec: BenchSpec, target: Target, f
                 reporter.stage(f"{label}: warm-up ({len(warm)} requests, distinct prompts)")
                 await LoadRun(client, ClosedLoop(min(len(warm), conc or 4)), [], warmup=warm,
                               on_record=on_record).run()
-            before = await counters.read(http, target.base_url, target.engine)
+            before = await prefix_counters_async(target.engine, target.base_url)
             total = spec.requests if spec.duration_s is None else None
             reporter.point_start(label, total, spec.duration_s)
             run = LoadRun(client, shape, measured, max_requests=spec.requests, duration_s=spec.duration_s,
@@ -229,7 +227,7 @@ async def run_point(index: int, shape: Shape, spec: BenchSpec, target: Target, f
                 if current is not None:
                     current.uncancel()
                 point["status"] = "failed"
-            after = await counters.read(http, target.base_url, target.engine) if watch.death is None else None
+            after = await prefix_counters_async(target.engine, target.base_url) if watch.death is None else None
         point["load"] = run.result().meta()
         point["counters"] = counter_delta(before, after)
     _finish_point(folder, point, records, spec)
@@ -250,9 +248,3 @@ def _put_point(folder: RunFolder, point: dict[str, Any]) -> None:
     points = [p for p in folder.summary.get("points", []) if p.get("index") != point["index"]]
     folder.update(points=sorted(points + [point], key=lambda p: p["index"]))
 
-
-def _shape_json(shape: Shape) -> dict[str, Any]:
-    if isinstance(shape, ClosedLoop):
-        return {"type": "closed", "concurrency": shape.concurrency}
-    assert isinstance(shape, OpenLoop)
-    return {"type": "open", "rate": shape.rate, "arrivals": shape.arrivals, "seed": shape.seed}

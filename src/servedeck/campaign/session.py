@@ -12,19 +12,20 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import httpx
 
-from servedeck.campaign.bench import BenchSpec, ServerDied, run_point
+from servedeck.campaign.bench import BenchSpec, run_point
 from servedeck.campaign.reporter import QuietReporter, Reporter
-from servedeck.campaign import counters
 from servedeck.campaign.target import Target, close_target, open_target
 from servedeck.config import Config
 from servedeck.deck.deck import settings_of
-from servedeck.errors import RunError, ServedeckError
+from servedeck.engines.metrics import prefix_counters_async
+from servedeck.errors import RunError, ServedeckError, ServerDied, UsageError
 from servedeck.gates.niah import GateResult, GateSpec, run_gate
 from servedeck.gates.server import server_context
 from servedeck.report.render import markdown
@@ -50,20 +51,20 @@ def _root(cfg: Config) -> Path:
 def base_summary(target: Target, context: int, kind: str, workload: dict[str, Any]) -> dict[str, Any]:
     model = target.cfg.models[target.name]
     rec = target.record
-    boot = rec.get("boot") or {}
+    boot = rec.boot
     settings = settings_of(target.name, target.cfg)
     settings.pop("since", None)
     return {
         "kind": kind, "model": target.name, "engine": target.engine, "layout": model.layout,
         "context": context, "configured_context": model.context, "served_name": target.served_name,
         "base_url": target.base_url,
-        "launch": {"launch_dir": target.launch_dir, "started_at": rec.get("started_at"),
-                   "ready_at": rec.get("ready_at"), "pid": rec.get("pid"), "engine_pid": rec.get("engine_pid"),
+        "launch": {"launch_dir": target.launch_dir, "started_at": rec.started_at,
+                   "ready_at": rec.ready_at, "pid": rec.pid, "engine_pid": rec.engine_pid,
                    "launched_by_run": target.launched},
         "versions": inventory.versions(target.base_url, target.engine, boot,
                                        target.cfg.deck.builds.get(model.build)),
         "host": inventory.host(), "gpus": inventory.gpus(),
-        "config": settings, "command": (rec.get("spec") or {}).get("argv"), "boot": boot,
+        "config": settings, "command": rec.spec.get("argv"), "boot": boot,
         "workload": workload, "gate": {"status": "pending"}, "points": [],
     }
 
@@ -95,15 +96,14 @@ async def _gate_into(folder: RunFolder, target: Target, spec: GateSpec, reporter
         folder.niah(res.log_line())
         reporter.gate_probe(res)
 
-    async with httpx.AsyncClient() as http:
-        async def hits() -> Optional[dict[str, float]]:
-            return await counters.read(http, target.base_url, target.engine)
+    async def hits() -> Optional[dict[str, float]]:
+        return await prefix_counters_async(target.engine, target.base_url)
 
-        try:
-            result = await run_gate(target.server, spec, on_probe, counters=hits)
-        except RunError as e:
-            death = target.death()
-            raise (ServerDied(death) if death else e) from None
+    try:
+        result = await run_gate(target.server, spec, on_probe, counters=hits)
+    except RunError as e:
+        death = target.death()
+        raise (ServerDied(death) if death else e) from None
     folder.niah(result.line)
     folder.update(gate={"status": result.verdict, "source": "this run", "spec": _gate_spec_json(spec),
                         "result": result.to_json()})
@@ -165,7 +165,7 @@ def check_output_cap(cfg: Config, name: str, asked: int, flag: str) -> None:
     its figures would describe requests it did not make."""
     cap = cfg.models[name].max_output_tokens
     if cap and asked > cap:
-        raise ServedeckError(f"{flag} {asked} is above models.{name}.max_output_tokens ({cap})",
+        raise UsageError(f"{flag} {asked} is above models.{name}.max_output_tokens ({cap})",
                          hint=f"ask for {cap} or fewer ({flag} {cap}), or raise max_output_tokens in models.toml")
 
 
@@ -194,16 +194,25 @@ async def _gate_async(target: Target, spec: GateSpec, reporter: Reporter, outcom
     return await _guarded(folder, work())
 
 
-def gate(cfg: Config, model: str, spec: GateSpec, *, launch: bool = False,
-         reporter: Optional[Reporter] = None, outcome: Optional[Outcome] = None) -> Outcome:
-    """`servedeck gate`: a run folder holding niah.log and its verdict. spec.context 0 = the server's."""
-    outcome = outcome or Outcome()
+@contextmanager
+def measured(cfg: Config, model: str, launch: bool, outcome: Outcome) -> Iterator[Target]:
+    """The server a gate or bench measures, for the length of the block: the running model, or (with
+    `launch`) one started through the deck now and stopped when the block ends, whatever happened.
+    Blocking on purpose, outside any event loop: a Ctrl-C during a boot reaches the deck, which stops
+    the half-started engine."""
     target = open_target(cfg, model, launch)
     outcome.target = target
     try:
-        asyncio.run(_gate_async(target, spec, reporter or QuietReporter(), outcome))
+        yield target
     finally:
         close_target(target)
+
+
+async def gate(target: Target, spec: GateSpec, *, reporter: Optional[Reporter] = None,
+               outcome: Optional[Outcome] = None) -> Outcome:
+    """`servedeck gate`: a run folder holding niah.log and its verdict. spec.context 0 = the server's."""
+    outcome = outcome or Outcome(target=target)
+    await _gate_async(target, spec, reporter or QuietReporter(), outcome)
     return outcome
 
 
@@ -256,20 +265,15 @@ async def _bench_async(target: Target, spec: BenchSpec, gate_mode: Optional[bool
     await _guarded(folder, work())
 
 
-def bench(cfg: Config, model: str, spec: BenchSpec, *, gate_mode: Optional[bool] = None,
-          gate_spec: Optional[GateSpec] = None, launch: bool = False, reporter: Optional[Reporter] = None,
-          outcome: Optional[Outcome] = None) -> Outcome:
+async def bench(target: Target, spec: BenchSpec, *, gate_mode: Optional[bool] = None,
+                gate_spec: Optional[GateSpec] = None, reporter: Optional[Reporter] = None,
+                outcome: Optional[Outcome] = None) -> Outcome:
     """`servedeck bench`: gate (run, or inherited from this launch), then every point, into one run folder.
 
     gate_mode None: reuse a gate already run on this launch, else run one; True: always run one;
     False: run none (a gate already run on this launch is still recorded).
     """
-    outcome = outcome or Outcome()
-    target = open_target(cfg, model, launch)
-    outcome.target = target
-    try:
-        asyncio.run(_bench_async(target, spec, gate_mode, gate_spec or GateSpec(context=0),
-                                 reporter or QuietReporter(), outcome))
-    finally:
-        close_target(target)
+    outcome = outcome or Outcome(target=target)
+    await _bench_async(target, spec, gate_mode, gate_spec or GateSpec(context=0), reporter or QuietReporter(),
+                       outcome)
     return outcome

@@ -14,8 +14,9 @@ from typing import Any, Optional
 from servedeck.config import Config
 from servedeck.deck import Deck
 from servedeck.deck.deck import describe_exit
+from servedeck.deck.records import LaunchState, LiveRecord
+from servedeck.engines.base import Endpoint
 from servedeck.errors import RunError
-from servedeck.gates.niah import Server
 from servedeck.supervisor import process as P
 from servedeck.supervisor import ready as R
 
@@ -24,32 +25,32 @@ from servedeck.supervisor import ready as R
 class Target:
     name: str
     cfg: Config
-    record: dict[str, Any]  # the deck's live record
+    record: LiveRecord  # the deck's live record
     launched: bool  # this run started it, so this run stops it
 
     @property
     def engine(self) -> str:
-        return str(self.record["engine"])
+        return self.record.engine
 
     @property
     def base_url(self) -> str:
-        return str(self.record["base_url"])
+        return self.record.base_url
 
     @property
     def served_name(self) -> str:
-        return str(self.record.get("served_name") or self.name)
+        return self.record.served_name or self.name
 
     @property
     def launch_dir(self) -> Optional[str]:
-        return self.record.get("launch_dir")
+        return self.record.launch_dir
 
     @property
-    def server(self) -> Server:
-        return Server(self.base_url, self.served_name, self.engine)
+    def server(self) -> Endpoint:
+        return self.record.endpoint
 
     def death(self) -> Optional[str]:
         """None while the engine lives; otherwise how it ended, as its launch folder records it."""
-        if P.alive(self.record["pid"], self.record.get("create_time")):
+        if P.alive(self.record.pid, self.record.create_time):
             return None
         exit_info = R.read_exit(Path(self.launch_dir)) if self.launch_dir else None
         return f"the {self.engine} server died: {describe_exit(exit_info)}"
@@ -60,19 +61,17 @@ def open_target(cfg: Config, model: str, launch: bool) -> Target:
     name = cfg.resolve(model)
     deck = Deck(cfg)
     running = deck.running()
-    if name in running and running[name].get("state") == "ready":
+    if name in running and running[name].state == LaunchState.READY:
         return Target(name, cfg, running[name], launched=False)
     if name in running:
-        raise RunError(f"{name} is {running[name].get('state')}, not ready",
+        raise RunError(f"{name} is {running[name].state}, not ready",
                        hint=f"wait for it (`servedeck status`), or `servedeck stop {name}` and try again")
     if not launch:
         raise RunError(f"{name} is not running",
                        hint=f"start it with `servedeck start {name}`, or pass --launch to start it for this run "
                             "and stop it afterwards")
-    rec = deck.start(name, reason="campaign")
-    if rec.get("already_running"):
-        return Target(name, cfg, rec, launched=False)
-    return Target(name, cfg, rec, launched=True)
+    res = deck.start(name, reason="campaign")
+    return Target(name, cfg, res.record, launched=not res.already_running)
 
 
 def close_target(target: Target) -> Optional[dict[str, Any]]:

@@ -10,7 +10,8 @@ import typer
 from rich.console import Console
 
 from servedeck import paths
-from servedeck.config import Config, load
+from servedeck.config import Config
+from servedeck.modelsfile import load
 
 app = typer.Typer(
     name="servedeck",

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+
 from typing import Any, Callable, Optional
 
 import typer
@@ -10,7 +12,7 @@ from rich.markdown import Markdown
 from rich.text import Text
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from servedeck.campaign import BenchSpec, Outcome, bench as run_bench, gate as run_gate
+from servedeck.campaign import BenchSpec, Outcome, bench as run_bench, gate as run_gate, measured
 from servedeck.campaign.bench import shape_label
 from servedeck import paths
 from servedeck.cli.app import Ctx, app, console, err_console, load_config, print_json
@@ -136,7 +138,11 @@ def gate(
     cfg = load_config()
     spec = GateSpec(context=context or 0, depths=_depths(depths), repeats=repeats, threshold=threshold, seed=seed)
     outcome = Outcome()
-    _guarded(outcome, lambda rep: run_gate(cfg, model, spec, launch=launch, reporter=rep, outcome=outcome))
+    def run(rep: RichReporter) -> None:
+        with measured(cfg, model, launch, outcome) as target:
+            asyncio.run(run_gate(target, spec, reporter=rep, outcome=outcome))
+
+    _guarded(outcome, run)
     view = load(outcome.folder) if outcome.folder else {}
     if as_json:
         print_json(view)
@@ -198,9 +204,12 @@ def bench(
                      repeat_prompt=repeat_prompt, seed=seed)
     cfg = load_config()
     outcome = Outcome()
-    _guarded(outcome, lambda rep: run_bench(cfg, model, spec, gate_mode=gate_flag,
-                                            gate_spec=GateSpec(context=gate_context or 0),
-                                            launch=launch, reporter=rep, outcome=outcome))
+    def run(rep: RichReporter) -> None:
+        with measured(cfg, model, launch, outcome) as target:
+            asyncio.run(run_bench(target, spec, gate_mode=gate_flag, gate_spec=GateSpec(context=gate_context or 0),
+                                  reporter=rep, outcome=outcome))
+
+    _guarded(outcome, run)
     view = load(outcome.folder) if outcome.folder else {}
     if as_json:
         print_json(view)

@@ -16,6 +16,7 @@ from servedeck.cli.app import Ctx, app, config_or_none, console, load_config, pr
 from servedeck.deck import Deck
 from servedeck.deck import launch as L
 from servedeck.deck import state as S
+from servedeck.deck.records import StartResult
 from servedeck.errors import ServedeckError, UnknownModelError
 
 WAIT = typer.Option(0.0, "--wait", help="seconds to wait for another start/switch/stop to finish")
@@ -45,20 +46,29 @@ def render(model: str, as_json: bool = typer.Option(False, "--json")) -> None:
 
 
 @app.command()
-def start(model: str, wait: float = WAIT,
-          foreground: bool = typer.Option(False, "--foreground",
-                                          help="stay until the engine ends; SIGTERM stops it (what `servedeck unit` runs)")) -> None:
+def start(
+    model: str,
+    evict: Optional[str] = typer.Option(None, "--evict", help="comma-separated models to stop first, whatever their slot "
+                                                              "(to free the GPU memory they hold)"),
+    wait: float = WAIT,
+    foreground: bool = typer.Option(False, "--foreground",
+                                    help="stay until the engine ends; SIGTERM stops it (what `servedeck unit` runs)"),
+) -> None:
     """Start MODEL supervised; returns once a real request has been answered."""
     cfg = load_config()
     name = cfg.resolve(model)
+    names = [e.strip() for e in (evict or "").split(",") if e.strip()]
     if foreground:
         from servedeck.deck.foreground import run_foreground
 
-        code = run_foreground(Deck(cfg), name, on_started=lambda rec: _say_started(name, rec), stop_wait_s=max(wait, 60))
+        code = run_foreground(Deck(cfg), name, on_started=lambda res: _say_started(name, res),
+                              stop_wait_s=max(wait, 60), evict=names)
         raise typer.Exit(code)
     with console.status(f"starting {name} …"):
-        rec = Deck(cfg).start(name, wait_s=wait)
-    _say_started(name, rec)
+        res = Deck(cfg).start(name, wait_s=wait, evict=names)
+    if res.evicted:
+        console.print(f"evicted {', '.join(res.evicted)}")
+    _say_started(name, res)
 
 
 @app.command()
@@ -67,22 +77,24 @@ def switch(model: str, wait: float = WAIT) -> None:
     cfg = load_config()
     name = cfg.resolve(model)
     with console.status(f"switching to {name} …"):
-        rec = Deck(cfg).switch(name, wait_s=wait)
-    if rec.get("evicted"):
-        console.print(f"evicted {', '.join(rec['evicted'])}")
-    _say_started(name, rec)
+        res = Deck(cfg).switch(name, wait_s=wait)
+    if res.evicted:
+        waited = f" (waited {res.waited_for_memory_s} s for its GPU memory)" if res.waited_for_memory_s else ""
+        console.print(f"evicted {', '.join(res.evicted)}{waited}")
+    _say_started(name, res)
 
 
-def _say_started(name: str, rec: dict) -> None:
-    if rec.get("already_running"):
-        console.print(f"{name} is already running (pid {rec['pid']}, port {rec['port']})")
+def _say_started(name: str, res: StartResult) -> None:
+    rec = res.record
+    if res.already_running:
+        console.print(f"{name} is already running (pid {rec.pid}, port {rec.port})")
         return
-    r = rec.get("readiness", {})
+    r = rec.readiness
     console.print(
-        f"[green]{name} ready[/] on {rec['base_url']} (pid {rec['pid']}, {rec['engine']}): healthy after "
+        f"[green]{name} ready[/] on {rec.base_url} (pid {rec.pid}, {rec.engine}): healthy after "
         f"{r.get('healthy_after_s')} s, answered after {r.get('answered_after_s')} s"
     )
-    console.print(f"launch folder: {rec['launch_dir']}", highlight=False)
+    console.print(f"launch folder: {rec.launch_dir}", highlight=False)
 
 
 @app.command()

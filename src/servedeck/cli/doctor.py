@@ -9,15 +9,11 @@ from rich.table import Table
 
 from servedeck import paths
 from servedeck.cli.app import app, console, load_config, print_json, warn_unreadable
-from servedeck.errors import ServedeckError, UnknownModelError
+from servedeck.errors import UnknownModelError, UsageError
 from servedeck.fsio import read_jsonl
 from servedeck.gpu.nvml import GiB, gib
 
 STYLE = {"OK": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "dim"}
-
-
-class UsageError(ServedeckError):
-    exit_code = 2
 
 
 def _gpus_opt(gpus: Optional[str]) -> list[int] | None:

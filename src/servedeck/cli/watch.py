@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import signal
 import sys
 import threading
@@ -99,7 +101,7 @@ def soak(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Drive MODEL at a fixed concurrency with saturation bursts for DURATION; stop at the first fault."""
-    from servedeck.soak import SoakSpec, run_soak
+    from servedeck.soak import SoakSpec, open_soak
 
     cfg = load_config()
     spec = SoakSpec(model=cfg.resolve(model), duration_s=seconds(duration, "--duration"), concurrency=concurrency,
@@ -112,7 +114,9 @@ def soak(
         if not as_json:
             err_console.print(f"[dim]{time.monotonic() - t0:7.0f}s[/] {line}", highlight=False, soft_wrap=True)
 
-    summary = run_soak(cfg, spec, progress=progress)
+    run = open_soak(cfg, spec, progress=progress)
+    asyncio.run(run.main())
+    summary = run.finish()
     if as_json:
         print_json(summary)
     else:

@@ -10,10 +10,11 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Iterable
 
 from pydantic import ValidationError
 
-from servedeck.config.schema import Build, Deck, Model
+from servedeck.config.schema import Deck, Model
 from servedeck.errors import ConfigError, UnknownModelError
 
 if sys.version_info >= (3, 11):
@@ -47,9 +48,6 @@ class Config:
     def model(self, name: str) -> Model:
         return self.deck.models[self.resolve(name)]
 
-    def build_of(self, name: str) -> Build:
-        return self.deck.builds[self.model(name).build]
-
     def expand(self, value: str) -> str:
         """~, $VARS, and paths relative to the config file's folder."""
         v = os.path.expanduser(os.path.expandvars(value))
@@ -75,7 +73,10 @@ def _explain(err: dict) -> str:
     return msg
 
 
-def parse(text: str, path: Path) -> Config:
+Check = Callable[[Deck], list[str]]  # more rules over the whole file (the engines' own: engines.check_deck)
+
+
+def parse(text: str, path: Path, checks: Iterable[Check] = ()) -> Config:
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -86,12 +87,15 @@ def parse(text: str, path: Path) -> Config:
         lines = [f"{path}: {_describe(err['loc'])}: {_explain(err)}" for err in e.errors()]
         raise ConfigError("\n".join(lines), hint="see docs/config.md for every key and its type") from None
     problems = cross_check(deck)
+    if not problems:  # engine rules assume the file hangs together (builds exist)
+        for check in checks:
+            problems += check(deck)
     if problems:
         raise ConfigError("\n".join(f"{path}: {p}" for p in problems), hint="each line names the key to fix")
     return Config(path=path, deck=deck)
 
 
-def load(path: Path) -> Config:
+def load(path: Path, checks: Iterable[Check] = ()) -> Config:
     path = Path(path)
     try:
         text = path.read_text()
@@ -101,13 +105,11 @@ def load(path: Path) -> Config:
         ) from None
     except OSError as e:
         raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
-    return parse(text, path)
+    return parse(text, path, checks)
 
 
 def cross_check(deck: Deck) -> list[str]:
-    """Rules that span entries: builds exist, ports and names unique, args do not fight rendered flags."""
-    from servedeck.engines import get_engine
-
+    """Rules that span entries: builds exist, ports and names unique, enough GPUs for the layout."""
     problems: list[str] = []
     ports: dict[int, str] = {}
     names: dict[str, str] = {m: f"models.{m}" for m in deck.models}
@@ -127,22 +129,8 @@ def cross_check(deck: Deck) -> list[str]:
                 problems.append(f"{key}.aliases: alias {alias!r} is already claimed by {names[alias]}")
             else:
                 names[alias] = key
-        if m.build in deck.builds:
-            engine = get_engine(deck.builds[m.build].engine)
-            for arg in m.args:
-                owner = engine.rendered_flag_owner(arg)
-                if owner:
-                    problems.append(
-                        f"{key}.args.{arg}: servedeck renders this flag from {key}.{owner}; set that key instead"
-                    )
-            if m.gpu_memory_utilization is not None and not engine.supports_gpu_memory_utilization:
-                problems.append(
-                    f"{key}.gpu_memory_utilization: engine {engine.name!r} has no such setting; remove the key"
-                )
-            if m.tp * m.dp * m.pp > 1 and not engine.supports_parallel:
-                problems.append(f"{key}: tp/dp/pp > 1 is not supported by engine {engine.name!r}")
-            if m.gpus and m.tp * m.dp * m.pp > len(m.gpus):
-                problems.append(
-                    f"{key}.gpus: tp*dp*pp = {m.tp * m.dp * m.pp} GPUs needed but only {len(m.gpus)} listed ({m.gpus})"
-                )
+        if m.gpus and m.tp * m.dp * m.pp > len(m.gpus):
+            problems.append(
+                f"{key}.gpus: tp*dp*pp = {m.tp * m.dp * m.pp} GPUs needed but only {len(m.gpus)} listed ({m.gpus})"
+            )
     return problems

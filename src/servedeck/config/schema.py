@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional, Union
+from typing import Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-EngineName = Literal["vllm", "sglang", "llamacpp"]
 ArgValue = Union[bool, int, float, str, list, dict]
 
 
@@ -37,7 +36,7 @@ class Host(_Strict):
 class Build(_Strict):
     """[builds.NAME]: one engine install. Exactly one of python / binary / image."""
 
-    engine: EngineName
+    engine: str  # any registered engine (the `servedeck.engines` entry points); checked where the file is loaded
     python: Optional[str] = None  # a venv's interpreter; the engine runs as `python -m ...`
     binary: Optional[str] = None  # an executable such as llama-server
     image: Optional[str] = None  # a container image, run with `docker run`
@@ -130,6 +129,3 @@ class Deck(_Strict):
     builds: dict[str, Build] = Field(default_factory=dict)
     models: dict[str, Model] = Field(default_factory=dict)
 
-
-def to_plain(obj: BaseModel) -> dict[str, Any]:
-    return obj.model_dump(mode="json")

@@ -20,9 +20,10 @@ import signal
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from servedeck.deck.deck import Deck
+from servedeck.deck.records import StartResult
 from servedeck.supervisor import process as P
 from servedeck.supervisor import ready as R
 
@@ -56,22 +57,23 @@ def exit_code(exit_info: dict | None) -> int:
     return rc if isinstance(rc, int) else 1
 
 
-def run_foreground(deck: Deck, name: str, *, on_started: Callable[[dict], None] | None = None,
-                   poll_s: float = 0.5, stop_wait_s: float = 60.0) -> int:
+def run_foreground(deck: Deck, name: str, *, on_started: Callable[[StartResult], None] | None = None,
+                   poll_s: float = 0.5, stop_wait_s: float = 60.0, evict: Iterable[str] = ()) -> int:
     """Start `name` through the deck, wait for its engine to end, return the exit code to leave with."""
     def during_start(signum: int, _frame: object) -> None:
         raise _Stopped(signal.Signals(signum).name)
 
     with _signals(during_start):
         try:
-            rec = deck.start(name)
+            res = deck.start(name, evict=evict)
         except _Stopped:
             return 0  # the deck stopped what it had spawned and recorded the start as interrupted
     if on_started is not None:
-        on_started(rec)
+        on_started(res)
+    rec = res.record
     stop = threading.Event()
     with _signals(lambda signum, _frame: stop.set()):
-        while P.alive(rec["pid"], rec.get("create_time")):
+        while P.alive(rec.pid, rec.create_time):
             if stop.wait(poll_s):
                 deck.stop([name], wait_s=stop_wait_s)
                 return 0
@@ -79,4 +81,4 @@ def run_foreground(deck: Deck, name: str, *, on_started: Callable[[dict], None] 
     wanted = any(s.model == name and s.desired for s in deck.status())
     if not wanted:
         return 0  # stopped through the deck (`servedeck stop`): not a failure, nothing to restart
-    return exit_code(R.read_exit(Path(rec["launch_dir"])))
+    return exit_code(R.read_exit(Path(rec.launch_dir)))

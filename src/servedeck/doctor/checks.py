@@ -18,7 +18,7 @@ from servedeck.doctor.build import BuildReport, verify_build
 from servedeck.doctor.kernel import KernelLog, read_kernel_events
 from servedeck.doctor.weights import check_source
 from servedeck.errors import ServedeckError
-from servedeck.gpu.fit import FITS, NO_ROOM, RUNNING, check_fit
+from servedeck.gpu.fit import FITS, NO_ROOM, RUNNING, fit_of, needs_plan
 from servedeck.gpu.holders import Holding, holders, live_records, model_pids
 from servedeck.gpu.nvml import Inventory, gib, inventory
 
@@ -94,12 +94,13 @@ def build_rows(name: str, rep: BuildReport) -> list[Row]:
 
 # ---------------------------------------------------------------- weights
 def check_weights(cfg: "Config", name: str) -> Row:
-    from servedeck.gpu.modelplan import arg, engine_env
+    from servedeck.engines import get_engine
+    from servedeck.gpu.modelplan import engine_env
 
     model = cfg.models[name]
     build = cfg.deck.builds.get(model.build)
     src = cfg.expand(model.source) if model.source.startswith(("/", "~", ".", "$")) else model.source
-    rev = arg(model, "revision")
+    rev = get_engine(build.engine).arg(model, "revision") if build else model.args.get("revision")
     r = check_source(src, engine_env(model, build) if build else dict(model.env),
                      str(rev) if rev else None, base=cfg.path.parent)
     return Row("weights", name, r.status, r.saw, r.action, r.data)
@@ -161,18 +162,10 @@ def check_port(cfg: "Config", name: str, records: list[Mapping[str, Any]]) -> Ro
 # ---------------------------------------------------------------- GPU memory
 def check_gpu(cfg: "Config", name: str, inv: Inventory, holdings: list[Holding],
               plan_for: Callable[[str], Any] | None = None) -> Row:
-    from servedeck.gpu.modelplan import model_gpus
-
-    model = cfg.models[name]
-    build = cfg.deck.builds.get(model.build)
     if not inv.available:
         return Row("gpu", name, SKIP, f"no GPU to check here: {inv.reason}")
-    engine = build.engine if build else "vllm"
-    plan = None
-    if not (engine == "vllm" or (engine == "sglang" and model.gpu_memory_utilization is not None)) and plan_for:
-        plan = plan_for(name)
-    rep = check_fit(name, engine, model_gpus(model, engine, inv), inv, holdings,
-                    utilization=model.gpu_memory_utilization, plan=plan)
+    plan = plan_for(name) if plan_for and needs_plan(cfg, name) else None
+    rep = fit_of(cfg, name, inv, holdings, plan=plan)
     if rep.status == RUNNING:
         return Row("gpu", name, OK, rep.reason)
     if rep.status == FITS:
@@ -297,17 +290,3 @@ def worst(rows: Iterable[Row]) -> str:
     order = {FAIL: 3, WARN: 2, SKIP: 1, OK: 0}
     return max((r.status for r in rows), key=lambda s: order[s], default=OK)
 
-
-def gpu_fit(name: str, cfg: "Config", releasing: Iterable[str] = ()) -> dict[str, Any] | None:
-    """The deck's pre-start check: None when there is no GPU to check (a CPU host), else
-    {"status": "OK" | "FAIL" | "SKIP", "detail", "hint", "report"}. FAIL means refuse the start:
-    `detail` names what is free and who holds the rest; the hint never suggests a lower utilisation."""
-    from servedeck.gpu.fit import fit_now
-
-    inv = inventory()
-    if not inv.available:
-        return None
-    rep = fit_now(cfg, name, releasing=releasing, inv=inv)
-    status = {FITS: OK, RUNNING: OK, NO_ROOM: FAIL}.get(rep.status, SKIP)
-    hint = rep.refusal().hint if rep.status == NO_ROOM else None
-    return {"status": status, "detail": rep.message(), "hint": hint, "report": rep.to_json()}

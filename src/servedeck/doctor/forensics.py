@@ -110,19 +110,29 @@ def _event_dict(ev: Any) -> dict[str, Any]:
     return ev.to_json() if hasattr(ev, "to_json") else dict(ev)
 
 
+def lineage(engine: str) -> tuple[str, ...]:
+    """The engine and those its adapter derives from (a vLLM fork: vLLM's signatures apply to it too)."""
+    from servedeck.engines import all_engines
+
+    adapter = all_engines().get(engine)
+    return adapter.lineage if adapter is not None else (engine,)
+
+
 def classify(log_tail: str, exit_info: Mapping[str, Any] | None, kernel_events: Iterable[Any],
              engine: str | None = None, catalogue: Catalogue | None = None) -> dict[str, Any]:
     """The most likely cause of an engine's end, and everything else that matched.
 
     log_tail: the last lines of engine.log; exit_info: {"returncode": int, "signal": ...} or None;
-    kernel_events: kernel.KernelEvent objects or their dicts (Xid and OOM-kill lines around the end).
+    kernel_events: kernel.KernelEvent objects or their dicts (Xid and OOM-kill lines around the end);
+    engine: the engine that wrote the log: signatures of other engines are not considered.
     Returns {id, family, summary, action, matched_line, source, priority, evidence, kernel, exit}:
     `source` is "log", "kernel", "exit" or "none"; `evidence` lists every match, best first."""
     cat = catalogue or load_catalogue()
     lines = log_tail.splitlines()
+    kin = set(lineage(engine)) if engine else set()
     cands: list[dict[str, Any]] = []
     for sig in cat.logs:
-        if engine and sig.engines and engine not in sig.engines:
+        if kin and sig.engines and not kin & set(sig.engines):
             continue
         line = sig.first_match(lines)
         if line is not None:

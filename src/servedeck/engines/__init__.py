@@ -5,8 +5,13 @@ from __future__ import annotations
 
 from importlib.metadata import entry_points
 
-from servedeck.engines.base import Engine, LaunchSpec, render_args
+from typing import TYPE_CHECKING
+
+from servedeck.engines.base import Engine, LaunchSpec, MemoryModel, render_args
 from servedeck.errors import ConfigError
+
+if TYPE_CHECKING:
+    from servedeck.config.schema import Deck
 
 _BUILTIN = {
     "llamacpp": "servedeck.engines.llamacpp:ENGINE",
@@ -40,4 +45,20 @@ def all_engines() -> dict[str, Engine]:
     return dict(_load())
 
 
-__all__ = ["Engine", "LaunchSpec", "all_engines", "get_engine", "render_args"]
+def check_deck(deck: "Deck") -> list[str]:
+    """The models.toml checks that need an engine: the build's engine is registered, and each model's
+    args and keys make sense to that engine. `servedeck.modelsfile` composes them with config's own."""
+    engines = _load()
+    problems: list[str] = []
+    for bname, b in deck.builds.items():
+        if b.engine not in engines:
+            problems.append(f"builds.{bname}.engine: unknown engine {b.engine!r} "
+                            f"(engines registered: {', '.join(sorted(engines))})")
+    for mname, m in deck.models.items():
+        b = deck.builds.get(m.build)
+        if b is not None and b.engine in engines:
+            problems += engines[b.engine].check_model(f"models.{mname}", m)
+    return problems
+
+
+__all__ = ["Engine", "LaunchSpec", "MemoryModel", "all_engines", "check_deck", "get_engine", "render_args"]

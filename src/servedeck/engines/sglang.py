@@ -5,21 +5,26 @@ from __future__ import annotations
 
 import re
 
-from servedeck.engines.base import BootPattern, Engine, num, render_args
+from servedeck.engines.base import BootPattern, Engine, MemoryModel, num
 
 
 class SGLang(Engine):
     name = "sglang"
     health_path = "/health"  # 503 while starting
     supports_parallel = True
-    supports_gpu_memory_utilization = True  # rendered as --mem-fraction-static
+    # --mem-fraction-static covers weights + KV; activations live outside it. No share set: the plan decides.
+    memory = MemoryModel(kind="static-share", share_key="mem_fraction_static", block_size=16, fp32_downcast=True)
+    dists = ("sglang",)
+    package = "sglang"
+    concurrency_flags = ("--max-running-requests",)
     module = "sglang.launch_server"
     owned_flags = {
-        "--model-path": "source", "--model": "source", "--host": "host", "--port": "port",
+        "--model-path": "source", "--host": "host", "--port": "port",
         "--served-model-name": "served_name", "--context-length": "context",
         "--mem-fraction-static": "gpu_memory_utilization",
-        "--tp-size": "tp", "--tp": "tp", "--dp-size": "dp", "--dp": "dp", "--pp-size": "pp",
+        "--tp-size": "tp", "--dp-size": "dp", "--pp-size": "pp",
     }
+    flag_aliases = {"--tp": "--tp-size", "--dp": "--dp-size", "--model": "--model-path"}
     metrics = {
         "prompt_tokens": "sglang:prompt_tokens_total",
         "generation_tokens": "sglang:generation_tokens_total",
@@ -50,7 +55,7 @@ class SGLang(Engine):
         for flag, n in (("--tp-size", model.tp), ("--dp-size", model.dp), ("--pp-size", model.pp)):
             if n > 1:
                 flags += [flag, str(n)]
-        flags += render_args(model.args)
+        flags += self.render_model_args(model)
         if build.image:
             return self.docker_prefix(name, model, build, env, source) + ["python3", "-m", self.module] + flags, env
         if build.binary:

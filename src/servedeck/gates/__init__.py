@@ -1,5 +1,5 @@
 """Correctness gates: checks a server must pass before its performance numbers count as results."""
 
-from servedeck.gates.niah import GateResult, GateSpec, ProbeResult, Server, read_log, run_gate, score
+from servedeck.gates.niah import GateResult, GateSpec, ProbeResult, read_log, run_gate, score
 
-__all__ = ["GateResult", "GateSpec", "ProbeResult", "Server", "read_log", "run_gate", "score"]
+__all__ = ["GateResult", "GateSpec", "ProbeResult", "read_log", "run_gate", "score"]

@@ -21,20 +21,12 @@ from typing import Any, Awaitable, Callable, Optional
 
 import httpx
 
+from servedeck.engines.base import Endpoint
 from servedeck.errors import RunError
 from servedeck.gates import haystack
 from servedeck.gates.server import ServerTokens
 
 Counters = Callable[[], Awaitable[Optional[dict[str, float]]]]
-
-
-@dataclass(frozen=True)
-class Server:
-    """Where the gate sends its probes."""
-
-    base_url: str
-    served_name: str
-    engine: str
 
 
 @dataclass(frozen=True)
@@ -184,7 +176,7 @@ async def size_prompt(tokens: ServerTokens, target: int, seed: int, depth: float
     return haystack.build(seed, n, depth, code), c
 
 
-async def ask(client: httpx.AsyncClient, server: Server, text: str, answer_tokens: int,
+async def ask(client: httpx.AsyncClient, server: Endpoint, text: str, answer_tokens: int,
               timeout_s: float) -> dict[str, Any]:
     """One probe request. Never raises for a server-side failure: the error comes back in the dict."""
     body = {"model": server.served_name, "messages": [{"role": "user", "content": text}],
@@ -215,7 +207,7 @@ def _cached(reply: dict[str, Any]) -> Optional[int]:
     return timings.get("cache_n") if isinstance(timings.get("cache_n"), int) else None
 
 
-async def run_gate(server: Server, spec: GateSpec, on_probe: Callable[[ProbeResult], None],
+async def run_gate(server: Endpoint, spec: GateSpec, on_probe: Callable[[ProbeResult], None],
                    counters: Optional[Counters] = None) -> GateResult:
     """Probe every (repeat, depth), in order, one at a time; call `on_probe` as each finishes.
 

@@ -2,11 +2,9 @@
 
 The gate sizes its haystack with the server's own tokenizer, never a local guess: the count a
 local tokenizer gives can differ from what the engine sees (chat template, BOS, special-token
-parsing), and a prompt one token too long is refused. Both engines here answer:
-
-    llama.cpp  POST /apply-template {"messages"} -> {"prompt"}; POST /tokenize {"content"} -> {"tokens"}
-    vLLM       POST /tokenize {"model", "messages"} -> {"count", "tokens", "max_model_len"}
-    both       GET /v1/models -> max_model_len (vLLM) or meta.n_ctx (llama.cpp, per slot)
+parsing), and a prompt one token too long is refused. How to ask is the engine adapter's business
+(`Engine.count_chat`); the context comes from GET /v1/models (max_model_len, or
+meta.n_ctx per slot).
 
 HTTP and JSON failures are turned into RunError here, at the edge.
 """
@@ -17,6 +15,7 @@ from typing import Any
 
 import httpx
 
+from servedeck.engines import get_engine
 from servedeck.errors import RunError
 
 Messages = list[dict[str, str]]
@@ -29,7 +28,7 @@ class ServerTokens:
         self.client = client
         self.base = base_url.rstrip("/")
         self.served_name = served_name
-        self.engine = engine
+        self.engine = get_engine(engine)
 
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -39,36 +38,15 @@ class ServerTokens:
                            hint="is the server still running? `servedeck status`") from None
         if r.status_code != 200:
             raise RunError(f"{self.base}{path}: HTTP {r.status_code}: {r.text[:300]}",
-                           hint=f"the {self.engine} server must offer {path} to size prompts with its tokenizer")
+                           hint=f"the {self.engine.name} server must offer {path} to size prompts with its tokenizer")
         try:
             return r.json()
         except ValueError:
             raise RunError(f"{self.base}{path}: answer is not JSON: {r.text[:200]}") from None
 
-    @staticmethod
-    def _count(doc: dict[str, Any]) -> int:
-        if isinstance(doc.get("count"), int):
-            return doc["count"]
-        if isinstance(doc.get("tokens"), list):
-            return len(doc["tokens"])
-        raise RunError(f"/tokenize answered without a count or tokens: {str(doc)[:200]}")
-
-    async def count_text(self, text: str) -> int:
-        """Tokens of plain text, without chat template or special tokens added."""
-        if self.engine == "llamacpp":
-            return self._count(await self._post("/tokenize", {"content": text, "add_special": False}))
-        return self._count(await self._post(
-            "/tokenize", {"model": self.served_name, "prompt": text, "add_special_tokens": False}))
-
     async def count_chat(self, messages: Messages) -> int:
         """Tokens the server will prefill for this chat request, template and generation prompt included."""
-        if self.engine == "llamacpp":
-            prompt = (await self._post("/apply-template", {"messages": messages})).get("prompt")
-            if not isinstance(prompt, str):
-                raise RunError("/apply-template answered without a prompt")
-            # The templated text holds special tokens as text; /tokenize parses them (parse_special).
-            return self._count(await self._post("/tokenize", {"content": prompt, "add_special": True}))
-        return self._count(await self._post("/tokenize", {"model": self.served_name, "messages": messages}))
+        return await self.engine.count_chat(self._post, self.served_name, messages)
 
 
 async def server_context(client: httpx.AsyncClient, base_url: str) -> int | None:

@@ -177,9 +177,10 @@ def by_holder(holdings: Iterable[Holding], gpu: int) -> list[tuple[str, int | No
     return sorted(sums.items(), key=lambda kv: -(kv[1] or 0))
 
 
-def describe_gpu_holders(holdings: Iterable[Holding], gpu: int) -> list[str]:
-    """["gemma on GPU 0 holds 93.5 GiB", ...] — the words a refusal uses."""
-    return [f"{who} on GPU {gpu} holds {gib(used)}" for who, used in by_holder(holdings, gpu)]
+def describe_gpu_holders(holdings: Iterable[Holding], gpu: int, skip: Iterable[str] = ()) -> list[str]:
+    """["gemma on GPU 0 holds 93.5 GiB", ...] — the words a refusal uses (`skip`: holders not to name)."""
+    skip = set(skip)
+    return [f"{who} on GPU {gpu} holds {gib(used)}" for who, used in by_holder(holdings, gpu) if who not in skip]
 
 
 def model_gpu_use(model: str, holdings: Iterable[Holding]) -> dict[int, int]:

@@ -63,7 +63,7 @@ def summarise(model: str, build: str, boot_facts: Mapping[str, Any], prediction:
         measured["kv_tokens"] = boot_facts["max_total_num_tokens"]
     floor = None
     budget = pred.get("budget_bytes_per_gpu")
-    if budget and measured.get("kv_gib") is not None and pred.get("engine") != "llamacpp":
+    if budget and measured.get("kv_gib") is not None:  # a share-based pool: floor = budget − KV
         floor = int(budget - float(measured["kv_gib"]) * GiB)
     elif gpu_used_bytes:
         floor = max(int(v) for v in gpu_used_bytes.values())
@@ -99,14 +99,10 @@ def record_measurement(model: str, build: str, boot_facts: Mapping[str, Any], pr
     return rec
 
 
-def measurements(model: str) -> list[dict[str, Any]]:
-    return [r for r in read_jsonl(_file(model)) if r.get("schema") == SCHEMA]
-
-
 def last_measurement(model: str, build: str | None = None, context: int | None = None) -> dict[str, Any] | None:
     """The newest record for model (and build, and context when given: a floor measured at another
     context or layout says little about this one)."""
-    for rec in reversed(measurements(model)):
+    for rec in reversed([r for r in read_jsonl(_file(model)) if r.get("schema") == SCHEMA]):
         if build is not None and rec.get("build") != build:
             continue
         if context is not None and rec.get("predicted", {}).get("context") not in (None, context):

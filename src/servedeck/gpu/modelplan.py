@@ -8,32 +8,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from servedeck.engines.base import flag_name
-from servedeck.errors import ServedeckError
+from servedeck.engines import Engine, get_engine
+from servedeck.errors import PlanError, ServedeckError
 from servedeck.gpu import measured
 from servedeck.gpu.arch import Arch, from_gguf, from_hf_config
 from servedeck.gpu.gguf_header import GGUFError, read_header
-from servedeck.gpu.nvml import GiB, Inventory
-from servedeck.gpu.plan import Plan, PlanInputs, compute
+from servedeck.gpu.nvml import Inventory
+from servedeck.gpu.plan import DEFAULT_MAX_BATCHED, DEFAULT_MAX_NUM_SEQS, Plan, PlanInputs, compute
 from servedeck.gpu.source import SourceFiles, read_json, resolve, safetensors_total
 
 if TYPE_CHECKING:
     from servedeck.config import Build, Config, Model
-
-
-class PlanError(ServedeckError):
-    """The planner cannot read the model's shape (no config.json, unreadable GGUF)."""
-
-    exit_code = 2
-
-
-def arg(model: "Model", *names: str) -> Any:
-    """A model arg by any of its spellings (`kv_cache_dtype`, `kv-cache-dtype`, `--kv-cache-dtype`, `-ctk`)."""
-    wanted = {flag_name(n) for n in names}
-    for key, value in model.args.items():
-        if flag_name(key) in wanted:
-            return value
-    return None
 
 
 def engine_env(model: "Model", build: "Build") -> dict[str, str]:
@@ -44,7 +29,7 @@ def source_files(cfg: "Config", name: str) -> SourceFiles:
     model = cfg.model(name)
     build = cfg.deck.builds[model.build]
     src = cfg.expand(model.source) if model.source.startswith(("/", "~", ".", "$")) else model.source
-    rev = arg(model, "revision")
+    rev = get_engine(build.engine).arg(model, "revision")
     return resolve(src, engine_env(model, build), str(rev) if rev else None, base=cfg.path.parent)
 
 
@@ -70,53 +55,31 @@ def load_arch(sf: SourceFiles) -> Arch:
         raise PlanError(f"cannot plan from {sf.config_path}: {e}") from None
 
 
-def model_gpus(model: "Model", engine: str, inv: Inventory | None) -> list[int]:
-    """The GPUs a launch would use: `gpus` when set; else what the engine takes by default (vLLM/SGLang
-    the first tp×pp×dp devices, llama.cpp every visible device)."""
-    if model.gpus:
-        return list(model.gpus)
+def model_gpus(model: "Model", engine: Engine, inv: Inventory | None) -> list[int]:
+    """The GPUs a launch would use: `gpus` when set; else what the engine takes by default."""
     have = [g.index for g in inv.gpus] if inv and inv.available else []
-    if engine == "llamacpp":
-        return have or [0]
-    n = model.tp * model.pp * model.dp
-    return have[:n] if len(have) >= n else list(range(n))
+    return engine.default_gpus(model, have)
 
 
 def inputs_for(model: "Model", build: "Build", gpu_total_bytes: int | None,
                measured_floor: int | None = None) -> PlanInputs:
-    env = engine_env(model, build)
-    engine = build.engine
-    pool = None
-    kvmem = arg(model, "kv_cache_memory_bytes")
-    if kvmem is not None:
-        pool = int(float(kvmem))
-    elif engine == "vllm" and env.get("VLLM_CPU_KVCACHE_SPACE"):
-        pool = int(env["VLLM_CPU_KVCACHE_SPACE"]) * GiB  # vLLM's CPU backend reads it as whole GiB
-    device = "cpu" if (engine == "vllm" and "VLLM_CPU_KVCACHE_SPACE" in env) else "gpu"
-    parallel = 1
-    if engine == "llamacpp":
-        parallel = int(arg(model, "parallel", "np", "-np") or 1)
-        kv_k = arg(model, "cache_type_k", "-ctk")
-        kv_v = arg(model, "cache_type_v", "-ctv")
-    else:
-        kv_k, kv_v = arg(model, "kv_cache_dtype"), None
+    engine = get_engine(build.engine)
+    arg = engine.arg
+    knobs = engine.plan_knobs(model, engine_env(model, build))
     return PlanInputs(
-        engine=engine,
+        engine=engine.name,
+        memory=engine.memory,
         context=model.context,
         tp=model.tp, dp=model.dp, pp=model.pp,
         dtype=str(arg(model, "dtype") or "auto"),
-        kv_dtype=str(kv_k or "auto"),
-        kv_dtype_v=str(kv_v) if kv_v else None,
-        device=device,
         gpu_total_bytes=gpu_total_bytes,
         utilization=model.gpu_memory_utilization,
-        pool_bytes=pool,
-        max_num_seqs=int(arg(model, "max_num_seqs") or 256),
-        max_num_batched_tokens=int(arg(model, "max_num_batched_tokens") or 8192),
+        max_num_seqs=int(arg(model, "max_num_seqs") or DEFAULT_MAX_NUM_SEQS),
+        max_num_batched_tokens=int(arg(model, "max_num_batched_tokens") or DEFAULT_MAX_BATCHED),
         block_size=int(arg(model, "block_size")) if arg(model, "block_size") else None,
         enforce_eager=bool(arg(model, "enforce_eager")),
-        parallel=parallel,
         measured_floor_bytes=measured_floor,
+        **knobs,
     )
 
 
@@ -131,7 +94,7 @@ def plan_model(cfg: "Config", name: str, inv: Inventory | None = None, gpus: lis
     build = cfg.deck.builds[model.build]
     arch = load_arch(source_files(cfg, mname))
     if gpu_total_bytes is None and inv is not None and inv.available:
-        use = gpus or model_gpus(model, build.engine, inv)
+        use = gpus or model_gpus(model, get_engine(build.engine), inv)
         sizes = [g.memory_total for g in inv.gpus if g.index in use]
         gpu_total_bytes = min(sizes) if sizes else None
     last = measured.last_measurement(mname, model.build, model.context)

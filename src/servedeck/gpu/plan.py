@@ -20,42 +20,47 @@ figures are recorded (measured.py) and `calibrated` re-derives the pool from the
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from servedeck.engines.base import MemoryModel
 from servedeck.gpu.arch import Arch, dtype_bytes
 
 GiB = 1024**3
 
-# vLLM defaults when the model's args do not set them (V1 engine, OpenAI server on a large GPU)
-VLLM_DEFAULT_UTIL = 0.9
-VLLM_MAX_NUM_SEQS = 256
-VLLM_MAX_BATCHED = 8192
-LLAMACPP_UBATCH = 512
+# Defaults of a pool engine when the model's args do not set them (vLLM's V1 engine, OpenAI server)
+DEFAULT_MAX_NUM_SEQS = 256
+DEFAULT_MAX_BATCHED = 8192
+UBATCH = 512  # an allocating engine's micro-batch (llama.cpp -ub)
+POOL_DEFAULT_SHARE = 0.9  # a pool engine whose adapter names no default share
 NON_TORCH_BYTES = int(0.5 * GiB)  # CUDA context, cuBLAS workspaces: seen 0.4-0.7 GiB per GPU
 NCCL_BYTES = int(0.5 * GiB)  # NCCL buffers when tp/pp > 1
 CUDA_GRAPH_BYTES = int(1.0 * GiB)  # ENGINES.md: "Graph capturing finished … took 1.22 GiB"
 
 
+POOL = MemoryModel()  # the planner's default engine: a vLLM-like pool (ENGINES.md's formulas)
+
+
 @dataclass(frozen=True)
 class PlanInputs:
-    engine: str = "vllm"
+    engine: str = ""  # a label for the plan; how memory is spent comes from `memory`
+    memory: MemoryModel = POOL
     context: int | None = None  # tokens per request; None: the model's max_position_embeddings
     tp: int = 1
     dp: int = 1
     pp: int = 1
     dtype: str = "auto"
-    kv_dtype: str = "auto"  # vLLM/SGLang --kv-cache-dtype
-    kv_dtype_v: str | None = None  # llama.cpp -ctv when it differs from -ctk
-    device: str = "gpu"  # "cpu" for vLLM's CPU backend (block size 128)
+    kv_dtype: str = "auto"  # the engine's KV dtype flag (--kv-cache-dtype, -ctk)
+    kv_dtype_v: str | None = None  # V's dtype when the engine sets it apart (llama.cpp -ctv)
+    device: str = "gpu"  # "cpu" for a CPU backend (its own block size)
     gpu_total_bytes: int | None = None  # per GPU
     utilization: float | None = None  # gpu_memory_utilization / mem_fraction_static
     pool_bytes: int | None = None  # a fixed KV budget: --kv-cache-memory-bytes, VLLM_CPU_KVCACHE_SPACE
-    max_num_seqs: int = VLLM_MAX_NUM_SEQS
-    max_num_batched_tokens: int = VLLM_MAX_BATCHED
+    max_num_seqs: int = DEFAULT_MAX_NUM_SEQS
+    max_num_batched_tokens: int = DEFAULT_MAX_BATCHED
     block_size: int | None = None
     enforce_eager: bool = False
-    parallel: int = 1  # llama.cpp slots (-np)
+    parallel: int = 1  # an allocating engine's slots (llama.cpp -np)
     measured_floor_bytes: int | None = None  # per GPU, from the last boot of this model+build
 
 
@@ -107,14 +112,17 @@ def _cdiv(a: int, b: int) -> int:
 
 def resolve_dtypes(arch: Arch, inp: PlanInputs) -> tuple[str, str, str | None, str]:
     """(compute dtype, K dtype, V dtype, why). vLLM downcasts fp32 checkpoints to bf16 (its 'auto');
-    'auto' KV follows the compute dtype unless the checkpoint forces FP8 KV by its quantization config."""
+    'auto' KV follows the compute dtype unless the checkpoint forces FP8 KV by its quantization config,
+    or the engine has a KV dtype of its own (llama.cpp: f16)."""
     dtype = arch.dtype if inp.dtype == "auto" else inp.dtype
-    if inp.engine in ("vllm", "sglang") and inp.dtype == "auto" and dtype in ("float32", "fp32"):
+    if inp.memory.fp32_downcast and inp.dtype == "auto" and dtype in ("float32", "fp32"):
         dtype = "bfloat16"
-    if inp.engine == "llamacpp":
-        k = "f16" if inp.kv_dtype == "auto" else inp.kv_dtype
+    default = inp.memory.kv_dtype_default
+    if default is not None:  # the engine has a KV dtype of its own (llama.cpp: f16, -ctk/-ctv)
+        k = default if inp.kv_dtype == "auto" else inp.kv_dtype
         v = inp.kv_dtype_v or k
-        return dtype, k, v, "llama.cpp -ctk/-ctv" if inp.kv_dtype != "auto" else "llama.cpp default f16"
+        who = inp.engine or "the engine"
+        return dtype, k, v, f"{who} default {default}" if inp.kv_dtype == "auto" else f"{who} KV dtype flags"
     if inp.kv_dtype != "auto":
         return dtype, inp.kv_dtype, None, "--kv-cache-dtype"
     if arch.kv_dtype_hint:
@@ -168,20 +176,19 @@ def compute(arch: Arch, inp: PlanInputs) -> Plan:
     grow_all, slide_all = kv_bytes(arch, k_dt, v_dt)
     grow, slide = kv_bytes(arch, k_dt, v_dt, tp, pp)
     state = linear_state_bytes(arch, dtype, tp, pp)
-    bs = inp.block_size or (128 if (inp.engine == "vllm" and inp.device == "cpu") else 16)
-    if inp.engine == "llamacpp":
-        bs = 1
+    mem = inp.memory
+    bs = inp.block_size or ((mem.cpu_block_size or mem.block_size) if inp.device == "cpu" else mem.block_size)
     window = arch.sliding_window or 0
     if not slide:
         hold = 0
-    elif inp.engine == "llamacpp":
-        hold = min(context, window + LLAMACPP_UBATCH)
-    elif inp.engine == "vllm":
+    elif mem.sliding_hold == "window+ubatch":
+        hold = min(context, window + UBATCH)
+    elif mem.sliding_hold == "window+batched":
         hold = min(context, window - 1 + inp.max_num_batched_tokens)
     else:
         hold = min(context, window)
     grow_tokens = _cdiv(context, bs) * bs
-    hold_tokens = (_cdiv(hold, bs) + 1) * bs if (hold and inp.engine == "vllm") else hold
+    hold_tokens = (_cdiv(hold, bs) + 1) * bs if (hold and mem.whole_blocks_plus_one) else hold
     request = grow_tokens * grow + hold_tokens * slide + state
     weights = int(arch.weights_bytes or 0)
     weights_gpu = _cdiv(weights, tp * pp)
@@ -195,8 +202,8 @@ def compute(arch: Arch, inp: PlanInputs) -> Plan:
         state_bytes_per_seq_per_gpu=math.ceil(state), request_bytes_per_gpu=math.ceil(request), block_size=bs,
         gpu_total_bytes=inp.gpu_total_bytes, notes=list(arch.notes),
     )
-    if inp.engine == "llamacpp":
-        _llamacpp(plan, arch, inp, grow, slide, state)
+    if mem.kind == "allocate":
+        _allocate(plan, arch, inp, grow, slide, state)
     else:
         _pool(plan, arch, inp, grow, slide, state, dtype)
     if arch.max_context and context > arch.max_context:
@@ -204,18 +211,18 @@ def compute(arch: Arch, inp: PlanInputs) -> Plan:
     return plan
 
 
-def _llamacpp(plan: Plan, arch: Arch, inp: PlanInputs, grow: float, slide: float, state: float) -> None:
-    """llama-server allocates its whole cache at boot: context × slots for growing layers."""
+def _allocate(plan: Plan, arch: Arch, inp: PlanInputs, grow: float, slide: float, state: float) -> None:
+    """An allocating engine (llama-server) takes its whole cache at boot: context × slots for growing layers."""
     slots = max(1, inp.parallel)
     ctx_total = plan.context * slots
     kv = ctx_total * grow + min(ctx_total, slots * plan.sliding_hold_tokens) * slide + slots * state
-    compute_buf = int(LLAMACPP_UBATCH * (arch.vocab + 8 * arch.hidden) * 4)  # logits + activations, f32
+    compute_buf = int(UBATCH * (arch.vocab + 8 * arch.hidden) * 4)  # logits + activations, f32
     plan.kv_pool_tokens = ctx_total
     plan.full_length_requests = float(slots)
     plan.pool_bytes_per_gpu = int(kv)
     plan.activation_bytes, plan.non_torch_bytes, plan.cuda_graph_bytes = compute_buf, int(0.3 * GiB), 0
     plan.overhead_basis = "estimate: compute buffer (ubatch 512 × (vocab + 8 × hidden) × 4 B) + 0.3 GiB CUDA context"
-    n = plan.tp * plan.pp  # llama.cpp splits layers over its GPUs; servedeck passes them as tp
+    n = plan.tp * plan.pp  # layers split over its GPUs
     plan.need_bytes_per_gpu = _cdiv(plan.weights_bytes + int(kv) + compute_buf, n) + int(0.3 * GiB)
     plan.need_basis = "planned: weights + KV for context × slots + compute buffer + CUDA context"
     if inp.measured_floor_bytes:
@@ -230,12 +237,12 @@ def _pool(plan: Plan, arch: Arch, inp: PlanInputs, grow: float, slide: float, st
         plan.notes.append("no GPU size known: pool not predicted (pass --gpu-gib, or run where NVML sees a GPU)")
         return
     else:
-        util = inp.utilization if inp.utilization is not None else VLLM_DEFAULT_UTIL
+        util = inp.memory.required_share(inp.utilization) or POOL_DEFAULT_SHARE
         budget = int(inp.gpu_total_bytes * util)
         plan.utilization, plan.budget_bytes_per_gpu = util, budget
-        if inp.engine == "sglang":
+        if inp.memory.kind == "static-share":
             act = non_torch = graphs = 0
-            plan.overhead_basis = "SGLang: mem_fraction_static covers weights + KV; activations live outside it"
+            plan.overhead_basis = (f"{inp.memory.share_key} covers weights + KV; activations live outside it")
         else:
             act = activation_estimate(arch, inp, dtype_bytes(dtype))
             non_torch = NON_TORCH_BYTES + (NCCL_BYTES if inp.tp * inp.pp > 1 else 0)
@@ -247,7 +254,7 @@ def _pool(plan: Plan, arch: Arch, inp: PlanInputs, grow: float, slide: float, st
         pool = budget - plan.weights_per_gpu - act - non_torch - graphs
         # vLLM refuses to start unless this much is free on each GPU (ENGINES.md)
         plan.need_bytes_per_gpu = budget
-        plan.need_basis = f"gpu_memory_utilization {util} × total (the engine checks free ≥ this at start)"
+        plan.need_basis = f"{inp.memory.share_key} {util} × total (the engine checks free ≥ this at start)"
         if inp.measured_floor_bytes is not None:
             cal_pool = budget - inp.measured_floor_bytes
             plan.calibrated = {"pool_bytes_per_gpu": cal_pool, "floor_bytes_per_gpu": inp.measured_floor_bytes,
@@ -276,6 +283,3 @@ def _tokens(plan: Plan, pool: float, grow: float, slide: float, state: float) ->
         conc = pool / plan.request_bytes_per_gpu
     return {"kv_pool_tokens": int(conc * L), "full_length_requests": round(conc, 2)}
 
-
-def with_measured_floor(inp: PlanInputs, floor: int | None) -> PlanInputs:
-    return replace(inp, measured_floor_bytes=floor)

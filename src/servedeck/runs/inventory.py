@@ -53,19 +53,18 @@ def gpus() -> dict[str, Any]:
 
 
 def engine_version(base_url: str, engine: str, boot: dict[str, Any]) -> str | None:
-    """The engine's own word on its version: vLLM's /version, llama.cpp's /props build_info, else the boot log."""
-    base = base_url.rstrip("/")
-    try:
-        if engine == "vllm":
-            v = httpx.get(base + "/version", timeout=5).json().get("version")
+    """The engine's own word on its version (where its adapter says a server states it), else the boot log."""
+    from servedeck.engines import get_engine
+
+    where = get_engine(engine).version_path
+    if where is not None:
+        path, key = where
+        try:
+            v = httpx.get(base_url.rstrip("/") + path, timeout=5).json().get(key)
             if v:
                 return str(v)
-        elif engine == "llamacpp":
-            v = httpx.get(base + "/props", timeout=5).json().get("build_info")
-            if v:
-                return str(v)
-    except (httpx.HTTPError, ValueError, AttributeError):
-        pass
+        except (httpx.HTTPError, ValueError, AttributeError):
+            pass
     return boot.get("engine_version")
 
 

@@ -32,7 +32,8 @@ from servedeck.config import Config
 from servedeck.deck import state as S
 from servedeck.deck import launch as L
 from servedeck.deck.deck import Deck, classify, describe_exit, settings_of
-from servedeck.errors import RefusedError, RunError, ServedeckError
+from servedeck.deck.records import LaunchState, LiveRecord
+from servedeck.errors import RefusedError, RunError, UsageError
 from servedeck.fsio import atomic_write_json
 from servedeck.loadgen.records import RequestRecord
 from servedeck.soak import windows as W
@@ -65,14 +66,11 @@ class SoakSpec:
 
 
 def concurrency_cap(cfg: Config, name: str, boot: dict[str, Any], fallback: int) -> int:
-    """What the engine itself will run at once: llama.cpp slots, vLLM max_num_seqs; else `fallback`."""
-    args = cfg.models[name].args
-    for key in ("max_num_seqs", "max-num-seqs", "parallel", "np"):
-        if key in args:
-            return int(args[key])
-    if boot.get("slots"):
-        return int(boot["slots"])
-    return fallback
+    """What the engine itself will run at once (its adapter knows which flag caps it); else `fallback`."""
+    from servedeck.engines import get_engine
+
+    model = cfg.models[name]
+    return get_engine(cfg.deck.builds[model.build].engine).concurrency_cap(model, boot) or fallback
 
 
 def foreign_gpu_processes(inv: Any, gpus: list[int], ours: set[int]) -> list[tuple[int, int]]:
@@ -83,16 +81,16 @@ def foreign_gpu_processes(inv: Any, gpus: list[int], ours: set[int]) -> list[tup
     return [(g.index, p.pid) for g in inv.gpus if g.index in wanted for p in g.processes if p.pid not in ours]
 
 
-def preflight(cfg: Config, name: str) -> tuple[dict, bool]:
+def preflight(cfg: Config, name: str) -> tuple[LiveRecord, bool]:
     """The model's live record, starting it if nothing holds its port. Refuses a busy port or GPU."""
     model = cfg.models[name]
     rec = S.read_live(name)
     started = False
-    if rec and P.alive(rec["pid"], rec.get("create_time")):
-        if rec.get("state") != "ready":
-            raise RefusedError(f"cannot soak {name}: it is {rec.get('state')}, not ready", hint="wait, then run again")
-        if rec["port"] != model.port:
-            raise RefusedError(f"cannot soak {name}: it runs on port {rec['port']} but the config says {model.port}",
+    if rec and P.alive(rec.pid, rec.create_time):
+        if rec.state != LaunchState.READY:
+            raise RefusedError(f"cannot soak {name}: it is {rec.state}, not ready", hint="wait, then run again")
+        if rec.port != model.port:
+            raise RefusedError(f"cannot soak {name}: it runs on port {rec.port} but the config says {model.port}",
                                hint=f"switch {name} again so the running engine matches the config")
     else:
         holder = P.port_holder(model.port)
@@ -101,13 +99,13 @@ def preflight(cfg: Config, name: str) -> tuple[dict, bool]:
                 if holder.get("pid") else "a process servedeck cannot see"
             raise RefusedError(f"cannot soak {name}: port {model.port} is held by {who}, not {name}'s engine",
                                hint="stop that process first; a soak measures only the engine it started or adopted")
-        rec = Deck(cfg).start(name)
+        rec = Deck(cfg).start(name).record
         started = True
-    ours = set(P.group_members(rec["pgid"]))
+    ours = set(P.group_members(rec.pgid))
     holder = P.port_holder(model.port)
     if holder is not None and holder.get("pid") and holder["pid"] not in ours:
         raise RefusedError(f"cannot soak {name}: port {model.port} is held by pid {holder['pid']} "
-                           f"({holder.get('name', '?')}), which is not {name}'s engine (group {rec['pgid']})")
+                           f"({holder.get('name', '?')}), which is not {name}'s engine (group {rec.pgid})")
     from servedeck.gpu import nvml
 
     foreign = foreign_gpu_processes(nvml.inventory(), list(model.gpus), ours)
@@ -131,7 +129,7 @@ def _rss_mib(pids: list[int]) -> float:
 class Soak:
     """One soak's driving and bookkeeping. States: ready → running (`main`) → finished; single-use."""
 
-    def __init__(self, cfg: Config, spec: SoakSpec, rec: dict, cap: int, folder: Any,
+    def __init__(self, cfg: Config, spec: SoakSpec, rec: LiveRecord, cap: int, folder: Any,
                  progress: Callable[[str], None] | None, redactor: Redactor):
         self.cfg, self.spec, self.rec, self.cap, self.folder = cfg, spec, rec, cap, folder
         self.progress = progress or (lambda _line: None)
@@ -146,7 +144,7 @@ class Soak:
         self.start_epoch = 0.0
         self.stop: asyncio.Event | None = None
         self.rss_start = _rss_mib([os.getpid()])
-        self.engine_rss_start = _rss_mib(P.group_members(rec["pgid"]))
+        self.engine_rss_start = _rss_mib(P.group_members(rec.pgid))
 
     def elapsed(self) -> float:
         return perf_counter() - self.t0
@@ -165,7 +163,7 @@ class Soak:
         self.stop = asyncio.Event()
         limits = httpx.Limits(max_connections=self.cap + 8, max_keepalive_connections=self.cap + 8)
         timeout = httpx.Timeout(self.spec.request_timeout_s, connect=10.0)
-        async with httpx.AsyncClient(base_url=self.rec["base_url"], timeout=timeout, limits=limits) as client:
+        async with httpx.AsyncClient(base_url=self.rec.base_url, timeout=timeout, limits=limits) as client:
             workers = [asyncio.ensure_future(self._worker(client, i, burst=i >= self.spec.concurrency))
                        for i in range(max(self.spec.concurrency, self.cap if self.spec.burst_every_s else 0))]
             guards = [asyncio.ensure_future(self._watchdog()), asyncio.ensure_future(self._sampler())]
@@ -211,7 +209,7 @@ class Soak:
 
     async def _turn(self, client: httpx.AsyncClient, conv: Conversation) -> bool:
         messages = conv.ask()
-        body = {"model": self.rec.get("served_name") or self.spec.model, "messages": messages,
+        body = {"model": self.rec.served_name or self.spec.model, "messages": messages,
                 "max_tokens": self.spec.max_tokens, "temperature": 0.7}
         rec = RequestRecord(id=f"{conv.id}t{conv.turn}", kind="measured", t_target=self.elapsed())
         rec.t_send = self.elapsed()
@@ -245,7 +243,7 @@ class Soak:
             # failures in a row usually mean the engine died: give its shim a moment to end, so the
             # fault names the death and its cause rather than only its symptom
             for _ in range(30):
-                if not P.alive(self.rec["pid"], self.rec.get("create_time")):
+                if not P.alive(self.rec.pid, self.rec.create_time):
                     self._fault("engine-died", "the engine's process ended during the soak", **self._death_evidence())
                     return False
                 await asyncio.sleep(0.1)
@@ -267,7 +265,7 @@ class Soak:
             if self.elapsed() >= self.spec.duration_s:
                 self.stop.set()
                 return
-            if not P.alive(self.rec["pid"], self.rec.get("create_time")):
+            if not P.alive(self.rec.pid, self.rec.create_time):
                 self._fault("engine-died", "the engine's process ended during the soak", **self._death_evidence())
                 return
             await asyncio.sleep(1.0)
@@ -275,13 +273,13 @@ class Soak:
     def _death_evidence(self) -> dict[str, Any]:
         from pathlib import Path
 
-        d = Path(self.rec["launch_dir"])
+        d = Path(self.rec.launch_dir)
         deadline = time.monotonic() + 3.0
         while R.read_exit(d) is None and time.monotonic() < deadline:
             time.sleep(0.05)  # let the shim write exit.json
         exit_info = R.read_exit(d)
         tail = L.log_tail(d, 40)
-        return {"exit": exit_info, "detail": describe_exit(exit_info), "cause": classify(tail, exit_info, time.time()),
+        return {"exit": exit_info, "detail": describe_exit(exit_info), "cause": classify(tail, exit_info, time.time(), self.rec.engine),
                 "log_tail": tail.splitlines()[-15:], "launch_dir": str(d)}
 
     async def _sampler(self) -> None:
@@ -293,7 +291,7 @@ class Soak:
             ok, why = await asyncio.to_thread(R.health_ok, spec, 10.0)
             xids = await asyncio.to_thread(self._xids)
             s = {"at_s": round(self.elapsed(), 1), "health": why, "healthy": ok, "xids": len(xids),
-                 "engine_rss_mib": _rss_mib(P.group_members(self.rec["pgid"])),
+                 "engine_rss_mib": _rss_mib(P.group_members(self.rec.pgid)),
                  "servedeck_rss_mib": _rss_mib([os.getpid()]),
                  "requests": len(self.records), "errors": sum(r["status"] == "error" for r in self.records)}
             self.samples.append(s)
@@ -343,65 +341,76 @@ class Soak:
                 "samples": self.samples[-1000:], "kernel_log": self.kernel,
                 "servedeck_rss_mib": {"start": self.rss_start, "end": _rss_mib([os.getpid()])},
                 "engine_rss_mib": {"start": self.engine_rss_start,
-                                   "end": _rss_mib(P.group_members(self.rec["pgid"]))}}
+                                   "end": _rss_mib(P.group_members(self.rec.pgid))}}
 
 
-def _spec(rec: dict) -> Any:
-    from servedeck.deck.deck import spec_of_record
-
-    return spec_of_record(rec)
+def _spec(rec: LiveRecord) -> Any:
+    return rec.probe_spec()
 
 
-def run_soak(cfg: Config, spec: SoakSpec, progress: Callable[[str], None] | None = None,
-             notices: Notices | None = None) -> dict[str, Any]:
-    """Run a soak; returns its summary (with `path`). Raises RefusedError (busy port/GPU) before
-    anything runs, RunError when the run folder cannot be written."""
+class SoakRun:
+    """One soak from preflight to summary. `open_soak` (blocking: may start the model through the deck)
+    → `await main()` (the load, in the caller's event loop) → `finish()` (writes the folder's verdict)."""
+
+    def __init__(self, soak: Soak, folder: Any, notices: Notices, redactor: Redactor):
+        self.soak, self.folder, self.notices, self.redactor = soak, folder, notices, redactor
+
+    async def main(self) -> None:
+        try:
+            await self.soak.main()
+        except asyncio.CancelledError:  # Ctrl-C under asyncio.run: keep what finished, finish() says so
+            self.soak.interrupted = True
+
+    def finish(self) -> dict[str, Any]:
+        soak, folder, name = self.soak, self.folder, self.soak.spec.model
+        summary = self.redactor.data(soak.summary())
+        try:
+            folder.update(**{k: v for k, v in summary.items() if k not in ("status", "reason")})
+            folder.finish(summary["status"], summary["reason"])
+        except OSError as e:
+            raise RunError(f"the soak ran but its run folder {folder.path} could not be written: {e.strerror or e}; "
+                           "it is not a result", hint="free space or fix permissions, then soak again") from None
+        results = [f for f in soak.faults if f["kind"] == "results"]
+        if results:  # requests were lost from the folder: the run must not read as complete
+            raise RunError(results[0]["message"] + f"; the soak stopped and {folder.path} is marked failed",
+                           hint="free space or fix permissions under the results directory, then soak again")
+        self.notices.emit("soak", name, f"soak of {name} {summary['status']}: {summary['reason'] or 'no fault'}; "
+                                        f"{summary['counts']['total']} requests, {summary['counts']['error']} errors",
+                          run=str(folder.path))
+        return {**summary, "path": str(folder.path)}
+
+
+def open_soak(cfg: Config, spec: SoakSpec, progress: Callable[[str], None] | None = None,
+              notices: Notices | None = None) -> SoakRun:
+    """Preflight (adopt the running model or start it) and open the run folder. Raises RefusedError
+    (busy port/GPU) before anything runs, RunError when the run folder cannot be written."""
     from servedeck.runs.folder import RunFolder, runs_root
 
     name = spec.model
     limit = cfg.models[name].max_output_tokens
     if limit and spec.max_tokens > limit:  # refused before anything starts, as the bench refuses it
-        raise ServedeckError(f"--max-tokens {spec.max_tokens} is above models.{name}.max_output_tokens ({limit})",
+        raise UsageError(f"--max-tokens {spec.max_tokens} is above models.{name}.max_output_tokens ({limit})",
                          hint=f"ask for {limit} or fewer (--max-tokens {limit}), or raise max_output_tokens")
     redactor = Redactor.from_config(cfg)
     notices = notices or Notices(cfg.deck.host.on_notice, redactor)
     rec, started = preflight(cfg, name)
     model = cfg.models[name]
-    cap = spec.burst_concurrency or concurrency_cap(cfg, name, rec.get("boot") or {}, 2 * spec.concurrency)
+    cap = spec.burst_concurrency or concurrency_cap(cfg, name, rec.boot, 2 * spec.concurrency)
     frozen = redactor.data({"host": cfg.deck.host.model_dump(mode="json"), **settings_of(name, cfg)})
     workload = {"kind": "soak", **asdict(spec), "burst_concurrency": cap}
     folder = RunFolder.create(runs_root(cfg.deck.host.results_dir), name, model.layout, model.context,
-                              rec["engine"], {"kind": "soak", "model": name, "engine": rec["engine"],
-                                              "base_url": rec["base_url"], "workload": workload,
-                                              "started_engine": started, "config": frozen,
-                                              "points": [{"index": 0, "label": f"steady c={spec.concurrency}"},
-                                                         {"index": 1, "label": f"bursts c={cap}"}]})
+                              rec.engine, {"kind": "soak", "model": name, "engine": rec.engine,
+                                           "base_url": rec.base_url, "workload": workload,
+                                           "started_engine": started, "config": frozen,
+                                           "points": [{"index": 0, "label": f"steady c={spec.concurrency}"},
+                                                      {"index": 1, "label": f"bursts c={cap}"}]})
     try:
         atomic_write_json(folder.path / "config.json", frozen)  # the frozen copy the soak ran with
         folder.scrub = redactor.text
-        folder.attach_launch(rec.get("launch_dir"), whole_log=started)
+        folder.attach_launch(rec.launch_dir, whole_log=started)
     except OSError as e:
         raise RunError(f"cannot write the run folder {folder.path}: {e.strerror or e}",
                        hint="free space or fix permissions under the results directory, then run again") from None
     notices.emit("soak", name, f"soak of {name} started: {spec.duration_s:g} s at c={spec.concurrency}, "
                                f"bursts to c={cap}", run=str(folder.path))
-    soak = Soak(cfg, spec, rec, cap, folder, progress, redactor)
-    try:
-        asyncio.run(soak.main())
-    except KeyboardInterrupt:
-        soak.interrupted = True
-    summary = redactor.data(soak.summary())
-    try:
-        folder.update(**{k: v for k, v in summary.items() if k not in ("status", "reason")})
-        folder.finish(summary["status"], summary["reason"])
-    except OSError as e:
-        raise RunError(f"the soak ran but its run folder {folder.path} could not be written: {e.strerror or e}; "
-                       "it is not a result", hint="free space or fix permissions, then soak again") from None
-    results = [f for f in soak.faults if f["kind"] == "results"]
-    if results:  # requests were lost from the folder: the run must not read as complete
-        raise RunError(results[0]["message"] + f"; the soak stopped and {folder.path} is marked failed",
-                       hint="free space or fix permissions under the results directory, then soak again")
-    notices.emit("soak", name, f"soak of {name} {summary['status']}: {summary['reason'] or 'no fault'}; "
-                               f"{summary['counts']['total']} requests, {summary['counts']['error']} errors",
-                 run=str(folder.path))
-    return {**summary, "path": str(folder.path)}
+    return SoakRun(Soak(cfg, spec, rec, cap, folder, progress, redactor), folder, notices, redactor)

@@ -30,17 +30,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from filelock import FileLock, Timeout
 
 from servedeck import paths
 from servedeck.config import Config
 from servedeck.config.schema import Host
 from servedeck.deck import launch as L
 from servedeck.deck import state as S
-from servedeck.deck.deck import Deck, config_from_settings, is_orphan, spec_of_record
+from servedeck.deck.deck import Deck, DeckOps, Ending, config_from_settings, is_orphan
+from servedeck.deck.records import LaunchState, LiveRecord
 from servedeck.engines import get_engine
 from servedeck.errors import BusyError, LaunchError, RefusedError, StateError
-from servedeck.fsio import atomic_write_json
+from servedeck.fsio import exclusive
 from servedeck.supervisor import process as P
 from servedeck.watch.liveness import ProbeResult, probe
 from servedeck.watch.notices import Notices, Redactor
@@ -55,30 +55,14 @@ def lock_path() -> Path:
 @contextmanager
 def watch_lock() -> Iterator[None]:
     """Exactly one loop per state dir. flock is released by the kernel if the loop is killed."""
-    lock = FileLock(str(lock_path()))
-    holder = lock_path().with_suffix(".holder")
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        who = "another watch loop"
-        try:
-            import json
+    def busy(holder: dict | None) -> BusyError:
+        who = (f"the watch loop with pid {holder['pid']} (since {holder.get('since')})"
+               if holder and "pid" in holder else "another watch loop")
+        return BusyError(f"{who} already watches {paths.home()} (lock {lock_path()})",
+                         hint="one loop per state dir: stop that one first, or use another SERVEDECK_HOME")
 
-            h = json.loads(holder.read_text())
-            who = f"the watch loop with pid {h['pid']} (since {h['since']})"
-        except (OSError, ValueError, KeyError):
-            pass
-        raise BusyError(f"{who} already watches {paths.home()} (lock {lock_path()})",
-                        hint="one loop per state dir: stop that one first, or use another SERVEDECK_HOME") from None
-    try:
-        atomic_write_json(holder, {"pid": os.getpid(), "since": S.now_iso()})
+    with exclusive(lock_path(), "watch", busy):
         yield
-    finally:
-        try:
-            holder.unlink()
-        except FileNotFoundError:
-            pass
-        lock.release()
 
 
 class Watcher:
@@ -149,58 +133,55 @@ class Watcher:
     # --- reconcile -----------------------------------------------------------------------------
     def _reconcile(self, desired: dict[str, dict]) -> bool:
         try:
-            with S.deck_lock("watch: reconcile", 0):
-                before = S.all_live()
-                running = self.deck.running()  # settles the dead: crash recorded with its cause
-                for name in before:
-                    if name not in running:
-                        self._ended(name, before[name])
+            with self.deck.locked("watch: reconcile") as ops:
+                for name, (rec, end) in ops.settle_dead().items():  # crash recorded with its cause
+                    self._ended(name, rec, end)
+                running = ops.running()
                 for name, rec in list(running.items()):
                     if is_orphan(rec):
-                        out = self.deck.reap_orphan(name, rec)
+                        out = ops.reap_orphan(name, rec)
                         running.pop(name)
-                        self.note("reaped", name, f"reaped {name}: left starting by servedeck pid {rec.get('owner_pid')}, "
-                                                  "which is gone", pid=rec["pid"], killed=out.get("killed"))
+                        self.note("reaped", name, f"reaped {name}: left starting by servedeck pid {rec.owner_pid}, "
+                                                  "which is gone", pid=rec.pid, killed=out.get("killed"))
                     elif name in desired:
                         self._seen_running(name, rec)
-                    elif rec.get("state") == "starting" and rec.get("owner_pid") and P.alive(rec["owner_pid"]):
+                    elif rec.state == LaunchState.STARTING and rec.owner_pid and P.alive(rec.owner_pid):
                         continue  # a start by a live servedeck process (cannot happen under the lock; kept)
                     else:
                         running.pop(name)
-                        out = self.deck._stop_locked(name, rec, reason="reaped by watch: not in desired state")
-                        self.note("reaped", name, f"reaped {name} (pid {rec['pid']}, port {rec['port']}): running but "
+                        out = ops.stop(name, rec, reason="reaped by watch: not in desired state")
+                        self.note("reaped", name, f"reaped {name} (pid {rec.pid}, port {rec.port}): running but "
                                                   "not in desired state", killed=out.get("killed"))
                 for name in [n for n in self.incidents if n not in desired]:
                     self.incidents.pop(name)  # unwanted now: nothing to keep trying or reporting
                 for name, settings in desired.items():
                     if name not in running:
-                        self._absent(name, settings)
+                        self._absent(ops, name, settings)
             return True
         except BusyError:
             return False  # a start/switch/stop is under way; look again next tick
 
-    def _ended(self, name: str, rec: dict) -> None:
+    def _ended(self, name: str, rec: LiveRecord, end: Ending) -> None:
         self.known.discard(name)
         self.liveness.pop(name, None)
-        lrec = L.read_launch(Path(rec["launch_dir"]))
-        state = lrec.get("state")
-        if state not in ("crashed", "failed"):
+        state = end.state
+        if state not in (LaunchState.CRASHED, LaunchState.FAILED):
             return
-        cause = lrec.get("cause") or {}
-        tail = L.log_tail(Path(rec["launch_dir"]), TAIL_LINES).splitlines()
-        why = lrec.get("end_detail") or state
+        cause = end.cause or {}
+        tail = L.log_tail(Path(rec.launch_dir), TAIL_LINES).splitlines()
+        why = end.detail or str(state)
         if cause.get("summary"):
             why += f" — {cause['summary']}"
-        self.note("crashed", name, f"{name} {state}: {why}", launch_dir=rec["launch_dir"], exit=lrec.get("exit"),
+        self.note("crashed", name, f"{name} {state}: {why}", launch_dir=rec.launch_dir, exit=end.exit,
                   cause=cause, log_tail=tail)
         inc = self.incidents.get(name)
         if inc is not None and inc.get("state") == "relaunching":
             inc["evidence"].append({"try": inc["tries"], "outcome": f"{state} after relaunch", "detail": why,
-                                    "cause": cause, "launch_dir": rec["launch_dir"], "log_tail": tail})
+                                    "cause": cause, "launch_dir": rec.launch_dir, "log_tail": tail})
             inc.pop("ready_at", None)
         elif inc is None:
             self.incidents[name] = self._new_incident(
-                {"try": 0, "outcome": state, "detail": why, "cause": cause, "launch_dir": rec["launch_dir"],
+                {"try": 0, "outcome": str(state), "detail": why, "cause": cause, "launch_dir": rec.launch_dir,
                  "log_tail": tail})
 
     @staticmethod
@@ -208,12 +189,12 @@ class Watcher:
         return {"state": "relaunching", "tries": 0, "next_at": 0.0, "since": S.now_iso(),
                 "evidence": [first] if first else []}
 
-    def _seen_running(self, name: str, rec: dict) -> None:
+    def _seen_running(self, name: str, rec: LiveRecord) -> None:
         if name not in self.known:
             self.known.add(name)
-            if rec.get("launch_dir") not in self.launched:
-                self.note("adopted", name, f"adopted {name} (pid {rec['pid']}, port {rec['port']}, {rec.get('state')}): "
-                                           "already running, not started again", pid=rec["pid"])
+            if rec.launch_dir not in self.launched:
+                self.note("adopted", name, f"adopted {name} (pid {rec.pid}, port {rec.port}, {rec.state}): "
+                                           "already running, not started again", pid=rec.pid)
         inc = self.incidents.get(name)
         if inc is None:
             return
@@ -224,7 +205,7 @@ class Watcher:
             self.incidents.pop(name)
             self.note("stable", name, f"{name} stayed up {self.stable_s:g} s after relaunch; relaunch count reset")
 
-    def _absent(self, name: str, settings: dict) -> None:
+    def _absent(self, ops: DeckOps, name: str, settings: dict) -> None:
         inc = self.incidents.setdefault(name, self._new_incident())
         n = self.host.relaunch_tries
         if inc["state"] == "gave-up":
@@ -247,7 +228,7 @@ class Watcher:
         t0 = time.monotonic()
         try:
             cfg = config_from_settings(name, settings, self.cfg)
-            rec = self.deck._start_locked(name, cfg, reason="relaunch", evict=False)  # we hold the deck lock
+            rec = ops.start(name, cfg, reason="relaunch").record
         except (LaunchError, RefusedError, StateError) as e:
             cause = getattr(e, "cause", None) or {}
             tail = (getattr(e, "log_tail", "") or "").splitlines()
@@ -260,12 +241,12 @@ class Watcher:
             if i >= n:
                 self._give_up(name, inc)
             return
-        self.launched.add(rec["launch_dir"])
+        self.launched.add(rec.launch_dir)
         inc["ready_at"] = time.time()
         inc["next_at"] = time.time() + self.host.relaunch_spacing_s
         self.known.add(name)
         self.note("relaunched", name, f"{name} is back after relaunch {i}/{n}: ready in {time.monotonic() - t0:.1f} s "
-                                      f"(pid {rec['pid']})", attempt=i, of=n, launch_dir=rec["launch_dir"])
+                                      f"(pid {rec.pid})", attempt=i, of=n, launch_dir=rec.launch_dir)
 
     def _give_up(self, name: str, inc: dict) -> None:
         last = inc["evidence"][-1] if inc["evidence"] else {}
@@ -289,18 +270,18 @@ class Watcher:
                     self.note("error", name, f"liveness probe of {name} failed: {type(e).__name__}: {e}")
         now = time.monotonic()
         for name, rec in S.all_live().items():
-            if rec.get("state") != "ready" or name in self.inflight:
+            if rec.state != LaunchState.READY or name in self.inflight:
                 continue
             if now - self.last_probe.get(name, -1e9) < self.host.liveness_interval_s:
                 continue
             self.last_probe[name] = now
-            metrics = get_engine(rec["engine"]).metrics
-            fut = self.pool.submit(probe, spec_of_record(rec), metrics, self.host.stall_after_s)
-            self.inflight[name] = (rec["launch_dir"], fut)
+            metrics = get_engine(rec.engine).metrics
+            fut = self.pool.submit(probe, rec.probe_spec(), metrics, self.host.stall_after_s)
+            self.inflight[name] = (rec.launch_dir, fut)
 
     def _verdict(self, name: str, launch_dir: str, res: ProbeResult) -> None:
         rec = S.read_live(name)
-        if not rec or rec.get("launch_dir") != launch_dir:
+        if not rec or rec.launch_dir != launch_dir:
             return  # the engine probed is gone or replaced; reconcile has spoken about it
         prev = self.liveness.get(name) or {}
         was = prev.get("verdict") if prev.get("launch_dir") == launch_dir else None

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from typing import Any, Iterable, Iterator
 
@@ -129,6 +128,3 @@ def format_notice(r: dict) -> str:
     model = f" {r['model']}" if r.get("model") else ""
     return f"{r.get('ts', '?')}  {r.get('kind', '?'):<10}{model}: {r.get('message', '')}"
 
-
-def stderr_line(r: dict) -> None:  # pragma: no cover - the loop's console echo
-    print(format_notice(r), file=sys.stderr, flush=True)

@@ -1,0 +1,122 @@
+"""The typed records that travel between the deck and everything that uses it: a launch's state, the
+live record of an engine servedeck started, and the endpoint a client talks to.
+
+States of a launch (launch.json "state", mirrored in the live record):
+    starting  spawned; not yet healthy-and-answering
+    ready     alive, healthy, and one real completion was answered
+    stopping  a stop is under way (SIGTERM sent to the group)
+    stopped   ended by `stop` or `switch`          (terminal)
+    failed    died or timed out while starting    (terminal)
+    crashed   found dead after being ready         (terminal)
+Only the deck (deck/deck.py) moves a launch between states.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from enum import Enum
+from typing import Any, Optional
+
+from servedeck.engines.base import Endpoint, LaunchSpec
+
+
+class LaunchState(str, Enum):
+    STARTING = "starting"
+    READY = "ready"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    FAILED = "failed"
+    CRASHED = "crashed"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (LaunchState.STOPPED, LaunchState.FAILED, LaunchState.CRASHED)
+
+    def __str__(self) -> str:  # "ready", not "LaunchState.READY", in messages and f-strings
+        return self.value
+
+    @classmethod
+    def after_death(cls, was: "LaunchState") -> "LaunchState":
+        """What a launch whose process is found gone has become: a stop finished, a start failed,
+        anything else crashed."""
+        if was == cls.STOPPING:
+            return cls.STOPPED
+        if was == cls.STARTING:
+            return cls.FAILED
+        return cls.CRASHED
+
+
+@dataclass
+class LiveRecord:
+    """One engine servedeck started and has not yet seen end: live/<model>.json.
+
+    Written atomically by the deck at spawn, at ready and at stopping; read by everyone else."""
+
+    model: str
+    engine: str
+    build: str
+    slot: str
+    port: int
+    launch_dir: str
+    pid: int  # the shim, leader of the engine's process group
+    pgid: int
+    create_time: Optional[float]  # with pid: tells a reused pid from ours
+    owner_pid: int  # the servedeck process that started it
+    state: LaunchState = LaunchState.STARTING
+    host: str = "127.0.0.1"
+    served_name: str = ""
+    base_url: str = ""
+    health_path: str = "/health"
+    stop_timeout_s: float = 120.0
+    gpus: list[int] = field(default_factory=list)
+    image: Optional[str] = None
+    docker: Optional[str] = None
+    config_path: str = ""
+    reason: str = "start"
+    started_at: str = ""
+    ready_at: Optional[str] = None
+    ready_t: Optional[float] = None  # wall time it became ready (for uptime)
+    engine_pid: Optional[int] = None
+    boot: dict[str, Any] = field(default_factory=dict)
+    readiness: dict[str, Any] = field(default_factory=dict)
+    spec: dict[str, Any] = field(default_factory=dict)  # the rendered LaunchSpec (redacted)
+    schema: int = 1
+
+    @property
+    def endpoint(self) -> Endpoint:
+        return Endpoint(self.model, self.engine, self.base_url, self.served_name or self.model, self.health_path)
+
+    def probe_spec(self) -> LaunchSpec:
+        """Enough of a LaunchSpec to probe the running engine (health, one completion)."""
+        return LaunchSpec(model=self.model, engine=self.engine, argv=[], env={}, host=self.host, port=self.port,
+                          served_name=self.served_name or self.model, health_path=self.health_path, slot=self.slot,
+                          stop_timeout_s=self.stop_timeout_s, ready_timeout_s=0)
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["state"] = self.state.value
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "LiveRecord":
+        """From live/<model>.json; keys this version does not know are ignored (a newer writer)."""
+        known = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in d.items() if k in known}
+        kw["state"] = LaunchState(d.get("state", "starting"))
+        if "health_path" not in d and isinstance(d.get("spec"), dict):
+            kw["health_path"] = d["spec"].get("health_path", "/health")
+        return cls(**kw)
+
+
+@dataclass
+class StartResult:
+    """What `Deck.start` / `switch` did: the model's live record, and who was stopped for it."""
+
+    record: LiveRecord
+    already_running: bool = False
+    evicted: list[str] = field(default_factory=list)
+    waited_for_memory_s: Optional[float] = None  # a switch that waited for the GPU to free the old model's memory
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.record.to_json(), "already_running": self.already_running, "evicted": self.evicted,
+                "waited_for_memory_s": self.waited_for_memory_s}

@@ -1,0 +1,24 @@
+"""Helpers for the campaign tests: gate and bench as the CLI runs them."""
+
+from __future__ import annotations
+
+
+def run_bench(cfg, model: str, spec, launch: bool = False, **kw):
+    """`servedeck bench` as the CLI runs it: open the target, the coroutine under asyncio.run, close."""
+    import asyncio
+
+    from servedeck.campaign import Outcome, bench, measured
+
+    out = Outcome()
+    with measured(cfg, model, launch, out) as target:
+        return asyncio.run(bench(target, spec, outcome=out, **kw))
+
+
+def run_gate(cfg, model: str, spec, launch: bool = False, **kw):
+    import asyncio
+
+    from servedeck.campaign import Outcome, gate, measured
+
+    out = Outcome()
+    with measured(cfg, model, launch, out) as target:
+        return asyncio.run(gate(target, spec, outcome=out, **kw))
