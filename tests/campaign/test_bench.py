@@ -149,7 +149,7 @@ def test_decode_workload_measures_decode_only(campaign_config, llama):
 
     spec = BenchSpec(workload="decode", shapes=(ClosedLoop(1),), input_tokens=64, output_tokens=24,
                      requests=3, warmup=1)
-    out = bench(campaign_config, "smollm2", spec, gate_spec=GateSpec(context=768))
+    out = run_bench(campaign_config, "smollm2", spec, gate_spec=GateSpec(context=768))
     summary = json.loads((out.folder / "summary.json").read_text())
     w = summary["workload"]
     assert w["workload"] == "decode" and w["api"] == "completions" and w["fixed_prompt"] is True
