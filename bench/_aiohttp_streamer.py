@@ -1,4 +1,4 @@
-"""The aiohttp client servedeck did not ship, kept to show why (bench/loadgen_accuracy.py --client aiohttp).
+"""The aiohttp client servedeck did not ship, kept to show why (bench/loadgen_accuracy.py --clients aiohttp).
 
 Written the way common benchmark clients are (vllm bench serve): one ClientSession, iterate the
 response line by line, stamp each line when the reading task gets it, json.loads every event.

@@ -1,29 +1,39 @@
 """How accurately does servedeck's load generator measure? Checked against the instrument.
 
-The instrument (servedeck.loadgen.instrument, its own process) streams tokens at known times
-and records when it really wrote each one. This script drives it with the client and reports,
-per concurrency (closed loop, TTFT 50 ms, one token per 20 ms, 100 tokens):
+The instrument (servedeck.testing.instrument, its own process) streams tokens at known times and
+records when it really wrote each one, in two modes: "cheap" (JSON serialised once per request,
+token text spliced in) and "realistic" (every event a dict built and json.dumps'ed when due, usage
+last, one process: what a real server's front end costs per chunk; "spaced" is realistic with
+json.dumps' default separators). This script drives it with servedeck's client (in 1 or more
+processes) and with an aiohttp client written the way vllm bench serve uses aiohttp, interleaved:
+each repetition runs every variant at every concurrency before the next repetition starts, so a
+busy neighbour hits all of them alike. Per point (closed loop, TTFT 50 ms, one token per 20 ms,
+100 tokens):
     TTFT error   client's first-token arrival − instrument's write of that token (ms)
     ITL error    client's gap between two chunks − instrument's gap between their writes (ms)
     rate         client output tok/s over the run ÷ ideal (concurrency × tokens / request time)
     lag          schedule lag, actual − targeted send (ms)
-then ramps an open-loop load to find the most streamed tokens/s the client takes on its one
-core while schedule lag p99 stays under 5 ms. Medians over --reps repetitions.
+    self-check   whether the client's own self-check called the point client-bound
+Medians over --reps repetitions; the host's load average is recorded with every point. An
+optional open-loop ramp (--capacity-streams) finds the most streamed tokens/s one client core takes
+while schedule lag p99 stays under 5 ms.
 
-    .venv/bin/python bench/loadgen_accuracy.py [--reps 3] [--client servedeck|aiohttp] [--out PATH]
+    .venv/bin/python bench/loadgen_accuracy.py [--reps 3] [--modes cheap realistic]
+        [--clients servedeck aiohttp] [--client-procs 1 2 4] [--loops auto] [--gc quiet] [--out PATH]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
+import itertools
 import json
 import os
 import platform
 import statistics
 import sys
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,19 +51,39 @@ from servedeck.loadgen import (
     summarize_run,
     synthetic_requests,
 )
-
-from servedeck.loadgen.instrument_process import InstrumentProcess  # noqa: E402
+from servedeck.loadgen.loop import preferred, run as run_loop
+from servedeck.loadgen.procs import ProcessLoadRun
+from servedeck.testing.instrument_process import InstrumentProcess
 
 HERE = Path(__file__).resolve().parent
-console = Console(width=150)  # the tables are wider than a default terminal
+console = Console(width=230)  # the tables are wider than a default terminal
+MODE_ARGS = {"cheap": [], "realistic": ["--realistic"], "spaced": ["--realistic", "--json-spaces"]}
+# issue 14's targets for the realistic mode on the 2-core box: streams -> (p50, p99, rate %)
+TARGETS = {64: (None, 8.0, None), 256: (2.0, 20.0, 97.0)}
 
 
 class BenchInstrument(InstrumentProcess):
     """The instrument with the timing it was started with, which the error figures need."""
 
-    def __init__(self, ttft_ms: float, itl_ms: float, tokens: int, cpus: set[int] | None = None) -> None:
-        self.ttft_ms, self.itl_ms, self.tokens = ttft_ms, itl_ms, tokens
-        super().__init__("--ttft-ms", str(ttft_ms), "--itl-ms", str(itl_ms), "--tokens", str(tokens), cpus=cpus)
+    def __init__(self, mode: str, ttft_ms: float, itl_ms: float, tokens: int, cpus: set[int] | None = None) -> None:
+        self.mode, self.ttft_ms, self.itl_ms, self.tokens = mode, ttft_ms, itl_ms, tokens
+        super().__init__("--ttft-ms", str(ttft_ms), "--itl-ms", str(itl_ms), "--tokens", str(tokens),
+                         *MODE_ARGS[mode], cpus=cpus)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way of running the client: which client, in how many processes, on which loop, how GC runs."""
+
+    mode: str  # the instrument's mode
+    client: str  # servedeck | aiohttp
+    procs: int = 1
+    loop: str = "auto"  # auto | asyncio | uvloop (auto: uvloop when installed)
+    gc: str = "quiet"  # quiet: no automatic GC in the measured phase (LoadRun's default) | default
+
+    @property
+    def label(self) -> str:
+        return f"{self.mode}/{self.client}/p{self.procs}/{self.loop}/{self.gc}"
 
 
 def make_client(kind: str, url: str, connections: int) -> Any:
@@ -80,7 +110,7 @@ class Spread:
 
 
 async def drive(kind: str, urls: list[str], shape: Any, n: int, max_tokens: int, connections: int,
-                duration_s: float | None = None) -> LoadResult:
+                duration_s: float | None = None, quiet_gc: bool = True) -> LoadResult:
     specs = list(synthetic_requests(64, max_tokens, n=n))
     warm = list(synthetic_requests(64, 4, n=min(8, connections), kind="warmup"))
     clients = [make_client(kind, u, connections) for u in urls]
@@ -88,15 +118,18 @@ async def drive(kind: str, urls: list[str], shape: Any, n: int, max_tokens: int,
         await c.__aenter__()
         if isinstance(c, StreamingClient):
             await c.prewarm(connections // len(clients) + 1)
-    gc.collect()
-    gc.freeze()  # setup garbage is not the client's per-request cost
     try:
         streamer = clients[0] if len(clients) == 1 else Spread(clients)
-        return await run_load(streamer, shape, specs, warmup=warm, duration_s=duration_s)
+        return await run_load(streamer, shape, specs, warmup=warm, duration_s=duration_s, quiet_gc=quiet_gc)
     finally:
-        gc.unfreeze()
         for c in clients:
             await c.__aexit__(None, None, None)
+
+
+def run_variant(v: Variant, coro_or_run: Any) -> LoadResult:
+    """Run on the variant's loop; client processes read SERVEDECK_LOOP, so it is set for them too."""
+    os.environ["SERVEDECK_LOOP"] = v.loop
+    return run_loop(coro_or_run, None if v.loop == "auto" else v.loop)  # type: ignore[arg-type]
 
 
 def compare(res: LoadResult, sent: dict[str, dict[str, Any]]) -> dict[str, list[float]]:
@@ -125,20 +158,44 @@ def lateness(sent: dict[str, dict[str, Any]], ttft_ms: float, itl_ms: float) -> 
     return out
 
 
+def load3() -> list[float] | None:
+    """The host's load average (1, 5, 15 min), None where the kernel does not say (a sandbox)."""
+    try:
+        return list(os.getloadavg())
+    except OSError:
+        return None
+
+
+def load1() -> float | None:
+    la = load3()
+    return la[0] if la else None
+
+
 def pct(values: list[float], q: float) -> float | None:
     return float(np.percentile(values, q)) if values else None
 
 
-def accuracy_point(inst: BenchInstrument, kind: str, conc: int, rounds: int) -> dict[str, Any]:
+def accuracy_point(inst: BenchInstrument, v: Variant, conc: int, rounds: int) -> dict[str, Any]:
     inst.clear()
     n = max(10, conc * rounds)
-    res = asyncio.run(drive(kind, [inst.url], ClosedLoop(conc), n, inst.tokens, conc))
+    load_before = load1()
+    quiet = v.gc == "quiet"
+    if v.procs > 1:
+        specs = list(synthetic_requests(64, inst.tokens, n=n))
+        warm = list(synthetic_requests(64, 4, n=min(8, conc), kind="warmup"))
+        run = ProcessLoadRun(ClientConfig(inst.url, model="instrument"), ClosedLoop(conc), specs, procs=v.procs,
+                             warmup=warm, quiet_gc=quiet)
+        res = run_variant(v, run.run())
+    else:
+        res = run_variant(v, drive(v.client, [inst.url], ClosedLoop(conc), n, inst.tokens, conc, quiet_gc=quiet))
     sent = inst.records()
     cmp = compare(res, sent)
     stats = summarize_run(res)
     ideal = conc * inst.tokens / ((inst.ttft_ms + (inst.tokens - 1) * inst.itl_ms) / 1e3)
     measured = [r for r in res.records if r.kind == "measured"]
     return {
+        "mode": v.mode, "client": v.client, "procs": v.procs, "loop_asked": v.loop, "gc": v.gc,
+        "loop": res.loop,
         "concurrency": conc,
         "requests": len(measured),
         "ok": stats["counts"]["ok"],
@@ -154,7 +211,10 @@ def accuracy_point(inst: BenchInstrument, kind: str, conc: int, rounds: int) -> 
         "lag_p50_ms": stats["client"]["lag_ms"]["p50"],
         "lag_p99_ms": stats["client"]["lag_ms"]["p99"],
         "client_cpu_fraction": stats["client"]["cpu_fraction"],
+        "client_bound": stats["client"]["client_bound"],
+        "self_check_reasons": stats["client"]["reasons"],
         "instrument_late_p99_ms": pct(lateness(sent, inst.ttft_ms, inst.itl_ms), 99),
+        "load_avg_1m": load_before,
     }
 
 
@@ -166,8 +226,7 @@ def capacity_point(insts: list[BenchInstrument], kind: str, streams: int, durati
     req_s = (inst.ttft_ms + (inst.tokens - 1) * inst.itl_ms) / 1e3
     rate = streams / req_s
     n = int(rate * duration_s) + 1
-    res = asyncio.run(drive(kind, [i.url for i in insts], OpenLoop(rate), n, inst.tokens, streams,
-                            duration_s=duration_s))
+    res = run_loop(drive(kind, [i.url for i in insts], OpenLoop(rate), n, inst.tokens, streams, duration_s=duration_s))
     sent = {k: v for i in insts for k, v in i.records().items()}
     stats = summarize_run(res)
     measured = [r for r in res.records if r.kind == "measured" and r.t_send is not None]
@@ -187,77 +246,149 @@ def capacity_point(insts: list[BenchInstrument], kind: str, streams: int, durati
         "ttft_err_p99_ms": pct(cmp["ttft_err"], 99),
         "errors": stats["counts"]["error"],
         "instrument_late_p99_ms": pct(lateness(sent, inst.ttft_ms, inst.itl_ms), 99),
+        "load_avg_1m": load1(),
     }
 
 
 def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k in runs[0]:
-        vals = [r[k] for r in runs if isinstance(r[k], (int, float)) and r[k] is not None]
+        vals = [r[k] for r in runs if isinstance(r[k], (int, float)) and not isinstance(r[k], bool) and r[k] is not None]
         same = all(r[k] == runs[0][k] for r in runs)  # e.g. the concurrency: keep it as it is
         out[k] = statistics.median(vals) if vals and not same else runs[0][k]
+    out["client_bound_runs"] = sum(bool(r.get("client_bound")) for r in runs)
     return out
+
+
+def medians(runs: dict[tuple[str, int], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    acc = []
+    for (label, _conc), rs in runs.items():
+        m = median_of(rs)
+        m["runs"] = len(rs)
+        m["verdict"] = verdict(m)
+        acc.append({"variant": label, "median": m, "runs": rs})
+    return acc
+
+
+def write_json(path: Path, result: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=1))
+    tmp.replace(path)
+
+
+def verdict(m: dict[str, Any]) -> str:
+    """Issue 14's targets (realistic mode): 'met', or 'missed (flagged k/n)' with how many of the
+    runs the self-check called client-bound, or '' where the point has no target."""
+    t = TARGETS.get(m["concurrency"])
+    if m["mode"] == "cheap" or t is None:
+        return ""
+    p50, p99, rate = t
+    ok = ((p50 is None or (m["ttft_err_p50_ms"] or 1e9) <= p50) and (p99 is None or (m["ttft_err_p99_ms"] or 1e9) <= p99)
+          and (rate is None or (m["rate_pct_of_ideal"] or 0) >= rate))
+    return "met" if ok else f"missed (flagged {m['client_bound_runs']}/{m['runs']})"
 
 
 def fmt(x: Any, nd: int = 2) -> str:
     return "—" if x is None else f"{x:.{nd}f}" if isinstance(x, float) else str(x)
 
 
+def cpus_of(text: str | None) -> set[int] | None:
+    if not text:
+        return None
+    out: set[int] = set()
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        out |= set(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--client", choices=["servedeck", "aiohttp"], default="servedeck")
-    ap.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio",
-                    help="the client's event loop (the instrument always runs plain asyncio)")
+    ap.add_argument("--modes", nargs="+", choices=list(MODE_ARGS), default=["cheap", "realistic"])
+    ap.add_argument("--clients", nargs="+", choices=["servedeck", "aiohttp"], default=["servedeck", "aiohttp"])
+    ap.add_argument("--client-procs", type=int, nargs="+", default=[1],
+                    help="servedeck's client split over N processes (one schedule); aiohttp always runs in one")
+    ap.add_argument("--loops", nargs="+", choices=["auto", "asyncio", "uvloop"], default=["auto"],
+                    help="the client's event loop (auto: uvloop when installed); several: side by side")
+    ap.add_argument("--gc", nargs="+", choices=["quiet", "default"], default=["quiet"],
+                    help="quiet: no automatic GC in the measured phase (the library's default); default: CPython's")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=3, help="requests per stream in each accuracy run")
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 64, 256])
-    ap.add_argument("--capacity-streams", type=int, nargs="*", default=[256, 512, 768, 1024, 1536, 2048],
-                    help="open-loop stream counts to ramp through (empty: skip)")
+    ap.add_argument("--capacity-streams", type=int, nargs="*", default=[],
+                    help="open-loop stream counts to ramp through, servedeck client, first mode (default: skip)")
     ap.add_argument("--capacity-duration", type=float, default=8.0)
     ap.add_argument("--lag-limit-ms", type=float, default=5.0)
     ap.add_argument("--instruments", type=int, default=1,
                     help="instrument processes for the capacity ramp (one Python process tops out "
                          "near 50k tok/s, below what the client takes)")
-    ap.add_argument("--client-cpu", type=int, default=None, help="pin the client to this CPU")
+    ap.add_argument("--client-cpus", type=str, default=None,
+                    help="CPUs for the client (and its processes), e.g. 0 or 0-3")
+    ap.add_argument("--client-cpu", type=int, default=None, help=argparse.SUPPRESS)  # the old spelling
     ap.add_argument("--instrument-cpus", type=str, default=None,
                     help="CPUs for the instruments, e.g. 1 or 1-3 (default: the OS decides)")
+    ap.add_argument("--ttft-ms", type=float, default=50.0)
+    ap.add_argument("--itl-ms", type=float, default=20.0)
+    ap.add_argument("--tokens", type=int, default=100)
     ap.add_argument("--out", type=Path, default=HERE / "results" / "loadgen_accuracy.json")
     a = ap.parse_args()
-    if a.loop == "uvloop":
-        import uvloop  # not a servedeck dependency: only to measure whether it would be worth one
+    client_cpus = cpus_of(a.client_cpus) or ({a.client_cpu} if a.client_cpu is not None else None)
 
-        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-
-    cpus = None
-    if a.instrument_cpus:
-        lo, _, hi = a.instrument_cpus.partition("-")
-        cpus = set(range(int(lo), int(hi or lo) + 1))
-    insts = [BenchInstrument(ttft_ms=50.0, itl_ms=20.0, tokens=100, cpus=cpus) for _ in range(a.instruments)]
-    inst = insts[0]
-    if a.client_cpu is not None:
-        os.sched_setaffinity(0, {a.client_cpu})  # after the instruments started: they keep theirs
+    variants: list[Variant] = []
+    for mode, client, procs, loop, gcm in itertools.product(a.modes, a.clients, a.client_procs, a.loops, a.gc):
+        if client == "aiohttp" and procs != 1:
+            continue
+        variants.append(Variant(mode, client, procs, loop, gcm))
+    icpus = cpus_of(a.instrument_cpus)
+    timing = (a.ttft_ms, a.itl_ms, a.tokens)
+    insts = {m: BenchInstrument(m, *timing, cpus=icpus) for m in a.modes}
+    extra = [BenchInstrument(a.modes[0], *timing, cpus=icpus) for _ in range(max(0, a.instruments - 1))] \
+        if a.capacity_streams else []
+    if client_cpus:
+        try:
+            os.sched_setaffinity(0, client_cpus)  # after the instruments started: they keep theirs
+        except OSError as e:
+            console.log(f"could not pin the client to CPUs {a.client_cpus}: {e}")
     result: dict[str, Any] = {
-        "tool": "bench/loadgen_accuracy.py", "client": a.client, "loop": a.loop,
-        "instrument": {"ttft_ms": 50.0, "itl_ms": 20.0, "tokens": 100, "processes_for_capacity": a.instruments,
-                       "cpus": a.instrument_cpus},
-        "client_cpu": a.client_cpu,
+        "tool": "bench/loadgen_accuracy.py", "argv": sys.argv[1:],
+        "instrument": {"ttft_ms": a.ttft_ms, "itl_ms": a.itl_ms, "tokens": a.tokens, "modes": a.modes,
+                       "loops": {m: i.loop for m, i in insts.items()}, "cpus": a.instrument_cpus,
+                       "pinned_to": {m: sorted(i.pinned) if i.pinned else None for m, i in insts.items()}},
+        "client_cpus": sorted(client_cpus) if client_cpus else None,
+        "client_affinity": sorted(os.sched_getaffinity(0)),
+        "preferred_loop": preferred(),
+        "variants": [asdict(v) for v in variants],
+        "targets_realistic": {str(k): {"ttft_err_p50_ms": t[0], "ttft_err_p99_ms": t[1], "rate_pct": t[2]}
+                              for k, t in TARGETS.items()},
         "platform": {"python": platform.python_version(), "machine": platform.machine(),
-                     "cpus": os.cpu_count(), "load_avg_start": os.getloadavg()},
+                     "cpus": os.cpu_count(), "load_avg_start": load3()},
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
+    runs: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    acc: list[dict[str, Any]] = []
     try:
-        acc = []
-        for conc in a.concurrency:
-            runs = [accuracy_point(inst, a.client, conc, a.rounds) for _ in range(a.reps)]
-            acc.append({"median": median_of(runs), "runs": runs})
-            console.log(f"concurrency {conc}: done")
-        result["accuracy"] = acc
+        # Interleaved: every variant at every concurrency, then the next repetition. The JSON is
+        # rewritten after each repetition, so a run cut short keeps what finished.
+        for rep in range(a.reps):
+            for conc in a.concurrency:
+                for v in variants:
+                    r = accuracy_point(insts[v.mode], v, conc, a.rounds)
+                    runs.setdefault((v.label, conc), []).append(r)
+                    console.log(f"rep {rep + 1}/{a.reps} {v.label} c={conc}: TTFT err p50 {fmt(r['ttft_err_p50_ms'])} "
+                                f"p99 {fmt(r['ttft_err_p99_ms'])} ms, rate {fmt(r['rate_pct_of_ideal'], 1)} %, "
+                                f"load {fmt(r['load_avg_1m'], 1)}")
+            acc = medians(runs)
+            result["accuracy"] = acc
+            result["reps_done"] = rep + 1
+            write_json(a.out, result)
         cap = []
         best = None
+        cap_insts = [insts[a.modes[0]], *extra]
         for streams in a.capacity_streams:
-            runs = [capacity_point(insts, a.client, streams, a.capacity_duration) for _ in range(a.reps)]
-            m = median_of(runs)
-            cap.append({"median": m, "runs": runs})
+            pts = [capacity_point(cap_insts, "servedeck", streams, a.capacity_duration) for _ in range(a.reps)]
+            m = median_of(pts)
+            cap.append({"median": m, "runs": pts})
             console.log(f"capacity {streams} streams: {fmt(m['steady_tok_s'], 0)} tok/s, lag p99 {fmt(m['lag_p99_ms'])} ms")
             # On a shared box one preempted point is not the client's limit: keep ramping, and
             # stop only once the client itself is saturated (CPU) or streams go missing.
@@ -266,27 +397,35 @@ def main() -> None:
                     best = m
             if (m["client_cpu_fraction"] or 0) > 0.95 or (m["steady_tok_s"] or 0) < 0.9 * m["target_tok_s"]:
                 break
-        result["capacity"] = {"lag_limit_ms": a.lag_limit_ms, "points": cap,
-                              "best_steady_tok_s": best["steady_tok_s"] if best else None,
-                              "best_streams": best["streams"] if best else None}
+        if cap:
+            result["capacity"] = {"lag_limit_ms": a.lag_limit_ms, "mode": a.modes[0], "points": cap,
+                                  "best_steady_tok_s": best["steady_tok_s"] if best else None,
+                                  "best_streams": best["streams"] if best else None}
     finally:
-        for i in insts:
+        for i in [*insts.values(), *extra]:
             i.stop()
-    result["platform"]["load_avg_end"] = os.getloadavg()
+        os.environ.pop("SERVEDECK_LOOP", None)
+    result["platform"]["load_avg_end"] = load3()
+    result["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
-    t = Table(title=f"loadgen accuracy vs instrument ({a.client}, {a.loop}; median of {a.reps} runs; ms)")
-    for col in ("streams", "TTFT err p50", "TTFT err p99", "ITL err p50", "|ITL err| p99",
-                "rate % ideal", "lag p50", "lag p99", "client CPU", "instr. late p99"):
-        t.add_column(col, justify="right")
-    for row in acc:
+    la = result["platform"]
+    la0, la1 = (la["load_avg_start"] or [None])[0], (la["load_avg_end"] or [None])[0]
+    t = Table(title=f"loadgen accuracy vs instrument (median of {a.reps} runs, interleaved; ms; load average "
+                    f"{fmt(la0, 1)} → {fmt(la1, 1)} on {la['cpus']} CPUs)")
+    for col in ("instrument", "client", "procs", "loop", "gc", "streams", "TTFT err p50", "TTFT err p99",
+                "|ITL err| p99", "rate % ideal", "lag p99", "client CPU", "client-bound", "instr. late p99",
+                "load", "target"):
+        t.add_column(col, justify="right", no_wrap=True)
+    for row in sorted(acc, key=lambda r: (r["median"]["concurrency"], r["variant"])):
         m = row["median"]
-        t.add_row(str(m["concurrency"]), fmt(m["ttft_err_p50_ms"]), fmt(m["ttft_err_p99_ms"]),
-                  fmt(m["itl_err_p50_ms"], 3), fmt(m["itl_err_p99_ms"]), fmt(m["rate_pct_of_ideal"], 1),
-                  fmt(m["lag_p50_ms"]), fmt(m["lag_p99_ms"]), fmt(m["client_cpu_fraction"]),
-                  fmt(m["instrument_late_p99_ms"]))
+        t.add_row(m["mode"], m["client"], str(m["procs"]), str(m["loop"]), m["gc"], str(m["concurrency"]),
+                  fmt(m["ttft_err_p50_ms"]), fmt(m["ttft_err_p99_ms"]), fmt(m["itl_err_p99_ms"]),
+                  fmt(m["rate_pct_of_ideal"], 1), fmt(m["lag_p99_ms"]), fmt(m["client_cpu_fraction"]),
+                  f"{m['client_bound_runs']}/{m['runs']}", fmt(m["instrument_late_p99_ms"]), fmt(m["load_avg_1m"], 1),
+                  m["verdict"])
     console.print(t)
     if cap:
-        t2 = Table(title=f"open-loop capacity (schedule lag p99 limit {a.lag_limit_ms:g} ms)")
+        t2 = Table(title=f"open-loop capacity, {a.modes[0]} instrument (schedule lag p99 limit {a.lag_limit_ms:g} ms)")
         for col in ("streams", "target tok/s", "steady tok/s", "lag p50", "lag p99", "client CPU",
                     "TTFT err p50", "TTFT err p99", "instr. late p99"):
             t2.add_column(col, justify="right")
@@ -298,8 +437,7 @@ def main() -> None:
         console.print(t2)
         console.print(f"highest steady tok/s with lag p99 <= {a.lag_limit_ms:g} ms: "
                       f"{fmt(result['capacity']['best_steady_tok_s'], 0)}")
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(result, indent=1))
+    write_json(a.out, result)
     console.print(f"wrote {a.out}")
 
 

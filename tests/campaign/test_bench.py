@@ -68,6 +68,26 @@ def test_chat_run_writes_a_complete_folder(campaign_config, llama):
 
 
 @pytest.mark.llamacpp
+def test_client_procs_split_a_point_on_llama_server(campaign_config, llama):
+    """--client-procs 2 against the real llama-server: both processes send, every request lands in
+    requests.jsonl once, and the self-check covers each process and names the loop."""
+    spec = BenchSpec(workload="chat", shapes=(ClosedLoop(2),), input_tokens=64, output_tokens=8, requests=4,
+                     warmup=1, client_procs=2)
+    folder = run_bench(campaign_config, "smollm2", spec, gate_mode=False).folder
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["workload"]["client_procs"] == 2
+    point = summary["points"][0]
+    procs = point["load"]["client_procs"]
+    assert [p["requests"] for p in procs] == [2, 2] and len({p["pid"] for p in procs}) == 2
+    lines = [ln for ln in read_jsonl(folder / "requests.jsonl") if ln["kind"] == "measured"]
+    assert len(lines) == 4 and len({ln["id"] for ln in lines}) == 4 and all(ln["status"] == "ok" for ln in lines)
+    client = point["figures"]["client"]
+    assert client["processes"] == 2 and len(client["per_process"]) == 2 and client["loop"] in ("uvloop", "asyncio")
+    assert point["figures"]["counts"]["ok"] == 4
+    assert "client processes" in (folder / "summary.md").read_text()
+
+
+@pytest.mark.llamacpp
 def test_long_prompt_run_and_agreement_with_llamacpp_timings(campaign_config, llama):
     spec = BenchSpec(workload="long-prompt", shapes=(ClosedLoop(1),), prompt_tokens=1536, output_tokens=32,
                      requests=2, warmup=0)

@@ -23,6 +23,7 @@ def _cli(cfg_path, *args: str, timeout: float = 600) -> subprocess.CompletedProc
     (["bench", "smollm2", "--workload", "chatty"], 1, "not chat or long-prompt", None),
     (["bench", "smollm2", "--slo", "ttft=fast"], 1, "not a duration", "90s"),
     (["bench", "smollm2", "--slo", "speed=2s"], 1, "is not ttft", "ttft=2s,tpot=50ms"),
+    (["bench", "smollm2", "--client-procs", "0"], 1, "--client-procs must be at least 1", "splits the streams"),
     (["gate", "victim"], 7, "victim is not running", "--launch"),
     (["show", "nothing"], 7, "no runs under", "servedeck gate MODEL"),
 ])

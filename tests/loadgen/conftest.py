@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from servedeck.loadgen.instrument_process import InstrumentProcess
+from servedeck.testing.instrument_process import InstrumentProcess
 
 
 InstrumentProc = InstrumentProcess  # the tests' name for it

@@ -7,6 +7,8 @@ import statistics
 
 import pytest
 
+from servedeck.loadgen.loop import preferred, run as run_loop
+
 from servedeck.loadgen import (
     ClientConfig,
     ClosedLoop,
@@ -26,9 +28,13 @@ async def drive(url: str, concurrency: int, n: int, max_tokens: int) -> LoadResu
                               warmup=warm)
 
 
-@pytest.mark.parametrize("concurrency", [1, 64])
-def test_ttft_and_itl_match_what_the_instrument_sent(instrument, concurrency):
-    res = asyncio.run(drive(instrument.url, concurrency, n=max(3, concurrency), max_tokens=50))
+@pytest.mark.parametrize("mode, concurrency", [("cheap", 1), ("cheap", 64), ("realistic", 16)])
+def test_ttft_and_itl_match_what_the_instrument_sent(instrument_factory, mode, concurrency):
+    """Against both instrument modes: "realistic" builds and json.dumps every event when due, as
+    a server does, so the client has the CPU it will have against an engine, not more."""
+    instrument = instrument_factory("--ttft-ms", "50", "--itl-ms", "20", "--tokens", "100",
+                                    *(["--realistic"] if mode == "realistic" else []))
+    res = run_loop(drive(instrument.url, concurrency, n=max(3, concurrency), max_tokens=50))  # uvloop if installed
     sent = instrument.records()
     measured = [r for r in res.records if r.kind == "measured"]
     assert measured and all(r.status == "ok" for r in measured), [r.error for r in measured]
@@ -53,3 +59,4 @@ def test_ttft_and_itl_match_what_the_instrument_sent(instrument, concurrency):
     assert 19.0 <= stats["tpot_ms"]["p50"] <= 22.0
     assert stats["itl_ms"]["n"] == 49 * len(measured)
     assert stats["token_counts"]["mismatched"] == 0
+    assert stats["client"]["loop"] == preferred() and res.loop == preferred()  # the self-check names the loop

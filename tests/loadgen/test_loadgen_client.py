@@ -58,6 +58,19 @@ def test_completions_api_and_usage(instrument):
     assert rec.finish_reason == "length"
 
 
+def test_realistic_instrument_events_parse_like_a_servers(instrument_factory):
+    """--realistic builds every event with json.dumps when due (as vLLM/llama.cpp do): the same
+    record comes out, on both APIs, and the instrument says which loop it served on."""
+    inst = instrument_factory("--ttft-ms", "5", "--itl-ms", "2", "--tokens", "9", "--realistic")
+    for api in ("chat", "completions"):
+        rec = send_one(inst.url, api=api, max_tokens=9)
+        assert rec.status == "ok", rec.error
+        assert rec.streamed_tokens == 9 and rec.output_tokens == 9 and rec.finish_reason == "length"
+        assert rec.prompt_tokens is not None and rec.cached_tokens == 0
+    assert inst.loop in ("uvloop", "asyncio")
+    assert all(len(r["chunk_t"]) == 9 for r in inst.records().values())
+
+
 def test_multi_token_chunks_counted_from_continuous_usage(instrument_factory):
     inst = instrument_factory("--ttft-ms", "5", "--itl-ms", "2", "--tokens-per-chunk", "3")
     rec = send_one(inst.url, max_tokens=10, continuous_usage_stats=True)
@@ -130,7 +143,7 @@ def test_empty_content_first_chunk_and_crlf_events():
     events = [
         b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}',
         b'data: {"choices":[{"delta":{"reasoning_content":"hmm"}}]}',
-        b'data: {"choices":[{"delta":{"content": "spaced"}}]}',  # no fast path: decoded later
+        b'data: {"choices":[{"delta":{"content": "spaced"}}]}',  # spaces after the colon: fast path too
         b"data: [DONE]",
     ]
     p = _feed_in_pieces(_http(events, sep=b"\r\n\r\n"), 5)
@@ -138,6 +151,38 @@ def test_empty_content_first_chunk_and_crlf_events():
     assert f.chunk_n == [1, 1]
     assert f.chunk_t[0] > 0  # the role chunk's read is not the first token
     assert p.saw_done_marker
+
+
+def test_json_with_spaces_takes_the_fast_path_and_keeps_the_finish():
+    """Python's json.dumps writes `"content": " t"`: such a chunk is counted where it arrives (no
+    JSON decoding after the response), while a finish reason or usage still gets decoded."""
+    events = [
+        b'data: {"id": "x", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]}',
+        *(b'data: {"id": "x", "choices": [{"index": 0, "delta": {"content": " t%d"}, "logprobs": null, '
+          b'"finish_reason": null}]}' % i for i in range(3)),
+        b'data: {"id": "x", "choices": [{"index": 0, "delta": {"content": " end"}, "finish_reason": "length"}]}',
+        b'data: {"id": "x", "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 4}}',
+        b"data: [DONE]",
+    ]
+    p = _feed_in_pieces(_http(events), 7)
+    assert len(p._raw) == 2  # only the finishing chunk and the usage event are kept for decoding
+    f = p.facts()
+    assert f.chunk_n == [1, 1, 1, 1] and f.finish_reason == "length" and f.output_tokens == 4
+
+
+def test_continuous_usage_counts_are_read_without_json_decoding():
+    """vLLM's continuous usage stats put a running count on every chunk; the counts come from two
+    regex reads, and a chunk that carried 3 tokens (spec decode) still counts 3."""
+    def chunk(text, completion, fin=b"null"):
+        return (b'data: {"choices":[{"index":0,"delta":{"content":"%s"},"finish_reason":%s}],'
+                b'"usage":{"prompt_tokens":7,"total_tokens":%d,"completion_tokens":%d}}' % (text, fin, 7 + completion, completion))
+    events = [chunk(b"a", 1), chunk(b"bcd", 4), chunk(b"e", 5), chunk(b"f", 6, b'"length"'),
+              b'data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":6}}', b"data: [DONE]"]
+    p = _feed_in_pieces(_http(events), 1000)
+    assert len(p._raw) == 2  # the finishing chunk and the usage event
+    f = p.facts()
+    assert f.chunk_n == [1, 3, 1, 1] and f.chunk_n_from_server
+    assert (f.prompt_tokens, f.output_tokens, f.finish_reason) == (7, 6, "length")
 
 
 def test_error_event_inside_a_200_stream():

@@ -65,3 +65,14 @@ def test_refuses_a_size_below_the_tag():
 
     with pytest.raises(ValueError, match="too small"):
         asyncio.run(fit_prompt(0, 3, count, nonce="n"))
+
+
+def test_a_seed_names_the_same_prompt_set_in_every_launch_and_a_new_one_per_point():
+    from servedeck.loadgen.prompts import digest, seeded_nonce
+
+    launch1 = [list(synthetic_requests(50, 4, n=3, seed=9, nonce=seeded_nonce(9, p))) for p in (0, 1)]
+    launch2 = [list(synthetic_requests(50, 4, n=3, seed=9, nonce=seeded_nonce(9, p))) for p in (0, 1)]
+    assert [[(s.index, s.digest) for s in pt] for pt in launch1] == [[(s.index, s.digest) for s in pt] for pt in launch2]
+    assert all(s.digest == digest(s.prompt) for pt in launch1 for s in pt)
+    assert not {s.prompt for s in launch1[0]} & {s.prompt for s in launch1[1]}  # points never share prompts
+    assert seeded_nonce(9, 0) != seeded_nonce(10, 0)

@@ -175,3 +175,23 @@ def test_on_record_failure_stops_the_run():
 def test_unlimited_prompts_need_no_limit_when_finite():
     res = asyncio.run(run_load(FakeClient(), ClosedLoop(3), synthetic_requests(10, 1, n=7)))
     assert len(res.records) == 7 and res.wall_s > 0 and res.cpu_s >= 0
+
+
+def test_no_automatic_gc_during_the_measured_phase_only():
+    """The collector is off while measured requests run (its pauses were the client's tail), on
+    during warm-up, and back as it was afterwards; the run says so."""
+    import gc
+
+    seen: list[tuple[str, bool]] = []
+    specs = list(synthetic_requests(16, 4, n=6))
+    warm = list(synthetic_requests(16, 4, n=2, kind="warmup"))
+    assert gc.isenabled()
+    res = asyncio.run(run_load(FakeClient(0.002), ClosedLoop(2), specs, warmup=warm,
+                               on_record=lambda r: seen.append((r.kind, gc.isenabled()))))
+    assert gc.isenabled()
+    assert {e for k, e in seen if k == "measured"} == {False}
+    assert {e for k, e in seen if k == "warmup"} == {True}
+    assert res.gc == {"quiet": True, "automatic_during_measured": False, "periodic_collections": 0, "every_s": 30.0}
+    assert res.meta()["gc"] == res.gc
+    off = asyncio.run(run_load(FakeClient(0.002), ClosedLoop(2), specs[:2], quiet_gc=False))
+    assert off.gc == {"quiet": False}

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Literal, Optional
+from functools import partial
+from typing import Any, Callable, Iterator, Literal, Optional
 
 import httpx
 
@@ -31,7 +32,8 @@ from servedeck.gates.server import ServerTokens
 from servedeck.loadgen import (ClientConfig, ClosedLoop, LoadRun, RequestRecord, RequestSpec,
                                Shape, Slo, StreamingClient, new_nonce, sized_requests, synthetic_requests,
                                synthetic_text)
-from servedeck.loadgen.prompts import DEFAULT_CHARS_PER_TOKEN
+from servedeck.loadgen.procs import ProcessLoadRun
+from servedeck.loadgen.prompts import DEFAULT_CHARS_PER_TOKEN, seeded_nonce
 from servedeck.loadgen.schedule import shape_json
 from servedeck.runs.figures import counter_delta, headline, point_figures
 from servedeck.runs.folder import RunFolder
@@ -52,6 +54,7 @@ class BenchSpec:
     slo: Optional[Slo] = None
     repeat_prompt: bool = False  # every measured request the same prompt: shows what the cache does
     seed: Optional[int] = None
+    client_procs: int = 1  # client processes the streams are split across (one schedule for all)
 
     @property
     def api(self) -> str:
@@ -75,6 +78,9 @@ class BenchSpec:
         if self.requests is not None and self.requests < 1:
             raise ServedeckError(f"--requests must be at least 1, got {self.requests}",
                                  hint="or bound each point by time: --duration 60s")
+        if self.client_procs < 1:
+            raise ServedeckError(f"--client-procs must be at least 1, got {self.client_procs}",
+                                 hint="1 runs the client in this process; N > 1 splits the streams over N processes")
         if self.warmup < 0:
             raise ServedeckError(f"--warmup must be 0 or more, got {self.warmup}",
                                  hint="--warmup 0 skips warm-up; warm-up prompts never repeat measured ones")
@@ -92,7 +98,7 @@ class BenchSpec:
                 "warmup": self.warmup, "repeat_prompt": self.repeat_prompt, "seed": self.seed,
                 "slo": None if self.slo is None else {"ttft_ms": self.slo.ttft_ms, "tpot_ms": self.slo.tpot_ms,
                                                       "e2e_ms": self.slo.e2e_ms},
-                "api": self.api, "ignore_eos": True,
+                "api": self.api, "ignore_eos": True, "client_procs": self.client_procs,
                 **({"fixed_prompt": True, "excluded": "prefill (TTFT): one fixed prompt, cached after the warm-up"}
                    if self.workload == "decode" else {})}
 
@@ -121,9 +127,12 @@ class _Watch:
             self.task.cancel()
 
 
-async def _prompts(spec: BenchSpec, tokens: ServerTokens, nonce: str,
-                   reporter: Reporter, label: str) -> tuple[list[RequestSpec], Iterable[RequestSpec], dict[str, Any]]:
-    """Warm-up and measured requests for one point, and how they were sized."""
+async def _prompts(spec: BenchSpec, tokens: ServerTokens, nonce: str, reporter: Reporter,
+                   label: str) -> tuple[list[RequestSpec], list[RequestSpec] | Callable[[], Iterator[RequestSpec]],
+                                    dict[str, Any]]:
+    """Warm-up and measured requests for one point, and how they were sized. Measured requests
+    without end (a duration-bounded point) come as a picklable factory, so that several client
+    processes can each draw their share."""
     size, out = spec.prompt_size, spec.output_tokens
 
     async def count(text: str) -> int:
@@ -138,7 +147,7 @@ async def _prompts(spec: BenchSpec, tokens: ServerTokens, nonce: str,
                 for i in range(spec.warmup)]
         how = {"sized_by": "approximate (default chars/token); the server's prompt_tokens are the record",
                "target_tokens": size, "fixed_prompt": True}
-        return warm, _repeat(first), how
+        return warm, partial(_repeat, first), how
     reporter.stage(f"{label}: sizing prompts with the server's tokenizer")
     warm = await sized_requests(size, out, spec.warmup, count, kind="warmup", seed=spec.seed, nonce=nonce) \
         if spec.warmup else []
@@ -155,13 +164,14 @@ async def _prompts(spec: BenchSpec, tokens: ServerTokens, nonce: str,
             got = await count(sample)
             cpt *= size / max(got, 1)
         measured = list(synthetic_requests(size, out, n=1, seed=spec.seed, nonce=nonce, chars_per_token=cpt)) \
-            if spec.repeat_prompt else synthetic_requests(size, out, seed=spec.seed, nonce=nonce, chars_per_token=cpt)
+            if spec.repeat_prompt else partial(synthetic_requests, size, out, seed=spec.seed, nonce=nonce,
+                                               chars_per_token=cpt)
         how = {"sized_by": "server tokenizer, calibrated chars/token (approximate per request)",
                "target_tokens": size, "chars_per_token": round(cpt, 4)}
     if spec.repeat_prompt:
-        first = measured[0] if isinstance(measured, list) else next(iter(measured))
+        assert isinstance(measured, list)
         how["repeat_prompt"] = True
-        return warm, _repeat(first), how
+        return warm, partial(_repeat, measured[0]), how
     return warm, measured, how
 
 
@@ -169,7 +179,8 @@ def _repeat(first: RequestSpec) -> Iterator[RequestSpec]:
     i = 0
     while True:
         yield RequestSpec(id=f"{first.id}-rep{i}", prompt=first.prompt, max_tokens=first.max_tokens,
-                          prompt_tokens_expected=first.prompt_tokens_expected)
+                          prompt_tokens_expected=first.prompt_tokens_expected, index=first.index,
+                          digest=first.digest)
         i += 1
 
 
@@ -177,7 +188,7 @@ async def run_point(index: int, shape: Shape, spec: BenchSpec, target: Target, f
                     reporter: Reporter) -> dict[str, Any]:
     """One measured point; returns its summary entry (already written to summary.json)."""
     label = shape_label(shape)
-    nonce = new_nonce()
+    nonce = seeded_nonce(spec.seed, index) if spec.seed is not None else new_nonce()
     point: dict[str, Any] = {"index": index, "label": label, "shape": shape_json(shape), "nonce": nonce,
                              "status": "running"}
     _put_point(folder, point)
@@ -204,7 +215,8 @@ async def run_point(index: int, shape: Shape, spec: BenchSpec, target: Target, f
                            continuous_usage_stats=get_engine(target.engine).stream_usage_per_chunk)
         conc = shape.concurrency if isinstance(shape, ClosedLoop) else None
         async with StreamingClient(cfg) as client:
-            await client.prewarm(min(conc or 16, 256))
+            # With client processes the connections that matter are theirs; this one only warms up.
+            await client.prewarm(min(conc or 16, 256) if spec.client_procs == 1 else max(1, len(warm)))
             if warm:
                 reporter.stage(f"{label}: warm-up ({len(warm)} requests, distinct prompts)")
                 await LoadRun(client, ClosedLoop(min(len(warm), conc or 4)), [], warmup=warm,
@@ -212,8 +224,17 @@ async def run_point(index: int, shape: Shape, spec: BenchSpec, target: Target, f
             before = await prefix_counters_async(target.engine, target.base_url)
             total = spec.requests if spec.duration_s is None else None
             reporter.point_start(label, total, spec.duration_s)
-            run = LoadRun(client, shape, measured, max_requests=spec.requests, duration_s=spec.duration_s,
-                          on_record=on_record, on_progress=lambda p: reporter.progress(label, p))
+            run: LoadRun | ProcessLoadRun
+            if spec.client_procs > 1:
+                point["client_procs"] = spec.client_procs
+                await client.aclose()  # no idle connection of ours holds a server slot meanwhile
+                run = ProcessLoadRun(cfg, shape, measured, procs=spec.client_procs, max_requests=spec.requests,
+                                     duration_s=spec.duration_s, on_record=on_record,
+                                     on_progress=lambda p: reporter.progress(label, p))
+            else:
+                run = LoadRun(client, shape, measured if isinstance(measured, list) else measured(),
+                              max_requests=spec.requests, duration_s=spec.duration_s,
+                              on_record=on_record, on_progress=lambda p: reporter.progress(label, p))
             watch.task = asyncio.current_task()
             try:
                 await run.run()

@@ -231,8 +231,9 @@ async def _bench_async(target: Target, spec: BenchSpec, gate_mode: Optional[bool
     model = target.cfg.models[target.name]
     root = _root(target.cfg)
     inherited = gate_of_launch(root, target.launch_dir, gate_spec.context) if gate_mode is not True else None
+    # prompt_seed: runs with the same one sent the same prompts (compare pairs them request by request)
     folder = RunFolder.create(root, target.name, model.layout, model.context or ctx, target.engine,
-                              base_summary(target, ctx, "bench", spec.to_json()))
+                              {**base_summary(target, ctx, "bench", spec.to_json()), "prompt_seed": spec.seed})
     outcome.folder = folder.path
     folder.scrub = Redactor.from_config(target.cfg).text
     folder.attach_launch(target.launch_dir, whole_log=target.launched)

@@ -10,9 +10,9 @@ from servedeck.cli.app import app, err_console
 from servedeck.errors import ServedeckError
 
 # Importing a module registers its commands on `app`.
-from servedeck.cli import campaign, deck, doctor, watch  # noqa: E402
+from servedeck.cli import campaign, deck, doctor, report, watch  # noqa: E402
 
-__all__ = ["app", "campaign", "deck", "doctor", "main", "watch"]
+__all__ = ["app", "campaign", "deck", "doctor", "main", "report", "watch"]
 
 
 def main() -> None:

@@ -19,6 +19,7 @@ from servedeck.cli.app import Ctx, app, console, err_console, load_config, print
 from servedeck.errors import ServedeckError
 from servedeck.gates import GateSpec, ProbeResult
 from servedeck.loadgen import ClosedLoop, OpenLoop, Progress as LoadProgress, Slo
+from servedeck.loadgen.loop import run as run_loop
 from servedeck.report import list_row, markdown
 from servedeck.runs import find_run, list_runs, load, runs_root
 from servedeck.timeparse import seconds
@@ -174,7 +175,8 @@ def bench(
     gate_flag: Optional[bool] = typer.Option(None, "--gate/--no-gate", help="default: reuse this launch's gate, else run one"),
     gate_context: Optional[int] = typer.Option(None, "--gate-context", help="context for the gate (default: the server's)"),
     repeat_prompt: bool = typer.Option(False, "--repeat-prompt", help="send one prompt over and over: shows the prefix cache at work; not a benchmark"),
-    seed: Optional[int] = typer.Option(None, "--seed", help="seed for the prompts' words (each run still gets a fresh nonce)"),
+    seed: Optional[int] = typer.Option(None, "--seed", help="the same prompts in every launch with the same seed (compare pairs them); on a server that already saw them they come from the prefix cache"),
+    client_procs: int = typer.Option(1, "--client-procs", help="split the streams over N client processes (one schedule); for hosts with spare cores"),
     launch: bool = typer.Option(False, "--launch", help="start the model for this run and stop it afterwards"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
@@ -189,6 +191,9 @@ def bench(
     if arrivals not in ("poisson", "constant"):
         raise ServedeckError(f"--arrivals {arrivals!r} is not poisson or constant",
                              hint="poisson: random gaps at the given mean rate; constant: evenly spaced")
+    if client_procs < 1:
+        raise ServedeckError(f"--client-procs must be at least 1, got {client_procs}",
+                             hint="1 runs the client in this process; N > 1 splits the streams over N processes")
     if rate:
         shapes = tuple(OpenLoop(r, arrivals) for r in _numbers(rate, "--rate", float))  # type: ignore[arg-type]
     else:
@@ -201,13 +206,14 @@ def bench(
                      input_tokens=input_tokens if workload in ("chat", "decode") else None,
                      prompt_tokens=prompt_tokens if workload == "long-prompt" else None,
                      duration_s=duration_s, requests=requests, warmup=warmup, slo=_slo(slo),
-                     repeat_prompt=repeat_prompt, seed=seed)
+                     repeat_prompt=repeat_prompt, seed=seed, client_procs=client_procs)
     cfg = load_config()
     outcome = Outcome()
     def run(rep: RichReporter) -> None:
         with measured(cfg, model, launch, outcome) as target:
-            asyncio.run(run_bench(target, spec, gate_mode=gate_flag, gate_spec=GateSpec(context=gate_context or 0),
-                                  reporter=rep, outcome=outcome))
+            # uvloop when installed: the load generator's timestamps want the cheaper loop
+            run_loop(run_bench(target, spec, gate_mode=gate_flag, gate_spec=GateSpec(context=gate_context or 0),
+                               reporter=rep, outcome=outcome))
 
     _guarded(outcome, run)
     view = load(outcome.folder) if outcome.folder else {}

@@ -236,11 +236,12 @@ class Deck:
         lock is free (and shown once as crashed/failed/stopped); when another servedeck holds the lock,
         they are shown as they will be recorded."""
         ended: dict[str, tuple[LiveRecord, Ending]] = {}
-        try:
-            with self.locked("status: settle dead launches") as ops:
-                ended = ops.settle_dead()
-        except BusyError:
-            pass
+        if any(not alive(r) for r in S.all_live().values()):  # take the lock only when there is work for it
+            try:
+                with self.locked("status: settle dead launches") as ops:
+                    ended = ops.settle_dead()
+            except BusyError:
+                pass
         desired = S.read_desired()["models"]
         watch = S.read_watch()
         out: list[Status] = []

@@ -17,7 +17,7 @@ import math
 import random
 from dataclasses import asdict, dataclass, field
 from time import perf_counter
-from typing import Any, Awaitable, Callable, Optional
+from typing import Any, Awaitable, Callable, Mapping, Optional, Sequence
 
 import httpx
 
@@ -111,17 +111,23 @@ class GateResult:
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
 
+def tally(probes: Sequence[Mapping[str, Any]], threshold: float) -> dict[str, Any]:
+    """The verdict from probe lines (niah.log's dicts), pure: the one scoring rule, used when a gate
+    finishes and whenever a run folder is read back."""
+    found = sum(bool(p.get("ok")) for p in probes)
+    n = len(probes)
+    s = found / n if n else 0.0
+    toks = [p["prompt_tokens"] for p in probes if isinstance(p.get("prompt_tokens"), int) and p["prompt_tokens"] > 0]
+    return {"score": s, "found": found, "probes": n, "errors": sum(bool(p.get("error")) for p in probes),
+            "threshold": threshold, "passed": n > 0 and round(s, 2) >= threshold,
+            "prompt_tokens": [min(toks), max(toks)] if toks else [],
+            "cached_tokens": sum(p.get("cached_tokens") or 0 for p in probes)}
+
+
 def score(results: list[ProbeResult], spec: GateSpec) -> GateResult:
     """The gate's verdict from its probes (pure)."""
-    found = sum(r.ok for r in results)
-    n = len(results)
-    s = found / n if n else 0.0
-    toks = [r.prompt_tokens for r in results if r.prompt_tokens]
-    return GateResult(score=s, found=found, probes=n, errors=sum(r.error is not None for r in results),
-                      threshold=spec.threshold, passed=n > 0 and round(s, 2) >= spec.threshold,
-                      context=spec.context, depths=list(spec.depths), repeats=spec.repeats,
-                      prompt_tokens=[min(toks), max(toks)] if toks else [],
-                      cached_tokens=sum(r.cached_tokens or 0 for r in results))
+    return GateResult(**tally([r.log_line() for r in results], spec.threshold), context=spec.context,
+                      depths=list(spec.depths), repeats=spec.repeats)
 
 
 def read_log(text: str) -> tuple[list[dict[str, Any]], Optional[float]]:

@@ -7,8 +7,9 @@
         result = await run_load(client, ClosedLoop(64), specs, warmup=warm, on_record=write_line)
     figures = summarize_run(result, slo=Slo(ttft_ms=500, tpot_ms=50))
 
+Several client processes on one schedule: ProcessLoadRun(config, shape, specs, procs=N, ...).
 Definitions of every figure: docs/loadgen.md. The measuring instrument used to check this
-package's timing is servedeck.loadgen.instrument (a separate process).
+package's timing is servedeck.testing.instrument (a separate process, not part of the runtime).
 """
 
 from servedeck.loadgen.client import ClientConfig, Streamer, StreamingClient
@@ -21,11 +22,12 @@ from servedeck.loadgen.prompts import (
     synthetic_text,
 )
 from servedeck.loadgen.records import RequestRecord, RequestSpec
+from servedeck.loadgen.procs import ProcessLoadRun
 from servedeck.loadgen.schedule import ClosedLoop, LoadResult, LoadRun, OpenLoop, Progress, Shape, run_load
 from servedeck.loadgen.stats import Slo, Thresholds, summarize, summarize_run
 
 __all__ = [
-    "ClientConfig", "ClosedLoop", "LoadResult", "LoadRun", "OpenLoop", "Progress", "RequestRecord",
+    "ClientConfig", "ClosedLoop", "LoadResult", "LoadRun", "OpenLoop", "ProcessLoadRun", "Progress", "RequestRecord",
     "RequestSpec", "Shape", "Slo", "Streamer", "StreamingClient", "Thresholds", "TokenCounter",
     "fit_prompt", "new_nonce", "run_load", "sized_requests", "summarize", "summarize_run",
     "synthetic_requests", "synthetic_text",

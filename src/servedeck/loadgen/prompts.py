@@ -4,7 +4,9 @@ Every prompt starts with a tag unique to the run and the request ("9c1e04b7 "; a
 run nonce, kind and index, so even the first token differs), then words drawn at random per
 request: two prompts share no prefix beyond the chat template, within a run or across runs. `seed` makes the words reproducible; the run `nonce`
 is fresh every time unless given, because replaying identical prompts run after run is how
-prefix-cache hits leak into benchmarks (vLLM #52884).
+prefix-cache hits leak into benchmarks (vLLM #52884). `bench --seed N` gives the nonce too
+(`seeded_nonce`): the same prompts in every launch, for comparisons pair by pair; on a fresh launch
+the cache is empty, on a server that already saw them the cached share says so.
 
 Two ways to size a prompt:
   approximate  words from a list of common English words, about one token each in BPE
@@ -58,6 +60,18 @@ def new_nonce() -> str:
     return secrets.token_hex(4)
 
 
+def seeded_nonce(seed: int, point: int) -> str:
+    """The nonce of point `point` of a run made with `--seed seed`: the same in every launch, so two
+    runs with the same seed send the same prompts point by point (and can be compared pair by pair);
+    still distinct between the points of one run, so no point replays another's prompts."""
+    return hashlib.blake2b(f"seed {seed}/point {point}".encode(), digest_size=4).hexdigest()
+
+
+def digest(text: str) -> str:
+    """A short fingerprint of a prompt's text, kept in each request record to prove two prompts equal."""
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
 def _tag(nonce: str, kind: Kind, i: int) -> str:
     # Nothing shared comes first: a common "[run-id ..." opener would itself be a cached prefix.
     return hashlib.blake2b(f"{nonce}/{kind}/{i}".encode(), digest_size=4).hexdigest() + " "
@@ -95,7 +109,8 @@ def synthetic_requests(
     i = 0
     while n is None or i < n:
         text = synthetic_text(i, tokens, nonce=nonce, kind=kind, seed=seed, chars_per_token=chars_per_token)
-        yield RequestSpec(id=f"{nonce}-{kind[0]}{i}", prompt=text, max_tokens=max_tokens, kind=kind)
+        yield RequestSpec(id=f"{nonce}-{kind[0]}{i}", prompt=text, max_tokens=max_tokens, kind=kind,
+                          index=i, digest=digest(text))
         i += 1
 
 
@@ -156,6 +171,6 @@ async def sized_requests(
         async with gate:
             text, count = await fit_prompt(i, tokens, count_tokens, nonce=nonce, kind=kind, seed=seed)
         return RequestSpec(id=f"{nonce}-{kind[0]}{i}", prompt=text, max_tokens=max_tokens, kind=kind,
-                           prompt_tokens_expected=count)
+                           prompt_tokens_expected=count, index=i, digest=digest(text))
 
     return list(await asyncio.gather(*(one(i) for i in range(n))))

@@ -35,6 +35,10 @@ class RequestSpec:
     kind: Kind = "measured"
     # Size the prompt generator aimed for (exact when a tokenizer sized it); None if unknown.
     prompt_tokens_expected: int | None = None
+    # Which prompt of its set this is, and a digest of its text: two runs built with the same
+    # --seed send the same prompt at the same index, and a comparison checks the digest.
+    index: int | None = None
+    digest: str | None = None
 
 
 def _r(t: float | None) -> float | None:
@@ -81,6 +85,8 @@ class RequestRecord:
     error: str | None = None
     http_status: int | None = None
     prompt_tokens_expected: int | None = None
+    prompt_index: int | None = None
+    prompt_digest: str | None = None
 
     @property
     def ttft(self) -> float | None:
@@ -118,6 +124,8 @@ class RequestRecord:
             "chunk_n_from_server": self.chunk_n_from_server,
             "prompt_tokens": self.prompt_tokens,
             "prompt_tokens_expected": self.prompt_tokens_expected,
+            "prompt_index": self.prompt_index,
+            "prompt_digest": self.prompt_digest,
             "output_tokens": self.output_tokens,
             "streamed_tokens": self.streamed_tokens,
             "cached_tokens": self.cached_tokens,

@@ -15,14 +15,16 @@ ones are kept, and CancelledError propagates. `LoadRun.result()` is valid at any
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import random
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from time import perf_counter, process_time
 from typing import Any, Literal
 
 from servedeck.loadgen.client import Streamer
+from servedeck.loadgen.loop import current as current_loop
 from servedeck.loadgen.records import Kind, RequestRecord, RequestSpec
 
 
@@ -88,9 +90,14 @@ class LoadResult:
     records: list[RequestRecord]
     measured_start: float | None  # when the measured phase began
     measured_end: float | None  # when its last request finished (or the run was cancelled)
-    cpu_s: float  # this process's CPU time during the measured phase
+    cpu_s: float  # the client's CPU time during the measured phase (all its processes)
     wall_s: float  # wall time of the measured phase
     stop_reason: str  # "requests" | "duration" | "exhausted" | "cancelled" | "failed"
+    loop: str = ""  # the event loop the client ran on ("uvloop", "asyncio")
+    # One entry per client process when the streams were split across processes (--client-procs):
+    # {"index", "streams", "requests", "cpu_s", "wall_s", "cpu_fraction", "lag_p99_ms", "loop"}.
+    procs: list[dict[str, Any]] | None = None
+    gc: dict[str, Any] | None = None  # how the garbage collector was handled (_QuietGC.facts)
 
     def meta(self) -> dict[str, Any]:
         """Everything but the records, JSON-able (records go to requests.jsonl one by one)."""
@@ -103,6 +110,9 @@ class LoadResult:
             "wall_s": self.wall_s,
             "stop_reason": self.stop_reason,
             "n_records": len(self.records),
+            "loop": self.loop,
+            "client_procs": self.procs,
+            "gc": self.gc,
         }
 
 
@@ -129,7 +139,16 @@ class LoadRun:
         warmup_concurrency: int | None = None,
         on_record: Callable[[RequestRecord], None] | None = None,
         on_progress: Callable[[Progress], None] | None = None,
+        t0: float | None = None,
+        start_gate: Callable[[], Awaitable[float]] | None = None,
+        offsets: Sequence[float] | None = None,
+        quiet_gc: bool = True,
     ) -> None:
+        """`t0`, `start_gate` and `offsets` let several processes share one schedule (procs.py):
+        `t0` the run clock's origin (absolute perf_counter; default: when `run` starts);
+        `start_gate` is awaited after warm-up and returns the absolute perf_counter at which the
+        measured phase starts; `offsets` (open loop) the send offsets of this process's requests
+        from that start, in place of the shape's own. `quiet_gc`: see _QuietGC."""
         if max_requests is not None and max_requests < 1:
             raise ValueError(f"max_requests must be >= 1, got {max_requests}")
         if duration_s is not None and not duration_s > 0:
@@ -148,7 +167,12 @@ class LoadRun:
         self.on_progress = on_progress
         self.records: list[RequestRecord] = []
         self.state = "ready"
-        self.t0 = 0.0
+        self.t0 = t0 or 0.0
+        self._t0_given = t0 is not None
+        self._start_gate = start_gate
+        self._offsets = offsets
+        self._loop = ""
+        self._gc = _QuietGC() if quiet_gc else None
         self._tasks: set[asyncio.Task[None]] = set()
         self._in_flight = 0
         self._phase: Kind = "warmup"
@@ -174,13 +198,23 @@ class LoadRun:
             raise RuntimeError(f"LoadRun.run called in state {self.state!r}; a run is single-use")
         self.state = "running"
         self._main = asyncio.current_task()
-        self.t0 = perf_counter()
+        self._loop = current_loop()
+        if not self._t0_given:
+            self.t0 = perf_counter()
         try:
             if self._warmup:
                 self._start_phase("warmup", len(self._warmup))
                 await self._closed(self.warmup_concurrency, iter(self._warmup), "warmup")
                 self._flush(from_loop=False)
-            self._start_phase("measured", self._planned())
+            if self._gc is not None:
+                self._gc.start()  # before the clock starts: its one full collection is not lag
+            start_at = None
+            if self._start_gate is not None:
+                start_at = await self._start_gate()
+                delay = start_at - perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+            self._start_phase("measured", self._planned(), start_at)
             self._measured_start = self._phase_start - self.t0
             self._cpu0 = process_time()
             specs = iter(self._requests)
@@ -206,6 +240,8 @@ class LoadRun:
             await self._cancel_in_flight()
             raise
         finally:
+            if self._gc is not None:
+                self._gc.stop()
             self._close_measured()
         return self.result()
 
@@ -221,6 +257,8 @@ class LoadRun:
             if self._measured_start is not None and self._measured_end is not None
             else 0.0,
             stop_reason=self._stop_reason,
+            loop=self._loop,
+            gc=self._gc.facts() if self._gc is not None else {"quiet": False},
         )
 
     # ---- phases --------------------------------------------------------------------------
@@ -232,10 +270,10 @@ class LoadRun:
             return len(self._requests)
         return None
 
-    def _start_phase(self, phase: Kind, total: int | None) -> None:
+    def _start_phase(self, phase: Kind, total: int | None, start_at: float | None = None) -> None:
         self._phase, self._phase_total = phase, total
         self._phase_done = self._phase_errors = 0
-        self._phase_start = perf_counter()
+        self._phase_start = perf_counter() if start_at is None else start_at
         self._progress()
 
     def _close_measured(self) -> None:
@@ -277,7 +315,8 @@ class LoadRun:
         start = self._phase_start
         self._dispatching = True
         try:
-            for offset, spec in zip(shape.offsets(), specs):
+            offsets = iter(self._offsets) if self._offsets is not None else shape.offsets()
+            for offset, spec in zip(offsets, specs):
                 if self.duration_s is not None and offset >= self.duration_s:
                     self._stop_reason = "duration"
                     break
@@ -321,7 +360,8 @@ class LoadRun:
     async def _one(self, spec: RequestSpec, kind: Kind, target: float) -> RequestRecord:
         if kind == "measured" and spec.prompt in self._warmup_prompts:
             raise ValueError(f"request {spec.id} reuses a warm-up prompt; it would hit the prefix cache")
-        rec = RequestRecord(id=spec.id, kind=kind, t_target=target - self.t0)
+        rec = RequestRecord(id=spec.id, kind=kind, t_target=target - self.t0, prompt_index=spec.index,
+                            prompt_digest=spec.digest)
         self._in_flight += 1
         try:
             await self.client.send(spec, rec, self.t0)
@@ -388,6 +428,53 @@ class LoadRun:
         # Let each request record itself as cancelled before the run reports back.
         await asyncio.gather(*tasks, return_exceptions=True)
         self._flush(from_loop=False)
+
+
+class _QuietGC:
+    """No automatic garbage collection while the measured phase runs.
+
+    Profiled at 256 streams on 2 busy cores (docs/loadgen.md): CPython's automatic collections
+    stopped the client's loop for up to 9-15 ms (generation 1) and 2-3 ms (generation 0) of CPU
+    several times a second, and a stopped loop stamps every chunk that arrives meanwhile late. The
+    client makes no cyclic garbage per request (a full collection after a 256-stream run found 0
+    objects), so reference counting frees everything; the collector is only put off: one full
+    collection and a freeze before the clock starts (what exists then is never scanned again), a
+    young-generation collection every `every_s` as a bound on the unexpected (an error's
+    traceback cycle), and the collector back as it was when the phase ends.
+    """
+
+    def __init__(self, every_s: float = 30.0) -> None:
+        self.every_s = every_s
+        self.was_enabled = False
+        self.active = False
+        self.periodic = 0
+        self._timer: asyncio.TimerHandle | None = None
+
+    def start(self) -> None:
+        self.was_enabled = gc.isenabled()
+        gc.collect()
+        gc.freeze()
+        gc.disable()
+        self.active = True
+        self._timer = asyncio.get_running_loop().call_later(self.every_s, self._tick)
+
+    def _tick(self) -> None:
+        gc.collect(1)
+        self.periodic += 1
+        self._timer = asyncio.get_running_loop().call_later(self.every_s, self._tick)
+
+    def stop(self) -> None:
+        if not self.active:
+            return
+        self.active = False
+        if self._timer is not None:
+            self._timer.cancel()
+        if self.was_enabled:
+            gc.enable()
+
+    def facts(self) -> dict[str, Any]:
+        return {"quiet": True, "automatic_during_measured": False, "periodic_collections": self.periodic,
+                "every_s": self.every_s}
 
 
 def _close_as(rec: RequestRecord, t0: float, status: Literal["error", "cancelled"], why: str) -> None:

@@ -10,6 +10,7 @@ decoded once the response has ended (`finish`), where their cost no longer shift
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,11 +27,17 @@ _DONE = 7
 _MAX_HEAD = 64 * 1024
 _MAX_ERROR_BODY = 16 * 1024
 
-# Matches `"content":"` and `"reasoning_content":"` (chat) in one search; `"text":"` (completions).
-_CONTENT = b'content":"'
-_TEXT = b'"text":"'
-_REASONING = b'"reasoning":"'
+# Matches `"content":` and `"reasoning_content":` (chat) in one search; `"text":` (completions).
+# JSON may put spaces after the colon (Python's json.dumps does by default): they are skipped.
+_CONTENT = b'content":'
+_TEXT = b'"text":'
+_REASONING = b'"reasoning":'
+_FINISH_STR = b'"finish_reason":"'  # a finish reason that is a string, not null
+_FINISH_STR_SPACED = b'"finish_reason": "'
 _QUOTE = 0x22
+_COMPLETION = re.compile(rb'"completion_tokens": ?(\d+)')
+_PROMPT = re.compile(rb'"prompt_tokens": ?(\d+)')
+_SPACE = 0x20
 _PENDING = -1  # chunk_n placeholder: decide after the response ends
 
 
@@ -58,7 +65,7 @@ class ResponseParser:
 
     __slots__ = (
         "state", "status", "headers", "keep_alive", "is_sse", "t_first_byte", "t_end",
-        "saw_done_marker", "chunk_t", "chunk_n", "_raw", "_buf", "_remaining", "_sse", "_sep",
+        "saw_done_marker", "chunk_t", "chunk_n", "_raw", "_usage", "_spaced", "_buf", "_remaining", "_sse", "_sep",
         "_body",
     )
 
@@ -74,6 +81,10 @@ class ResponseParser:
         self.chunk_t: list[float] = []
         self.chunk_n: list[int] = []
         self._raw: dict[int, bytes] = {}  # index into chunk_* -> event kept for JSON decoding
+        # index into chunk_* -> (prompt_tokens, completion_tokens) of a content chunk that carried
+        # continuous usage (vLLM's continuous_usage_stats): read with two finds, no JSON decoding
+        self._usage: dict[int, tuple[int | None, int]] = {}
+        self._spaced: bool | None = None  # the server puts a space after JSON's colons
         self._buf = b""
         self._remaining = 0
         self._sse = b""
@@ -226,20 +237,39 @@ class ResponseParser:
         # Hot path: runs once per streamed chunk, before anything else sees the bytes.
         k = ev.find(_CONTENT)
         if k >= 0:
-            k += 10
+            k += 9
         else:
             k = ev.find(_TEXT)
             if k >= 0:
-                k += 8
+                k += 7
             else:
                 k = ev.find(_REASONING)
                 if k >= 0:
-                    k += 13
-        plain = not _has_usage(ev) and b'"timings"' not in ev and b'"finish_reason":"' not in ev
-        if plain and k > 0 and ev[k] != _QUOTE:
-            self.chunk_t.append(t)
-            self.chunk_n.append(1)
-            return
+                    k += 12
+        n = len(ev)
+        spaced = self._spaced
+        if spaced is None:  # a server writes all its events alike: look once, after the first key
+            i = ev.find(b'":')
+            spaced = self._spaced = i >= 0 and ev[i + 2 : i + 3] == b" "
+        if spaced and 0 < k < n - 1 and ev[k] == _SPACE:
+            k = n - len(ev[k:].lstrip(b" "))
+        # A string that is not empty: an opening quote, then anything but the closing one.
+        text = 0 < k < n - 1 and ev[k] == _QUOTE and ev[k + 1] != _QUOTE
+        usage = _has_usage(ev)
+        plain = b'"timings"' not in ev and (_FINISH_STR_SPACED if spaced else _FINISH_STR) not in ev
+        if text and plain:
+            if not usage:
+                self.chunk_t.append(t)
+                self.chunk_n.append(1)
+                return
+            m = _COMPLETION.search(ev)
+            if m is not None:  # vLLM's continuous usage: every content chunk says its count
+                p = _PROMPT.search(ev)
+                self._usage[len(self.chunk_t)] = (int(p[1]) if p else None, int(m[1]))
+                self.chunk_t.append(t)
+                self.chunk_n.append(_PENDING)
+                return
+        plain = plain and not usage
         if ev.startswith((b"data: [DONE]", b"data:[DONE]")):
             self.saw_done_marker = True
             return
@@ -256,11 +286,24 @@ class ResponseParser:
         so a 10,000-token answer costs no more here than a 10-token one.
         """
         f = StreamFacts(chunk_t=self.chunk_t, chunk_n=self.chunk_n)
-        content_chunks = len(self.chunk_n) - len(self._raw)
+        content_chunks = len(self.chunk_n) - len(self._raw) - len(self._usage)
         with_usage = 0  # content chunks that said how many tokens they carried
         extra = 0  # tokens beyond one per chunk assigned so far (continuous usage)
         drop: list[int] = []
-        for i in sorted(self._raw):
+        counted = self._usage
+        for i in sorted(self._raw.keys() | counted.keys()) if self._raw else counted:
+            if i in counted:  # a content chunk with its running count: the same steps, no JSON
+                prompt, completion = counted[i]
+                if prompt is not None:
+                    f.prompt_tokens = prompt
+                f.output_tokens = completion
+                content_chunks += 1
+                before = i - len(drop) + extra
+                n_tok = max(completion - before, 1)
+                extra += n_tok - 1
+                with_usage += 1
+                f.chunk_n[i] = n_tok
+                continue
             obj, err = _decode_event(self._raw[i])
             n_tok = 0
             if err is not None:
@@ -303,7 +346,7 @@ class ResponseParser:
 
 def _is_empty_delta(ev: bytes) -> bool:
     """A chat chunk whose content is "" or null and that carries nothing else worth decoding."""
-    if b'"content":""' not in ev and b'"content":null' not in ev:
+    if not any(m in ev for m in (b'"content":""', b'"content":null', b'"content": ""', b'"content": null')):
         return False
     return not any(m in ev for m in (b'"reasoning', b'"text"', b'"tool_calls"', b'"error"'))
 

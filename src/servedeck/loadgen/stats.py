@@ -94,9 +94,13 @@ def summarize(
     wall_s: float | None = None,
     slo: Slo | None = None,
     thresholds: Thresholds = Thresholds(),
+    loop: str | None = None,
+    procs: Sequence[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """Figures over the measured, successful records. `cpu_s`/`wall_s`: the client process's
-    CPU and wall time over the measured phase (LoadResult.cpu_s / wall_s), for the self-check."""
+    """Figures over the measured, successful records. `cpu_s`/`wall_s`: the client's CPU and wall
+    time over the measured phase (LoadResult.cpu_s / wall_s), for the self-check; `loop` the event
+    loop it ran on; `procs` one entry per client process when it ran in several (LoadResult.procs),
+    each judged on its own."""
     measured = [r for r in records if r.kind == "measured"]
     ok = [r for r in measured if r.status == "ok"]
     warnings: list[str] = []
@@ -141,7 +145,7 @@ def summarize(
         "cache": _cache(ok, thresholds, warnings),
         "token_counts": _token_counts(ok, warnings),
         "goodput": _goodput(measured, slo, window) if slo is not None else None,
-        "client": _client(measured, cpu_s, wall_s, _median(e2e), thresholds, warnings),
+        "client": _client(measured, cpu_s, wall_s, _median(e2e), thresholds, warnings, loop, procs),
         "warnings": warnings,
     }
     return result
@@ -242,16 +246,26 @@ def _median(e2e_s: Sequence[float]) -> float | None:
 def _client(
     measured: Sequence[RequestRecord], cpu_s: float | None, wall_s: float | None,
     e2e_p50_s: float | None, th: Thresholds, warnings: list[str],
+    loop: str | None = None, procs: Sequence[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     lag = _ms([r.lag for r in measured if r.lag is not None])
-    cpu_fraction = cpu_s / wall_s if cpu_s is not None and wall_s else None
     limit_ms = max(th.lag_p99_ms, th.lag_e2e_fraction * (e2e_p50_s or 0.0) * 1000)
     reasons = []
     if lag["p99"] is not None and lag["p99"] > limit_ms:
         reasons.append(f"schedule lag p99 {lag['p99']:.1f} ms > {limit_ms:.1f} ms")
-    # Over a window shorter than a second the CPU share is noise (process start-up, imports).
-    if cpu_fraction is not None and cpu_fraction >= th.cpu_fraction and (wall_s or 0) >= 1.0:
-        reasons.append(f"client CPU {cpu_fraction:.0%} of a core >= {th.cpu_fraction:.0%}")
+    # Each client process runs on one core: the busiest one is what saturates, not the sum.
+    per_proc = [(p.get("index"), p.get("cpu_s"), p.get("wall_s")) for p in procs] if procs \
+        else [(None, cpu_s, wall_s)]
+    cpu_fraction = None
+    for index, c, w in per_proc:
+        frac = c / w if c is not None and w else None
+        if frac is None:
+            continue
+        cpu_fraction = frac if cpu_fraction is None else max(cpu_fraction, frac)
+        # Over a window shorter than a second the CPU share is noise (process start-up, imports).
+        if frac >= th.cpu_fraction and (w or 0) >= 1.0:
+            who = "client" if index is None else f"client process {index}"
+            reasons.append(f"{who} CPU {frac:.0%} of a core >= {th.cpu_fraction:.0%}")
     if reasons:
         warnings.append("the client, not the server, may have set the pace: " + "; ".join(reasons))
     return {
@@ -259,7 +273,10 @@ def _client(
         "lag_limit_ms": limit_ms,
         "cpu_s": cpu_s,
         "wall_s": wall_s,
-        "cpu_fraction": cpu_fraction,
+        "cpu_fraction": cpu_fraction,  # of one core; with several processes, the busiest one's
+        "loop": loop,
+        "processes": len(procs) if procs else 1,
+        "per_process": list(procs) if procs else None,
         "client_bound": bool(reasons),
         "reasons": reasons,
     }
@@ -267,4 +284,5 @@ def _client(
 
 def summarize_run(result: LoadResult, **kwargs: Any) -> dict[str, Any]:
     """`summarize` with the client CPU and wall time the run measured."""
-    return summarize(result.records, cpu_s=result.cpu_s, wall_s=result.wall_s, **kwargs)
+    return summarize(result.records, cpu_s=result.cpu_s, wall_s=result.wall_s, loop=result.loop or None,
+                     procs=result.procs, **kwargs)

@@ -1,4 +1,14 @@
-"""Rendering runs for people: summary.md, `show`, the `runs` list."""
+"""Rendering runs for people: one run (render.py: summary.md, `show`, the `runs` list), and many runs
+(`servedeck report` and `compare`):
+
+    collect.py   run folders / a campaign folder → variants, repeats, failures
+    knobs.py     what a run was made with, flat, for "what changed"
+    stats.py     paired/unpaired bootstrap, intervals across repeats, drift
+    compare.py   A vs B: changes, attribution, verdicts
+    pareto.py    load points across repeats, the frontier
+    plots.py     matplotlib → inline SVG
+    sections.py  the report's sections (one function each) → blocks.py → report.md / html.py
+"""
 
 from servedeck.report.render import banner, gate_cell, headline_cell, list_row, markdown
 

@@ -177,8 +177,11 @@ def _figures(view: dict[str, Any]) -> list[str]:
         notes = list(f.get("warnings") or [])
         cl = f.get("client") or {}
         lag = (cl.get("lag_ms") or {})
+        nproc = cl.get("processes") or 1
+        cpu_of = "of one core" if nproc == 1 else f"of one core (the busiest of {nproc} client processes)"
         notes.append(f"client self-check: schedule lag p50 {ms(lag.get('p50'))}, p99 {ms(lag.get('p99'))}; client "
-                     f"CPU {pct(cl.get('cpu_fraction'))} of one core"
+                     f"CPU {pct(cl.get('cpu_fraction'))} {cpu_of}"
+                     + (f"; event loop {cl['loop']}" if cl.get("loop") else "")
                      + ("; **client-bound**" if cl.get("client_bound") else ""))
         ctr = (f.get("cache") or {}).get("counters") or {}
         if ctr.get("available"):

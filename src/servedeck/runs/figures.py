@@ -74,7 +74,8 @@ def agreement(records: Iterable[RequestRecord]) -> Optional[dict[str, Any]]:
 def point_figures(records: list[RequestRecord], point: dict[str, Any], workload: dict[str, Any]) -> dict[str, Any]:
     """Figures of one point: `point` carries the load meta (client cpu/wall) and cache counters."""
     load = point.get("load") or {}
-    fig = summarize(records, cpu_s=load.get("client_cpu_s"), wall_s=load.get("wall_s"), slo=slo_of(workload))
+    fig = summarize(records, cpu_s=load.get("client_cpu_s"), wall_s=load.get("wall_s"), slo=slo_of(workload),
+                    loop=load.get("loop"), procs=load.get("client_procs"))
     counters = point.get("counters") or {"available": False}
     fig["cache"]["counters"] = counters
     frac_counters = counters.get("fraction") if counters.get("available") else None

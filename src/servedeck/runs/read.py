@@ -13,7 +13,7 @@ from typing import Any
 
 from servedeck.errors import RunError
 from servedeck.fsio import read_jsonl
-from servedeck.gates.niah import read_log
+from servedeck.gates.niah import read_log, tally
 from servedeck.loadgen.records import RequestRecord
 from servedeck.runs.figures import headline, point_figures
 from servedeck.supervisor.process import alive
@@ -79,15 +79,7 @@ def gate_view(path: Path, summary: dict[str, Any]) -> dict[str, Any]:
         return {"status": "not run", **{k: v for k, v in recorded.items() if k in ("source", "note")}}
     probes, printed = read_log(log.read_text())
     result = dict(recorded.get("result") or {})
-    threshold = result.get("threshold", 0.67)
-    found = sum(bool(p.get("ok")) for p in probes)
-    n = len(probes)
-    score = found / n if n else 0.0
-    toks = [p["prompt_tokens"] for p in probes if isinstance(p.get("prompt_tokens"), int)]
-    result.update(score=score, found=found, probes=n, errors=sum(bool(p.get("error")) for p in probes),
-                  threshold=threshold, passed=n > 0 and round(score, 2) >= threshold,
-                  prompt_tokens=[min(toks), max(toks)] if toks else [],
-                  cached_tokens=sum(p.get("cached_tokens") or 0 for p in probes))
+    result.update(tally(probes, result.get("threshold", (recorded.get("spec") or {}).get("threshold", 0.67))))
     if printed is None:
         status = "incomplete"  # probes logged but the run stopped before the GATE line
     else:

@@ -16,11 +16,11 @@ from typing import Any
 
 
 class InstrumentProcess:
-    """`python -m servedeck.loadgen.instrument ARGS` on a free port; `stop` ends the whole group."""
+    """`python -m servedeck.testing.instrument ARGS` on a free port; `stop` ends the whole group."""
 
     def __init__(self, *args: str, cpus: set[int] | None = None) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "servedeck.loadgen.instrument", "--port", "0", *args],
+            [sys.executable, "-m", "servedeck.testing.instrument", "--port", "0", *args],
             stdout=subprocess.PIPE, text=True, start_new_session=True,  # own group: no orphans
         )
         assert self.proc.stdout is not None
@@ -28,10 +28,17 @@ class InstrumentProcess:
         if "READY" not in line:
             self.stop()
             raise RuntimeError(f"instrument did not start: {line!r}")
-        self.port = int(line.split("port=")[1])
+        fields = dict(f.split("=", 1) for f in line.split()[2:])  # "INSTRUMENT READY port=P loop=L"
+        self.port = int(fields["port"])
+        self.loop = fields.get("loop", "")
         self.url = f"http://127.0.0.1:{self.port}"
+        self.pinned: set[int] | None = None  # the CPUs it was held to, None if not (or refused)
         if cpus:
-            os.sched_setaffinity(self.proc.pid, cpus)
+            try:
+                os.sched_setaffinity(self.proc.pid, cpus)
+                self.pinned = set(os.sched_getaffinity(self.proc.pid))
+            except OSError:  # a sandbox may not allow it: the run says so instead of failing
+                self.pinned = None
 
     def clear(self) -> None:
         urllib.request.urlopen(urllib.request.Request(self.url + "/records", method="DELETE")).read()

@@ -8,8 +8,15 @@ wake-up delays one chunk and never the ones after it. Each chunk is its own writ
 with TCP_NODELAY (asyncio sets it), so it leaves at once instead of waiting to be coalesced. The records hold the actual write times,
 so what a client measured can be checked against what was really sent.
 
-Run it in its own process (the client's event loop must not share it):
-    python -m servedeck.loadgen.instrument --port 8123 --ttft-ms 50 --itl-ms 20 --tokens 100
+Two modes. "cheap" (the default) serialises each request's JSON once and splices the token text
+into bytes per chunk: it leaves the client as much CPU as possible. "realistic" (--realistic) costs
+what a real server costs per chunk: every event is a dict built and `json.dumps`ed when it is due
+(id, object, created, model, choices[delta|text, logprobs, finish_reason]; the usage event last when
+stream_options.include_usage), the way vLLM's and llama.cpp's OpenAI front ends build theirs. A client
+judged only against the cheap mode gets more CPU than it will have against an engine.
+
+Run it in its own process (the client's event loop must not share it), on uvloop when installed:
+    python -m servedeck.testing.instrument --port 8123 --ttft-ms 50 --itl-ms 20 --tokens 100 [--realistic]
 It prints "INSTRUMENT READY port=<port>" once listening. Endpoints:
     POST /v1/chat/completions, /v1/completions   stream; max_tokens (if given) sets the length
     GET /records   {"config": ..., "records": [...]}     DELETE /records   forget them
@@ -26,8 +33,10 @@ import signal
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from time import perf_counter
+from time import perf_counter, time
 from typing import Any
+
+from servedeck.loadgen.loop import current as current_loop, run as run_loop
 
 
 @dataclass(frozen=True)
@@ -37,6 +46,8 @@ class InstrumentConfig:
     tokens: int = 100  # output length when the request gives no max_tokens
     tokens_per_chunk: int = 1  # >1 imitates speculative decoding: several tokens per chunk
     role_chunk: bool = True  # send a role-only, empty-content chunk at once (as vLLM does)
+    realistic: bool = False  # build and json.dumps every event when it is due, as real servers do
+    json_spaces: bool = False  # realistic mode: json.dumps' default ", " / ": " separators (else compact)
 
     def __post_init__(self) -> None:
         if self.ttft_ms < 0 or self.itl_ms < 0 or self.tokens < 1 or self.tokens_per_chunk < 1:
@@ -85,7 +96,7 @@ class _Stream:
     __slots__ = ("proto", "rec", "make", "n_chunks", "tail", "k", "start", "step", "handle", "fail_drop")
 
     def __init__(self, proto: _Conn, rec: SentRecord, make: Callable[[int], tuple[bytes, int]],
-                 n_chunks: int, tail: bytes, start: float, step: float, fail_drop: bool) -> None:
+                 n_chunks: int, tail: Callable[[], bytes], start: float, step: float, fail_drop: bool) -> None:
         self.proto, self.rec, self.make, self.n_chunks, self.tail = proto, rec, make, n_chunks, tail
         self.k = 0
         self.start = start  # perf_counter deadline of chunk 0
@@ -104,7 +115,7 @@ class _Stream:
         data, n = self.make(self.k)
         last = self.k == self.n_chunks - 1
         if last:
-            data += self.tail
+            data += self.tail()
         t = perf_counter()
         tr.write(data)
         self.rec.chunk_t.append(t)
@@ -146,6 +157,32 @@ def _chunk_maker(base: dict[str, Any], chat: bool, per: int, n_tokens: int, prom
         if continuous_usage:
             tail = tail.replace(b'"completion_tokens":0', b'"completion_tokens":%d' % (first + n))
         return _chunk(head_b + text + tail + b"\n\n"), n
+
+    return make
+
+
+def _realistic_maker(base: dict[str, Any], chat: bool, per: int, n_tokens: int, prompt_tokens: int,
+                     continuous_usage: bool, spaces: bool = False) -> Callable[[int], tuple[bytes, int]]:
+    """chunk index -> (framed SSE bytes, tokens in it); a fresh dict and json.dumps per event.
+    Compact separators by default: vLLM (pydantic's model_dump_json) and llama.cpp (nlohmann's
+    dump()) write no spaces; `spaces` gives json.dumps' defaults, as a Python server that keeps them."""
+    rid, kind, created, model = base["id"], base["object"], base["created"], base["model"]
+    seps = (", ", ": ") if spaces else (",", ":")
+
+    def make(k: int) -> tuple[bytes, int]:
+        first = k * per
+        n = min(per, n_tokens - first)
+        text = "".join([f" t{first + j}" for j in range(n)])
+        finish = "length" if first + n == n_tokens else None
+        if chat:
+            choice = {"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": finish}
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+        ev: dict[str, Any] = {"id": rid, "object": kind, "created": created, "model": model, "choices": [choice]}
+        if continuous_usage:
+            ev["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": first + n,
+                           "total_tokens": prompt_tokens + first + n}
+        return _chunk(b"data: " + json.dumps(ev, ensure_ascii=False, separators=seps).encode() + b"\n\n"), n
 
     return make
 
@@ -214,7 +251,7 @@ class _Conn(asyncio.Protocol):
         if method == "GET" and path == "/health":
             tr.write(_plain("200 OK", b'{"status":"ok"}'))
         elif path == "/records" and method == "GET":
-            payload = {"config": asdict(srv.config), "records": srv.records()}
+            payload = {"config": asdict(srv.config), "loop": srv.loop, "records": srv.records()}
             tr.write(_plain("200 OK", json.dumps(payload).encode()))
         elif path == "/records" and method == "DELETE":
             srv.clear()
@@ -250,18 +287,28 @@ class _Conn(asyncio.Protocol):
         rec = SentRecord(id=rid, path=path, t_received=t)
         srv._records.append(rec)
         kind = "chat.completion.chunk" if chat else "text_completion"
-        base = {"id": f"cmpl-{rid}", "object": kind, "created": 0, "model": req.get("model", "instrument")}
+        base = {"id": f"cmpl-{rid}", "object": kind, "created": int(time()) if cfg.realistic else 0,
+                "model": req.get("model", "instrument")}
         per = cfg.tokens_per_chunk
         prompt_tokens = max(1, len(prompt) // 4)
         n_chunks = -(-n_tokens // per)
-        make = _chunk_maker(base, chat, per, n_tokens, prompt_tokens, bool(opts.get("continuous_usage_stats")))
-        tail = b""
-        if opts.get("include_usage"):
-            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n_tokens,
-                     "total_tokens": prompt_tokens + n_tokens,
-                     "prompt_tokens_details": {"cached_tokens": 0}}
-            tail += _event(dict(base, choices=[], usage=usage))
-        tail += _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
+        cont = bool(opts.get("continuous_usage_stats"))
+        make = _realistic_maker(base, chat, per, n_tokens, prompt_tokens, cont, cfg.json_spaces) if cfg.realistic \
+            else _chunk_maker(base, chat, per, n_tokens, prompt_tokens, cont)
+        include_usage = bool(opts.get("include_usage"))
+
+        def tail() -> bytes:
+            out = b""
+            if include_usage:
+                usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n_tokens,
+                         "total_tokens": prompt_tokens + n_tokens,
+                         "prompt_tokens_details": {"cached_tokens": 0}}
+                out += _event(dict(base, choices=[], usage=usage))
+            return out + _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
+
+        if not cfg.realistic:  # built now, once: the cheap mode spends nothing when it is due
+            tail_bytes = tail()
+            tail = lambda: tail_bytes  # noqa: E731
         head = _RESPONSE_HEAD
         if chat and cfg.role_chunk:
             head += _event(dict(base, choices=[{"index": 0, "delta": {"role": "assistant", "content": ""},
@@ -283,6 +330,7 @@ class Instrument:
         self._server: asyncio.AbstractServer | None = None
         self.clock_offset = 0.0
         self.port: int | None = None
+        self.loop = ""  # the event loop it serves on, once started
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
         if self._server is not None:
@@ -290,6 +338,7 @@ class Instrument:
         loop = asyncio.get_running_loop()
         # loop.call_at runs on loop.time(); deadlines are computed on perf_counter.
         self.clock_offset = loop.time() - perf_counter()
+        self.loop = current_loop()
         self._server = await loop.create_server(lambda: _Conn(self), host, port, backlog=4096)
         self.port = self._server.sockets[0].getsockname()[1]
         return self.port
@@ -307,7 +356,7 @@ class Instrument:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m servedeck.loadgen.instrument", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m servedeck.testing.instrument", description=__doc__.split("\n")[0])
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=0, help="0 picks a free port (printed on the READY line)")
     ap.add_argument("--ttft-ms", type=float, default=50.0)
@@ -315,8 +364,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tokens", type=int, default=100)
     ap.add_argument("--tokens-per-chunk", type=int, default=1)
     ap.add_argument("--no-role-chunk", action="store_true")
+    ap.add_argument("--realistic", action="store_true",
+                    help="build and json.dumps every event when it is due, as real servers do")
+    ap.add_argument("--json-spaces", action="store_true",
+                    help="with --realistic: json.dumps' default separators (a space after ':' and ',')")
+    ap.add_argument("--loop", choices=["auto", "uvloop", "asyncio"], default="auto",
+                    help="auto: uvloop when installed")
     a = ap.parse_args(argv)
-    cfg = InstrumentConfig(a.ttft_ms, a.itl_ms, a.tokens, a.tokens_per_chunk, not a.no_role_chunk)
+    cfg = InstrumentConfig(a.ttft_ms, a.itl_ms, a.tokens, a.tokens_per_chunk, not a.no_role_chunk, a.realistic,
+                           a.json_spaces)
 
     async def serve() -> None:
         inst = Instrument(cfg)
@@ -325,11 +381,11 @@ def main(argv: list[str] | None = None) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        print(f"INSTRUMENT READY port={port}", flush=True)
+        print(f"INSTRUMENT READY port={port} loop={inst.loop}", flush=True)
         await stop.wait()
         await inst.close()
 
-    asyncio.run(serve())
+    run_loop(serve(), None if a.loop == "auto" else a.loop)
     sys.exit(0)
 
 

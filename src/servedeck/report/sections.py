@@ -1,0 +1,270 @@
+"""The report's sections, in order. Each is one function from the collected runs to a Section, or
+None when the data for it is absent; a new kind of data (ramp, speculation) is one more function
+appended to SECTIONS. Every number is computed here from the run folders; none is typed by hand.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+from servedeck.report import plots
+from servedeck.report.blocks import Block, Figure, Link, Para, Pre, Section, Table
+from servedeck.report.collect import Collection, Run
+from servedeck.report.compare import compare
+from servedeck.report.knobs import changed, config_knobs
+from servedeck.report.pareto import load_points, pareto
+from servedeck.report.render import ms, num
+from servedeck.report.stats import Spread
+
+FILES = ("summary.json", "requests.jsonl", "niah.log", "cmd.sh", "server.log", "summary.md")
+
+
+def run_link(r: Run, text: Optional[str] = None) -> Link:
+    return Link(text or r.name, r.path)
+
+
+def file_link(r: Run, name: str) -> Link:
+    return Link(name, r.path / name)
+
+
+def _runs_cell(runs: list[Run]) -> list:
+    return [Link(f"#{r.repeat}" if len(runs) > 1 else "run", r.path / "summary.json") for r in runs]
+
+
+def _ci(s: Spread, fmt: Callable[[Optional[float]], str]) -> str:
+    if s.n == 0:
+        return "-"
+    if s.n == 1:
+        return fmt(s.mean)
+    return f"{fmt(s.mean)} [{fmt(s.low)}, {fmt(s.high)}]"
+
+
+def _first(coll: Collection) -> dict[str, Run]:
+    return {v: runs[0] for v, runs in coll.variants().items()}
+
+
+# --- sections ---------------------------------------------------------------------------------------
+
+def what(coll: Collection) -> Optional[Section]:
+    blocks: list[Block] = []
+    if coll.campaign:
+        c = coll.campaign
+        blocks.append(Para([f"Campaign {c.get('name')} on {c.get('host')}, model {c.get('model')}, "
+                            f"started {c.get('started')}, last updated {c.get('updated')}; base variant "
+                            f"{c.get('base_variant') or '-'}. Files: ",
+                            Link("campaign.json", coll.folder / "campaign.json"), " ",  # type: ignore[operator]
+                            Link("campaign.toml", coll.folder / "campaign.toml")]))  # type: ignore[operator]
+        declared = c.get("variants") or {}
+        if declared:
+            blocks.append(Table(["variant (campaign.json)", "knobs", "replicas", "cells"], [
+                [v, ", ".join(f"{k}={x}" for k, x in (d.get("knobs") or {}).items()) or "(base)",
+                 str(d.get("replicas", 1)),
+                 ", ".join(f"{x.get('id')} {x.get('state')}" for x in c.get("cells") or [] if x.get("variant") == v)]
+                for v, d in declared.items()]))
+    firsts = _first(coll)
+    keys = ("host", "CPUs", "GPUs", "engine", "engine version", "build", "servedeck version", "layout", "context")
+    rows = [[v, str(len(runs)), *[r.knobs.get(k, "-") for k in keys], run_link(r)]
+            for (v, runs), r in zip(coll.variants().items(), firsts.values())]
+    blocks.append(Table(["variant", "runs", *keys, "from"], rows))
+    # configuration differences between variants: every config knob whose value is not the same everywhere
+    cfgs = {v: config_knobs(r.knobs) for v, r in firsts.items()}
+    names: list[str] = []
+    for cfg in cfgs.values():
+        names += [n for n in cfg if n not in names]
+    differ = [n for n in names if len({cfg.get(n, "(absent)") for cfg in cfgs.values()}) > 1]
+    if len(cfgs) > 1:
+        if differ:
+            blocks.append(Para(["Configuration differences between variants (rendered flags and env from each "
+                                "run's cmd.sh, secrets redacted):"]))
+            blocks.append(Table(["knob", *cfgs], [[n, *[cfg.get(n, "(absent)") for cfg in cfgs.values()]]
+                                                  for n in differ]))
+        else:
+            blocks.append(Para(["The variants' rendered launches are identical."]))
+    return Section("what", "What was measured, where, with what", blocks)
+
+
+def gate(coll: Collection) -> Optional[Section]:
+    rows = []
+    for r in coll.runs:
+        g = r.view.get("gate") or {}
+        res = g.get("result") or {}
+        src = g.get("source")
+        rows.append([r.variant, str(r.repeat), run_link(r), r.kind or "-", g.get("status", "not run"),
+                     num(res.get("score"), 2) if "score" in res else "-",
+                     f"{res.get('found')}/{res.get('probes')}" if "probes" in res else "-",
+                     str(res.get("context", "-")), str(res.get("threshold", "-")),
+                     "–".join(str(t) for t in res.get("prompt_tokens") or []) or "-",
+                     [file_link(r, "niah.log")] + ([f"(copied from {src})"] if src and src != "this run" else [])
+                     if (r.path / "niah.log").exists() else "no gate"])
+    if not rows:
+        return None
+    return Section("gate", "The gate (needle in a haystack)", [
+        Para(["A performance point from a launch whose gate failed or never ran is not a result: it is drawn "
+              "hollow and kept off the frontier."]),
+        Table(["variant", "repeat", "run", "kind", "gate", "score", "found", "context", "threshold",
+               "prompt tokens", "source"], rows)])
+
+
+def pareto_section(coll: Collection) -> Optional[Section]:
+    rows = pareto(coll)
+    if not rows:
+        return None
+    per = "GPU" if all(r.per == "GPU" for r in rows) else "host"
+    svg = plots.pareto_svg(rows, list(coll.variants()))
+    table = []
+    for r in rows:
+        lp = r.point
+        state = "on the frontier" if r.on_frontier else ("dominated" if r.eligible else
+                                                         "hollow: " + "; ".join(r.why_not) + " (not a result)")
+        table.append([lp.variant, lp.label, num(r.x), num(r.y), str(len(lp.runs)),
+                      str(lp.runs[0].gpus_used or "CPU"), state, _runs_cell(lp.runs)])
+    sources = sorted({x.path for row in rows for x in row.point.runs})
+    return Section("pareto", "Throughput against latency (Pareto)", [
+        Figure(svg, f"x = per-user output tok/s (1 / TPOT p50), y = output tok/s per {per}"
+                    + (" (CPU runs: the whole host)" if per == "host" else "")
+                    + "; one curve per variant across its load points; mean across repeats.",
+               [Link(p.name, p) for p in sources]),
+        Table(["variant", "point", "per-user tok/s", f"output tok/s per {per}", "repeats", "GPUs", "frontier",
+               "sources"], table)])
+
+
+def latency(coll: Collection) -> Optional[Section]:
+    pts = [p for p in load_points(coll) if p.workload != "long-prompt"]
+    if not pts:
+        return None
+    blocks: list[Block] = []
+    for loop in ("closed", "open"):
+        mine = [p for p in pts if p.loop == loop]
+        if not mine:
+            continue
+        blocks.append(Figure(plots.latency_svg(mine, list(coll.variants()), loop),
+                             f"TTFT and TPOT p50 (solid) and p99 (dotted) against "
+                             f"{'concurrency' if loop == 'closed' else 'arrival rate'}; mean across repeats.",
+                             sorted({Link(r.name, r.path / "requests.jsonl") for p in mine for r in p.runs},
+                                    key=lambda x: x.text)))
+    rows = []
+    for p in pts:
+        rows.append([p.variant, p.label, ms(p.spread("ttft_ms").mean), ms(p.spread("ttft_ms", "p99").mean),
+                     ms(p.spread("tpot_ms").mean), ms(p.spread("tpot_ms", "p99").mean),
+                     ms(p.spread("e2e_ms").mean), num(p.spread("output_tok_s", "").mean),
+                     "+".join(str(int(f["counts"]["ok"])) for f in p.figures if f.get("counts")),
+                     _runs_cell(p.runs)])
+    blocks.append(Table(["variant", "point", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "E2E p50",
+                         "output tok/s", "requests ok", "sources"], rows))
+    return Section("latency", "TTFT and TPOT against load", blocks)
+
+
+def long_prompt(coll: Collection) -> Optional[Section]:
+    runs = coll.bench_runs("long-prompt")
+    if not runs:
+        return None
+    series: dict[str, list] = {}
+    rows = []
+    for r in runs:
+        for p in r.view.get("points") or []:
+            f = p.get("figures") or {}
+            tokens = (r.view.get("workload") or {}).get("prompt_tokens")
+            pre = (f.get("prefill_tok_s") or {}).get("p50")
+            ttft = (f.get("ttft_ms") or {}).get("p50")
+            series.setdefault(r.variant, []).append((float(tokens or 0), pre, ttft))
+            rows.append([r.variant, str(tokens), p.get("label"), num(pre), ms(ttft),
+                         str((f.get("prefill_tok_s") or {}).get("n", 0)), run_link(r)])
+    return Section("long-prompt", "Long prompts: prefill and TTFT against length", [
+        Figure(plots.long_prompt_svg(series, list(coll.variants())), "Prefill tok/s = prompt tokens / TTFT "
+               "(prompts not served from the prefix cache).", [Link(r.name, r.path) for r in runs]),
+        Table(["variant", "prompt tokens", "point", "prefill tok/s p50", "TTFT p50", "n", "run"], rows)])
+
+
+HEADLINES = (("TTFT p50", "ttft_ms", "p50", ms), ("TPOT p50", "tpot_ms", "p50", ms),
+             ("output tok/s", "output_tok_s", "", num))
+
+
+def repeats(coll: Collection) -> Optional[Section]:
+    pts = [p for p in load_points(coll) if len(p.runs) > 1]
+    if not pts:
+        return None
+    rows = []
+    for p in pts:
+        for name, key, stat, fmt in HEADLINES:
+            s = p.spread(key, stat)
+            rows.append([p.variant, p.label, name, str(s.n), _ci(s, fmt),
+                         ", ".join(fmt(v) for v in s.values),
+                         f"DRIFT: {s.drift} across every repeat" if s.drift else "-", _runs_cell(p.runs)])
+    return Section("repeats", "Repeats: mean with 95 % interval", [
+        Para(["Each headline figure as the mean across repeats (fresh launches) with a 95 % t interval. Drift: a "
+              "figure that only rises or only falls across three or more repeats (by chance alone that happens "
+              "with probability 2/n!), so check before averaging."]),
+        Table(["variant", "point", "figure", "repeats", "mean [95 %]", "each repeat", "drift", "sources"], rows)])
+
+
+def attribution(coll: Collection) -> Optional[Section]:
+    variants = coll.variants()
+    base = coll.base_variant if coll.base_variant in variants else next(iter(variants), None)
+    if base is None or len(variants) < 2:
+        return None
+    base_runs = [r for r in variants[base] if r.kind == "bench"]
+    rows: list[list] = []
+    notes: list[Block] = []
+    for v, runs in variants.items():
+        bench = [r for r in runs if r.kind == "bench"]
+        if v == base or not bench or not base_runs:
+            continue
+        diff = changed(config_knobs(base_runs[0].knobs), config_knobs(bench[0].knobs))
+        if len(diff) != 1:
+            notes.append(Para([f"{v}: {len(diff)} knobs differ from {base} "
+                               f"({', '.join(d[0] for d in diff) or 'none'}): its effect cannot be attributed "
+                               "to any one of them."]))
+            continue
+        knob, was, now = diff[0]
+        gates = {r.gate for r in bench} - {"passed"}
+        label = v + (f" (gate {'/'.join(sorted(gates))}: not a result)" if gates else "")
+        for wl in dict.fromkeys(r.workload for r in base_runs):
+            a = [r for r in base_runs if r.workload == wl]
+            b = [r for r in bench if r.workload == wl]
+            if not b:
+                continue
+            for pc in compare(a, b).points:
+                for verdict in pc.verdicts:
+                    rows.append([f"{knob}: {was} → {now}", label, f"{wl} {pc.label}", verdict.figure, verdict.text,
+                                 _runs_cell(a) + ["vs"] + _runs_cell(b)])
+    if not rows and not notes:
+        return None
+    blocks: list[Block] = [Para([f"Each variant against the base variant {base}. Where exactly one configuration "
+                                 "knob differs, its effect on each headline figure, with the interval; "
+                                 "latency intervals are paired request by request when both sent the same prompts."])]
+    if rows:
+        blocks.append(Table(["knob", "variant", "point", "figure", "effect", "sources (base vs variant)"], rows))
+    return Section("attribution", "One knob at a time: attribution", blocks + notes)
+
+
+def failures(coll: Collection) -> Optional[Section]:
+    if not coll.failures:
+        return None
+    blocks: list[Block] = [Table(["what", "state", "reason", "classified cause"],
+                                 [[f.what, f.state, f.reason, f.cause] for f in coll.failures])]
+    for f in coll.failures:
+        if f.excerpt:
+            blocks.append(Pre(f.excerpt, Link(f"{f.what}: {f.source.name}", f.source) if f.source else None))
+    return Section("failures", "Failures", blocks)
+
+
+def sources(coll: Collection) -> Optional[Section]:
+    rows = [[run_link(r), r.variant, str(r.repeat), r.cell or "-", r.kind or "-", r.workload or "-",
+             str(r.view.get("status")), r.view.get("label", "-"),
+             [file_link(r, n) for n in FILES if (r.path / n).exists()]] for r in coll.runs]
+    return Section("sources", "Sources", [
+        Para(["Every figure above is recomputed from these folders (requests.jsonl, niah.log, summary.json) "
+              "by servedeck's own code; none is typed by hand."]),
+        Table(["run folder", "variant", "repeat", "cell", "kind", "workload", "status", "result", "files"], rows)])
+
+
+# A section function: Collection → Section or None (absent data, absent section).
+SECTIONS: list[Callable[[Collection], Optional[Section]]] = [
+    what, gate, pareto_section, latency, long_prompt, repeats, attribution, failures, sources]
+
+
+def build(coll: Collection) -> list[Section]:
+    return [s for s in (f(coll) for f in SECTIONS) if s is not None]
+
+
+__all__ = ["SECTIONS", "build"]
