@@ -218,7 +218,8 @@ async def run_point(index: int, shape: Shape, spec: BenchSpec, target: Target, f
             # With client processes the connections that matter are theirs; this one only warms up.
             await client.prewarm(min(conc or 16, 256) if spec.client_procs == 1 else max(1, len(warm)))
             if warm:
-                reporter.stage(f"{label}: warm-up ({len(warm)} requests, distinct prompts)")
+                same = "the measured prompt" if spec.workload == "decode" else "distinct prompts"
+                reporter.stage(f"{label}: warm-up ({len(warm)} requests, {same})")
                 await LoadRun(client, ClosedLoop(min(len(warm), conc or 4)), [], warmup=warm,
                               on_record=on_record).run()
             before = await prefix_counters_async(target.engine, target.base_url)
