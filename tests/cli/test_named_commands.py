@@ -26,6 +26,10 @@ ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "servedeck"
 QUOTED = re.compile(r"`(servedeck\s[^`]*)`")
 HINT_KEYS = {"hint", "action"}
+# Backticked text that starts with "servedeck " but names no command, each with why.
+NOT_COMMANDS = {
+    "servedeck version": "a knob in docs/report.md (servedeck's own version), not a command",
+}
 
 
 def _strings(tree: ast.AST):
@@ -59,7 +63,9 @@ def named_commands() -> dict[str, set[str]]:
     found: dict[str, set[str]] = {}
 
     def add(cmd: str, where: str) -> None:
-        found.setdefault(" ".join(cmd.split()), set()).add(where)
+        cmd = " ".join(cmd.split())
+        if cmd not in NOT_COMMANDS:
+            found.setdefault(cmd, set()).add(where)
 
     for f in sorted(SRC.rglob("*.py")):
         tree = ast.parse(f.read_text())
