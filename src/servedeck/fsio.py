@@ -59,21 +59,67 @@ def append_jsonl(path: Path, record: dict, fsync: bool = True) -> None:
         os.close(fd)
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    """Read every complete line; a torn last line (crash mid-write) is skipped, not fatal."""
-    out: list[dict] = []
+class JsonlRows(list):
+    """The rows of a JSON-lines file, plus what could not be read.
+
+    `torn` is 1 when the last line is cut short (no newline and not JSON: a crash mid-append, which
+    `append_jsonl` makes the only expected damage); it is counted but needs no warning. `skipped` counts
+    every other line that is not a JSON object: those are damage, and a reader must say so (`warning`).
+    """
+
+    def __init__(self, rows: list[dict] | None = None, skipped: int = 0, torn: int = 0,
+                 first_error: str | None = None):
+        super().__init__(rows or [])
+        self.skipped = skipped
+        self.torn = torn
+        self.first_error = first_error
+
+    def keep(self, pred: Callable[[dict], bool]) -> "JsonlRows":
+        """The rows that pass `pred`, with the counts of what could not be read carried along."""
+        return JsonlRows([r for r in self if pred(r)], self.skipped, self.torn, self.first_error)
+
+    def warning(self, path: Path | str) -> str | None:
+        """One sentence for the user when lines were lost, else None."""
+        if not self.skipped:
+            return None
+        return (f"{path}: {self.skipped} line(s) could not be read and are left out "
+                f"(first: {self.first_error}); the file is damaged or was written by something else")
+
+
+def read_jsonl(path: Path) -> JsonlRows:
+    """Every line that is a JSON object. A torn last line is skipped and counted in `.torn`; any other
+    unreadable line is skipped and counted in `.skipped`, which callers report."""
     try:
-        with open(path) as fh:
-            for line in fh:
-                line = line.strip()
-                if not line:
-                    continue
-                try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError:
-                    continue
+        with open(path, "rb") as fh:
+            raw = fh.read()
     except FileNotFoundError:
-        pass
+        return JsonlRows()
+    lines = raw.split(b"\n")
+    complete, tail = lines[:-1], lines[-1]  # tail: b"" when the file ends in a newline
+    out = JsonlRows()
+
+    def parse(line: bytes, number: int) -> tuple[dict | None, str | None]:
+        try:
+            rec = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            return None, f"line {number}: {e}"
+        return (rec, None) if isinstance(rec, dict) else (None, f"line {number}: not a JSON object")
+
+    for i, line in enumerate(complete, 1):
+        if not line.strip():
+            continue
+        rec, err = parse(line, i)
+        if rec is None:
+            out.skipped += 1
+            out.first_error = out.first_error or err
+        else:
+            out.append(rec)
+    if tail.strip():
+        rec, _ = parse(tail, len(complete) + 1)
+        if rec is None:
+            out.torn = 1
+        else:
+            out.append(rec)
     return out
 
 

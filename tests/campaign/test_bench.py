@@ -37,6 +37,9 @@ def test_chat_run_writes_a_complete_folder(campaign_config, llama):
     assert summary["schema"] == 1 and summary["status"] == "ok" and summary["reason"] is None
     assert summary["versions"]["servedeck"] and summary["versions"]["python"] and summary["versions"]["engine"]
     assert summary["host"]["cpus"] >= 1 and "available" in summary["gpus"]
+    # the sdist build's own version (scripts/build-llama-server.sh's VERSION file), not b0-unknown (issue 8.8)
+    assert summary["versions"]["engine_version"] == Path(summary["command"][0]).with_name("VERSION").read_text().strip()
+    assert all(x == round(x, 2) for x in summary["host"]["load_avg"])
     assert summary["config"]["model"]["context"] == 8192 and summary["config"]["build"]["engine"] == "llamacpp"
     assert summary["command"][0].endswith("llama-server")
     assert summary["workload"]["points"] == ["c=1", "c=2"] and summary["workload"]["duration_s"] == 4.0
@@ -157,3 +160,29 @@ def test_cached_fraction_on_vllm(campaign_config, vllm):
     assert fr["prefill_tok_s"]["n"] == 1 and fr["prefill_tok_s"]["excluded_cached"] == 2
     print(f"\nvLLM cached fraction (counters): own prompts {fo['cache']['counters']['fraction']:.3f}, "
           f"repeated {fr['cache']['counters']['fraction']:.3f}")
+
+
+@pytest.mark.llamacpp
+def test_decode_workload_measures_decode_only(campaign_config, llama):
+    """Issue 8 defect 11: the seed's decode-speed check, one fixed prompt on /v1/completions after a warm-up."""
+    from servedeck.report import markdown
+
+    spec = BenchSpec(workload="decode", shapes=(ClosedLoop(1),), input_tokens=64, output_tokens=24,
+                     requests=3, warmup=1)
+    out = run_bench(campaign_config, "smollm2", spec, gate_spec=GateSpec(context=768))
+    summary = json.loads((out.folder / "summary.json").read_text())
+    w = summary["workload"]
+    assert w["workload"] == "decode" and w["api"] == "completions" and w["fixed_prompt"] is True
+    lines = read_jsonl(out.folder / "requests.jsonl")
+    assert [ln["kind"] for ln in lines] == ["warmup", "measured", "measured", "measured"]
+    assert len({ln["prompt_tokens"] for ln in lines}) == 1  # the same prompt every time
+    assert all(ln["output_tokens"] == 24 for ln in lines)
+    fig = summary["points"][0]["figures"]["decode"]
+    assert fig["requests"] == 3 and fig["tpot_ms"]["p50"] > 0
+    assert abs(fig["decode_tok_s"]["p50"] * fig["tpot_ms"]["p50"] / 1000 - 1) < 0.2
+    # llama.cpp's own account agrees that what was timed is decoding (its predicted_ms per token)
+    assert 0.5 < summary["points"][0]["figures"]["agreement"]["tpot_ratio"]["p50"] < 2.0
+    md = markdown(load(out.folder))
+    assert "decode speed only: TPOT and decode tok/s; prefill (TTFT) is excluded" in md
+    assert "decode tok/s p50/min" in md and "prefill tok/s p50" not in md
+    assert "warm-up 1 per point with that same prompt" in md and "distinct from the measured" not in md

@@ -7,6 +7,8 @@ import subprocess
 from servedeck.doctor.checks import check_kernel
 from servedeck.doctor.kernel import KernelLog, events_near, parse_kernel_lines, read_kernel_events
 
+from servedeck.doctor.kernel import parse_journal_json, parse_list_boots  # noqa: E402
+
 # written from seed 004 / ENGINES.md: journal (ISO), dmesg --time-format iso, and plain dmesg forms
 JOURNAL = """\
 2026-09-11T21:24:41.123456+0200 box kernel: NVRM: Xid (PCI:0000:01:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.
@@ -60,7 +62,7 @@ def test_journal_first_then_dmesg_then_skip_with_why():
 def test_window_keeps_events_near_an_end_time():
     evs = parse_kernel_lines(JOURNAL)
     t79 = evs[0].at
-    near = events_near(t79 + 30, before_s=60, after_s=10, run=lambda argv: cp(argv, 0, JOURNAL))
+    near = events_near(t79 + 30, before_s=60, after_s=10, run=journal_run(journal_json(JOURNAL_BOOTS)))
     assert [e.code for e in near] == [79]
     assert events_near(t79, run=lambda argv: cp(argv, 1, "", "denied")) == []
 
@@ -87,3 +89,82 @@ def test_the_real_kernel_log_here_is_read_or_skipped_with_a_reason():
         assert row.status == "SKIP" and log.reason
     else:
         assert log.lines_read > 0
+
+
+# --- several boots (issue 8 defect 6): seed 004's crash was in an earlier boot -------------------
+B2, B1, B0 = "a" * 32, "b" * 32, "c" * 32
+# what `journalctl --list-boots` prints (systemd 252 layout)
+LIST_BOOTS = f"""\
+IDX BOOT ID                          FIRST ENTRY                 LAST ENTRY
+ -2 {B2} Fri 2026-09-11 08:00:00 CEST Fri 2026-09-11 21:24:41 CEST
+ -1 {B1} Fri 2026-09-11 21:30:00 CEST Sat 2026-09-12 14:25:44 CEST
+  0 {B0} Sat 2026-09-12 14:31:00 CEST Sat 2026-09-12 18:00:00 CEST
+"""
+JOURNAL_BOOTS = [
+    (B2, "2026-09-11T21:24:41.123456+02:00",
+     "NVRM: Xid (PCI:0000:01:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."),
+    (B2, "2026-09-11T21:24:41.200000+02:00", "r8169 0000:05:00.0 eth0: RTL8125B, XID 641, IRQ 140"),
+    (B1, "2026-09-12T08:00:00.000000+02:00",
+     "NVRM: Xid (PCI:0000:01:00): 31, pid=41235, name=VLLM::EngineCor, Ch 00000008"),
+    (B1, "2026-09-12T14:25:44.000000+02:00",
+     "NVRM: Xid (PCI:0000:01:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."),
+    (B0, "2026-09-12T14:31:00.000000+02:00", "Linux version 6.1.0-26-amd64"),
+]
+
+
+def journal_json(entries) -> str:
+    """`journalctl -o json --output-fields=MESSAGE,_BOOT_ID` lines for (boot id, time, message)."""
+    import json
+    from datetime import datetime
+
+    return "".join(json.dumps({"__REALTIME_TIMESTAMP": str(int(datetime.fromisoformat(t).timestamp() * 1e6)),
+                               "_BOOT_ID": b, "MESSAGE": m}) + "\n" for b, t, m in entries)
+
+
+def journal_run(text, boots=LIST_BOOTS, calls=None):
+    def run(argv):
+        if calls is not None:
+            calls.append(argv)
+        if argv[0] == "journalctl" and "--list-boots" in argv:
+            return cp(argv, 0, boots)
+        if argv[0] == "journalctl":
+            return cp(argv, 0, text)
+        return cp(argv, 0, "[  1.0] dmesg line\n")
+    return run
+
+
+def test_list_boots_parse():
+    assert parse_list_boots(LIST_BOOTS) == {B2: -2, B1: -1, B0: 0}
+
+
+def test_journal_json_events_carry_their_boot():
+    evs, lines, nboots = parse_journal_json(journal_json(JOURNAL_BOOTS), parse_list_boots(LIST_BOOTS))
+    assert lines == 5 and nboots == 3
+    assert [(e.code, e.boot, e.boot_id) for e in evs] == [(79, -2, B2), (31, -1, B1), (79, -1, B1)]
+    assert evs[0].boot_label == "boot -2" and evs[0].line.startswith("2026-09-11T")
+    # a boot the index does not know keeps its id
+    evs, _, _ = parse_journal_json(journal_json(JOURNAL_BOOTS[:1]), {})
+    assert evs[0].boot is None and evs[0].boot_label == "boot aaaaaaaa"
+
+
+def test_doctor_reads_all_boots_and_names_each_events_boot():
+    calls = []
+    log = read_kernel_events(run=journal_run(journal_json(JOURNAL_BOOTS), calls=calls))
+    assert calls[0][0] == "journalctl" and "-b" not in calls[0] and "_TRANSPORT=kernel" in calls[0]
+    assert log.readable and log.boots_read == 3 and "all boots" in log.source
+    row = check_kernel(log)
+    assert row.status == "FAIL"
+    assert "Xid 79 ×2" in row.saw and "in boot -2, boot -1" in row.saw and "Xid 31 ×1" in row.saw
+    assert "3 boots" in row.saw
+    assert [e["boot"] for e in row.data["events"]] == [-2, -1, -1]
+
+
+def test_no_journal_falls_back_to_dmesg_for_this_boot_and_says_so():
+    def run(argv):
+        if argv[0] == "journalctl":
+            return cp(argv, 0, "-- No entries --\n")
+        return cp(argv, 0, JOURNAL)
+    log = read_kernel_events(run=run)
+    assert log.source.startswith("dmesg") and "current boot only" in log.source
+    assert log.boots_read == 1 and all(e.boot == 0 for e in log.events)
+    assert "this boot" in check_kernel(log).saw

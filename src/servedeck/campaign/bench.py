@@ -5,6 +5,10 @@ tokenizer including the chat template), its own warm-up requests that share no p
 measured ones, and reads the engine's prefix-cache counters right before and after its measured
 phase. Every request is written to requests.jsonl the moment it finishes.
 
+`--workload decode` is the seed's decode-speed check: one fixed prompt on /v1/completions, sent for
+the warm-up and then for every measured request, so that only decoding is measured: its figures are
+TPOT and decode tok/s; prefill (TTFT) is excluded, and the summary says so.
+
 If the engine dies, the first failed request notices (the shim's process is gone), the point is
 cancelled and ServerDied raised; finished requests stay on disk. Ctrl-C cancels the same way and
 propagates as CancelledError.
@@ -37,7 +41,7 @@ from servedeck.loadgen.texts import Content
 from servedeck.runs.figures import counter_delta, headline, point_figures
 from servedeck.runs.folder import RunFolder
 
-Workload = Literal["chat", "long-prompt"]
+Workload = Literal["chat", "long-prompt", "decode"]
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,11 @@ class BenchSpec:
     check_prompts: int = 8  # the output check: how many of its fixed prompts (the CLI always asks 8)
     check_tokens: int = 128  # and the answer room of each
     client_procs: int = 1  # client processes the streams are split across (one schedule for all)
+
+    @property
+    def api(self) -> str:
+        """The endpoint the requests use: decode is a plain completion (no chat template), as the seed's check."""
+        return "completions" if self.workload == "decode" else "chat"
 
     @property
     def prompt_size(self) -> int:
@@ -100,7 +109,9 @@ class BenchSpec:
                 "stall_after_s": self.stall_after_s, "check_outputs": self.check_outputs,
                 "slo": None if self.slo is None else {"ttft_ms": self.slo.ttft_ms, "tpot_ms": self.slo.tpot_ms,
                                                       "e2e_ms": self.slo.e2e_ms},
-                "api": "chat", "ignore_eos": True, "client_procs": self.client_procs}
+                "api": self.api, "ignore_eos": True, "client_procs": self.client_procs,
+                **({"fixed_prompt": True, "excluded": "prefill (TTFT): one fixed prompt, cached after the warm-up"}
+                   if self.workload == "decode" else {})}
 
 
 def shape_label(shape: Shape) -> str:
@@ -138,6 +149,16 @@ async def _prompts(spec: BenchSpec, tokens: ServerTokens, nonce: str, reporter: 
     async def count(text: str) -> int:
         return await tokens.count_chat([{"role": "user", "content": text}])
 
+    if spec.workload == "decode":
+        # One fixed prompt for warm-up and measured calls alike: only decoding is measured, so its
+        # exact size does not matter (the server's prompt_tokens stay on record per request).
+        text = synthetic_text(0, size, nonce=nonce, seed=spec.seed)
+        first = RequestSpec(id=f"{nonce}-decode", prompt=text, max_tokens=out)
+        warm = [RequestSpec(id=f"{nonce}-w{i}", prompt=text, max_tokens=out, kind="warmup")
+                for i in range(spec.warmup)]
+        how = {"sized_by": "approximate (default chars/token); the server's prompt_tokens are the record",
+               "target_tokens": size, "fixed_prompt": True}
+        return warm, partial(_repeat, first), how
     reporter.stage(f"{label}: sizing prompts with the server's tokenizer")
     warm = await sized_requests(size, out, spec.warmup, count, kind="warmup", seed=spec.seed, nonce=nonce,
                                 content=spec.content) if spec.warmup else []
@@ -209,7 +230,8 @@ async def run_point(index: int, shape: Shape, spec: BenchSpec, target: Target, f
             # With client processes the connections that matter are theirs; this one only warms up.
             await client.prewarm(min(conc or 16, 256) if spec.client_procs == 1 else max(1, len(warm)))
             if warm:
-                reporter.stage(f"{label}: warm-up ({len(warm)} requests, distinct prompts)")
+                same = "the measured prompt" if spec.workload == "decode" else "distinct prompts"
+                reporter.stage(f"{label}: warm-up ({len(warm)} requests, {same})")
                 await LoadRun(client, ClosedLoop(min(len(warm), conc or 4)), [], warmup=warm,
                               on_record=on_record).run()
             before, spec_before = await metrics_snapshot_async(target.engine, target.base_url)
@@ -273,7 +295,7 @@ async def run_point(index: int, shape: Shape, spec: BenchSpec, target: Target, f
 
 
 def _config(t: Target, spec: BenchSpec) -> ClientConfig:
-    return ClientConfig(t.base_url, t.served_name, api="chat",
+    return ClientConfig(t.base_url, t.served_name, api=spec.api,  # type: ignore[arg-type]
                         continuous_usage_stats=get_engine(t.engine).stream_usage_per_chunk,
                         extra_body=t.request, request_timeout_s=spec.request_timeout_s)
 

@@ -27,12 +27,13 @@ from servedeck.campaign.target import Target, close_target, open_target
 from servedeck.config import Config
 from servedeck.deck.deck import settings_of
 from servedeck.engines.metrics import prefix_counters_async
-from servedeck.errors import RunError, ServedeckError, ServerDied
+from servedeck.errors import RunError, ServedeckError, ServerDied, UsageError
 from servedeck.gates.niah import GateResult, GateSpec, run_gate
 from servedeck.gates.server import server_context
 from servedeck.report.render import markdown
 from servedeck.runs import inventory
 from servedeck.runs.folder import RunFolder, runs_root
+from servedeck.watch.notices import Redactor
 from servedeck.runs.read import gate_view, list_runs, load, summary_of
 
 
@@ -63,7 +64,8 @@ def base_summary(target: Target, context: int, kind: str, workload: dict[str, An
         "launch": {"launch_dir": target.launch_dir, "started_at": rec.started_at,
                    "ready_at": rec.ready_at, "pid": rec.pid, "engine_pid": rec.engine_pid,
                    "launched_by_run": target.launched},
-        "versions": inventory.versions(target.base_url, target.engine, boot),
+        "versions": inventory.versions(target.base_url, target.engine, boot,
+                                       target.cfg.deck.builds.get(model.build)),
         "host": inventory.host(), "gpus": inventory.gpus(),
         "config": settings, "command": rec.spec.get("argv"), "boot": boot,
         "workload": workload, "gate": {"status": "pending"}, "points": [],
@@ -162,17 +164,30 @@ def _guarded(folder: RunFolder, work: Any) -> Any:
     return inner()
 
 
+def check_output_cap(cfg: Config, name: str, asked: int, flag: str) -> None:
+    """A run that asks for more output than the model's max_output_tokens is refused, not cut short:
+    its figures would describe requests it did not make."""
+    cap = cfg.models[name].max_output_tokens
+    if cap and asked > cap:
+        raise UsageError(f"{flag} {asked} is above models.{name}.max_output_tokens ({cap})",
+                         hint=f"ask for {cap} or fewer ({flag} {cap}), or raise max_output_tokens in models.toml")
+
+
 # --- gate -------------------------------------------------------------------------------------
 
 async def _gate_async(target: Target, spec: GateSpec, reporter: Reporter, outcome: Outcome) -> GateResult:
     ctx = await _served_context(target)
     _check_asked(target, spec.context or ctx, ctx)
     spec = replace(spec, context=spec.context or ctx)
+    cap = target.cfg.models[target.name].max_output_tokens
+    if cap and spec.answer_tokens > cap:  # max_output_tokens caps what servedeck asks for
+        spec = replace(spec, answer_tokens=cap)
     spec.check()
     folder = RunFolder.create(_root(target.cfg), target.model_label, target.layout_label,
                               target.cfg.models[target.name].context or ctx, target.engine,
                               base_summary(target, ctx, "gate", {"gate": _gate_spec_json(spec)}))
     outcome.folder = folder.path
+    folder.scrub = Redactor.from_config(target.cfg).text
     folder.attach_launch(target.launch_dir, whole_log=target.launched)
 
     async def work() -> GateResult:
@@ -213,6 +228,7 @@ async def _bench_async(target: Target, spec: BenchSpec, gate_mode: Optional[bool
     if spec.workload == "long-prompt" and spec.prompt_tokens is None:
         spec = replace(spec, prompt_tokens=ctx - spec.output_tokens)
     spec.check(ctx)
+    check_output_cap(target.cfg, target.name, spec.output_tokens, "--output-tokens")
     _check_asked(target, gate_spec.context or ctx, ctx)
     gate_spec = replace(gate_spec, context=gate_spec.context or ctx)
     gate_spec.check()
@@ -223,6 +239,7 @@ async def _bench_async(target: Target, spec: BenchSpec, gate_mode: Optional[bool
     folder = RunFolder.create(root, target.model_label, target.layout_label, model.context or ctx, target.engine,
                               {**base_summary(target, ctx, "bench", spec.to_json()), "prompt_seed": spec.seed})
     outcome.folder = folder.path
+    folder.scrub = Redactor.from_config(target.cfg).text
     folder.attach_launch(target.launch_dir, whole_log=target.launched)
 
     async def work() -> None:

@@ -53,5 +53,12 @@ def config_or_none(doing: str) -> Optional[Config]:
         return None
 
 
+def warn_unreadable(rows: Any, path: Any) -> None:
+    """Lines of a JSON-lines file that could not be read are said, on stderr (so --json stays clean)."""
+    msg = rows.warning(path) if hasattr(rows, "warning") else None
+    if msg:
+        err_console.print(f"[yellow]warning:[/] {msg}", markup=True, highlight=False, soft_wrap=True)
+
+
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")

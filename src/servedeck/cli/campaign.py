@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import os
 
 from typing import Any, Callable, Optional
 
 import typer
 from rich.markdown import Markdown
+from rich.text import Text
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from servedeck.campaign import BenchSpec, Outcome, RampSpec, bench as run_bench, compare_runs, gate as run_gate
 from servedeck.campaign import measured, ramp as run_ramp
 from servedeck.campaign.bench import shape_label
-from servedeck.cli.app import app, console, err_console, load_config, print_json
+from servedeck import paths
+from servedeck.cli.app import Ctx, app, console, err_console, load_config, print_json
 from servedeck.errors import ServedeckError
 from servedeck.gates import GateSpec, ProbeResult
 from servedeck.loadgen import ClosedLoop, OpenLoop, Progress as LoadProgress, Slo
@@ -163,12 +166,13 @@ def gate(
 @app.command()
 def bench(
     model: str,
-    workload: str = typer.Option("chat", "--workload", help="chat | long-prompt | ramp"),
+    workload: str = typer.Option("chat", "--workload", help="chat | long-prompt | decode (one fixed prompt: TPOT and "
+                                                            "decode tok/s only) | ramp (one conversation grown turn by turn)"),
     concurrency: Optional[str] = typer.Option(None, "--concurrency", help="closed-loop points, e.g. 1,4,16"),
     rate: Optional[str] = typer.Option(None, "--rate", help="open-loop points in requests/s, e.g. 2,4,8"),
     arrivals: str = typer.Option("poisson", "--arrivals", help="poisson | constant (with --rate)"),
     input_tokens: int = typer.Option(1024, "--input-tokens", help="chat: prompt tokens as the server counts them"),
-    output_tokens: Optional[int] = typer.Option(None, "--output-tokens", help="default 1024 (chat), 64 (long-prompt)"),
+    output_tokens: Optional[int] = typer.Option(None, "--output-tokens", help="default 1024 (chat), 64 (long-prompt), 256 (decode)"),
     prompt_tokens: Optional[int] = typer.Option(None, "--prompt-tokens", help="long-prompt: default context − output"),
     duration: Optional[str] = typer.Option(None, "--duration", help="per point, e.g. 60s (default for chat)"),
     requests: Optional[int] = typer.Option(None, "--requests", help="per point (long-prompt default 3)"),
@@ -195,10 +199,11 @@ def bench(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Benchmark MODEL: gate, then one measured point per concurrency or rate (or the conversation ramp), recorded as a run folder."""
-    if workload not in ("chat", "long-prompt", "ramp"):
-        raise ServedeckError(f"--workload {workload!r} is not chat, long-prompt or ramp",
+    if workload not in ("chat", "long-prompt", "decode", "ramp"):
+        raise ServedeckError(f"--workload {workload!r} is not chat, long-prompt, decode or ramp",
                              hint="chat: --input-tokens/--output-tokens per request; long-prompt: a prompt near the "
-                                  "context; ramp: one conversation grown turn by turn")
+                                  "context; decode: one fixed prompt, decode speed only; ramp: one conversation "
+                                  "grown turn by turn")
     if content is not None and content not in CONTENTS:
         raise ServedeckError(f"--content {content!r} is not one of {', '.join(CONTENTS)}",
                              hint="random: common words (cache-free baselines); prose: Python's documentation "
@@ -238,8 +243,8 @@ def bench(
     if duration_s is None and requests is None:
         duration_s, requests = (60.0, None) if workload == "chat" else (None, 3)
     spec = BenchSpec(workload=workload, shapes=shapes,  # type: ignore[arg-type]
-                     output_tokens=output_tokens or (1024 if workload == "chat" else 64),
-                     input_tokens=input_tokens if workload == "chat" else None,
+                     output_tokens=output_tokens or {"chat": 1024, "long-prompt": 64, "decode": 256}[workload],
+                     input_tokens=input_tokens if workload in ("chat", "decode") else None,
                      prompt_tokens=prompt_tokens if workload == "long-prompt" else None,
                      duration_s=duration_s, requests=requests, warmup=warmup, slo=_slo(slo),
                      repeat_prompt=repeat_prompt, seed=seed, content=content or "random",  # type: ignore[arg-type]
@@ -343,10 +348,18 @@ def _in_campaign(path: Any, name: str) -> bool:
 
 
 def _results_dir() -> Optional[str]:
-    """[host] results_dir when models.toml is readable; runs are listable without one."""
+    """[host] results_dir when models.toml is readable. Runs are listable without one, but a models.toml
+    that exists and cannot be read is said (file and error) with the results dir used instead."""
+    cfg_path = paths.config_file(Ctx.config_path)
     try:
         return load_config().deck.host.results_dir
-    except ServedeckError:
+    except ServedeckError as e:
+        if cfg_path.exists() or Ctx.config_path or os.environ.get("SERVEDECK_CONFIG"):
+            used = runs_root(None)
+            why = "SERVEDECK_RESULTS" if os.environ.get("SERVEDECK_RESULTS") else "the default"
+            err_console.print(Text("warning: ", style="yellow") + Text(
+                f"{cfg_path} is broken, so its [host] results_dir is not known: {e.message.splitlines()[0]}; "
+                f"listing runs under {used.resolve()} ({why})"), highlight=False, soft_wrap=True)
         return None
 
 

@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 
 from servedeck import paths
-from servedeck.cli.app import Ctx, app, config_or_none, console, load_config, print_json
+from servedeck.cli.app import Ctx, app, config_or_none, console, load_config, print_json, warn_unreadable
 from servedeck.deck import Deck
 from servedeck.deck import launch as L
 from servedeck.deck import state as S
@@ -51,11 +51,19 @@ def start(
     evict: Optional[str] = typer.Option(None, "--evict", help="comma-separated models to stop first, whatever their slot "
                                                               "(to free the GPU memory they hold)"),
     wait: float = WAIT,
+    foreground: bool = typer.Option(False, "--foreground",
+                                    help="stay until the engine ends; SIGTERM stops it (what `servedeck unit` runs)"),
 ) -> None:
     """Start MODEL supervised; returns once a real request has been answered."""
     cfg = load_config()
     name = cfg.resolve(model)
     names = [e.strip() for e in (evict or "").split(",") if e.strip()]
+    if foreground:
+        from servedeck.deck.foreground import run_foreground
+
+        code = run_foreground(Deck(cfg), name, on_started=lambda res: _say_started(name, res),
+                              stop_wait_s=max(wait, 60), evict=names)
+        raise typer.Exit(code)
     with console.status(f"starting {name} …"):
         res = Deck(cfg).start(name, wait_s=wait, evict=names)
     if res.evicted:
@@ -142,7 +150,8 @@ def status(as_json: bool = typer.Option(False, "--json")) -> None:
         detail = r["detail"] or ""
         if r.get("cause") and r["cause"].get("summary"):
             detail += f" [{r['cause']['summary']}]"
-        t.add_row(r["model"], state, r.get("engine") or "-", str(r.get("port") or "-"), str(r.get("pid") or "-"),
+        model_txt = r["model"] + (" (vision)" if r.get("vision") else "")
+        t.add_row(model_txt, state, r.get("engine") or "-", str(r.get("port") or "-"), str(r.get("pid") or "-"),
                   _fmt_uptime(r.get("uptime_s")), facts, detail)
     console.print(t)
 
@@ -160,7 +169,7 @@ def logs(
     past = L.past_launches(name)
     if not past:
         raise UnknownModelError(f"no launches of {name!r} under {paths.launches_dir()}",
-                                hint="start it first: servedeck start " + name)
+                                hint=f"start it first: `servedeck start {name}`")
     d = past[-1]
     if launch:
         if launch.lstrip("-").isdigit():
@@ -205,7 +214,9 @@ def history(model: Optional[str] = typer.Argument(None), as_json: bool = typer.O
     """The journal: every start/stop/switch/crash, with outcome."""
     cfg = config_or_none("showing state")
     name = cfg.resolve(model) if (cfg and model) else model
-    rows = S.read_journal(name)[-limit:]
+    rows = S.read_journal(name)
+    warn_unreadable(rows, paths.journal_file())
+    rows = rows[-limit:]
     if as_json:
         print_json(rows)
         return
@@ -226,7 +237,7 @@ def unit(
     watch: bool = typer.Option(False, "--watch", help="render the watch loop's unit instead"),
     interval: str = typer.Option("5s", "--interval"),
 ) -> None:
-    """Render a systemd unit (Restart=always, TimeoutStopSec=120) for MODEL, or for the watch loop."""
+    """Render a systemd unit for MODEL (runs `servedeck start MODEL --foreground`), or for the watch loop."""
     from servedeck.supervisor.systemd import render_unit, render_watch_unit
 
     cfg = load_config()
@@ -237,4 +248,4 @@ def unit(
         return
     if not model:
         raise ServedeckError("name a model, or pass --watch")
-    sys.stdout.write(render_unit(Deck(cfg).render(model), str(cfg.path.resolve())))
+    sys.stdout.write(render_unit(Deck(cfg).render(model), str(cfg.path.resolve()), str(paths.home().resolve())))

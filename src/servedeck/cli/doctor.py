@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from servedeck import paths
-from servedeck.cli.app import app, console, load_config, print_json
+from servedeck.cli.app import app, console, load_config, print_json, warn_unreadable
 from servedeck.errors import UnknownModelError, UsageError
 from servedeck.fsio import read_jsonl
 from servedeck.gpu.nvml import GiB, gib
@@ -165,7 +165,9 @@ def crashes(
         except UnknownModelError:
             name = model  # a model removed from models.toml still has history
     # a crash while serving, or a start that died before it was ready: both ended other than by `stop`
-    recs = [r for r in read_jsonl(paths.journal_file())
+    journal = read_jsonl(paths.journal_file())
+    warn_unreadable(journal, paths.journal_file())
+    recs = [r for r in journal
             if (r.get("event") == "crash" or (r.get("event") == "start" and r.get("outcome") == "failed"
                                               and r.get("cause")))
             and (name is None or r.get("model") == name)]

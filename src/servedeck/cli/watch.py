@@ -12,7 +12,8 @@ from typing import Optional
 
 import typer
 
-from servedeck.cli.app import app, config_or_none, console, err_console, load_config, print_json
+from servedeck import paths
+from servedeck.cli.app import app, config_or_none, console, err_console, load_config, print_json, warn_unreadable
 from servedeck.timeparse import seconds
 
 
@@ -57,6 +58,7 @@ def notices(
     from servedeck.watch.notices import format_notice, read_notices
 
     rows = read_notices(seconds(since, "--since") if since else None, model)
+    warn_unreadable(rows, paths.notices_file())
     if as_json and not follow:
         print_json(rows)
         return

@@ -112,6 +112,11 @@ class Model(_Strict):
     served_name: Optional[str] = None  # the name clients send; defaults to the model's name
     host: str = "127.0.0.1"
     host_ram_gib: Optional[float] = Field(default=None, gt=0)
+    # the most output tokens servedeck's own requests ask for (gate, bench, soak, readiness); rendered as
+    # llama.cpp's -n (the length of a request that names none); vLLM and SGLang have no such flag
+    max_output_tokens: Optional[int] = Field(default=None, gt=0)
+    vision: bool = False  # a multimodal model: shown in status; llama.cpp needs `mmproj`
+    mmproj: Optional[str] = None  # llama.cpp's multimodal projector GGUF (--mmproj), for vision = true
     stop_timeout_s: float = Field(default=120.0, gt=0)  # SIGTERM grace before SIGKILL, as the seed's unit
     ready_timeout_s: float = Field(default=900.0, gt=0)
     ttl: Optional[float] = None  # the front door stops the model after this long without requests

@@ -29,7 +29,7 @@ from servedeck.deck import state as S
 from servedeck.deck.records import LaunchState, LiveRecord, StartResult
 from servedeck.deck.slots import Running, decide
 from servedeck.engines import get_engine
-from servedeck.engines.base import SECRET_KEY, LaunchSpec
+from servedeck.engines.base import REDACTED, LaunchSpec, redact_env, redact_settings_args
 from servedeck.errors import BusyError, LaunchError, RefusedError, StateError, UnknownModelError
 from servedeck.fsio import atomic_write_json
 from servedeck.supervisor import process as P
@@ -57,11 +57,11 @@ def describe_exit(exit_info: dict | None) -> str:
 def settings_of(name: str, cfg: Config) -> dict:
     m = cfg.models[name]
     b = cfg.deck.builds[m.build]
-    red = lambda env: {k: ("<redacted>" if SECRET_KEY.search(k) else v) for k, v in env.items()}  # noqa: E731
     model = m.model_dump(mode="json")
-    model["env"] = red(m.env)
+    model["env"] = redact_env(m.env)
+    model["args"] = redact_settings_args(model.get("args") or {})
     build = b.model_dump(mode="json")
-    build["env"] = red(b.env)
+    build["env"] = redact_env(b.env)
     return {"model": model, "build_name": m.build, "build": build, "config_path": str(cfg.path),
             "since": S.now_iso()}
 
@@ -71,7 +71,7 @@ def config_from_settings(name: str, settings: dict, current: Config | None) -> C
     def fill(env: dict, current_env: dict, where: str) -> dict:
         out = {}
         for k, v in env.items():
-            if v == "<redacted>":
+            if v == REDACTED:
                 if k in current_env:
                     v = current_env[k]
                 elif k in os.environ:
@@ -82,11 +82,23 @@ def config_from_settings(name: str, settings: dict, current: Config | None) -> C
             out[k] = v
         return out
 
+    def fill_args(args: dict, current_args: dict) -> dict:
+        out = {}
+        for k, v in args.items():
+            if v == REDACTED:
+                if k not in current_args:
+                    raise StateError(f"desired.json: models.{name}: secret args.{k} is not stored",
+                                     hint=f"put args.{k} back in models.toml for models.{name}, then run again")
+                v = current_args[k]
+            out[k] = v
+        return out
+
     cur_m = current.models.get(name) if current else None
     cur_b = current.deck.builds.get(settings["build_name"]) if current else None
     model = dict(settings["model"])
     build = dict(settings["build"])
     model["env"] = fill(model.get("env", {}), dict(cur_m.env) if cur_m else {}, f"models.{name}")
+    model["args"] = fill_args(model.get("args", {}), dict(cur_m.args) if cur_m else {})
     build["env"] = fill(build.get("env", {}), dict(cur_b.env) if cur_b else {}, f"builds.{settings['build_name']}")
     deck = DeckConfig(builds={settings["build_name"]: Build(**build)}, models={name: Model(**model)})
     return Config(path=Path(settings.get("config_path", "desired.json")), deck=deck)
@@ -114,7 +126,9 @@ class Status:
                 "pid": rec.pid if rec else None, "engine_pid": rec.engine_pid if rec else None, "uptime_s": uptime,
                 "started_at": rec.started_at if rec else None, "launch_dir": rec.launch_dir if rec else None,
                 "boot": rec.boot if rec else {}, "detail": self.detail, "cause": self.cause,
-                "evidence": self.evidence, "liveness": self.liveness}
+                "evidence": self.evidence, "liveness": self.liveness,
+                "vision": bool(rec.spec.get("vision")) if rec else False,
+                "max_output_tokens": rec.spec.get("max_output_tokens") if rec else None}
 
 
 @dataclass
@@ -453,7 +467,7 @@ class DeckOps:
             return
         raise LaunchError(
             f"{live.model} failed to start: {why}" + (f" — {cause['summary']}" if cause and cause.get("summary") else ""),
-            hint=(cause or {}).get("action") or f"read the whole log: servedeck logs {live.model}",
+            hint=(cause or {}).get("action") or f"read the whole log: `servedeck logs {live.model}`",
             log_tail=L.log_tail(d, 15), cause=cause,
         ) from None
 

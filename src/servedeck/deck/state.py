@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator
 from servedeck import paths
 from servedeck.errors import BusyError, StateError
 from servedeck.deck.records import LiveRecord
-from servedeck.fsio import append_jsonl, atomic_write_json, exclusive, read_jsonl
+from servedeck.fsio import JsonlRows, append_jsonl, atomic_write_json, exclusive, read_jsonl
 
 DESIRED_SCHEMA = 1
 
@@ -157,9 +157,9 @@ def journal(event: str, model: str | None, outcome: str, **detail: Any) -> dict:
     return rec
 
 
-def read_journal(model: str | None = None) -> list[dict]:
-    rows = read_jsonl(paths.journal_file())
-    return [r for r in rows if model is None or r.get("model") == model]
+def read_journal(model: str | None = None) -> JsonlRows:
+    """Journal rows, oldest first; `.skipped` counts lines that could not be read."""
+    return read_jsonl(paths.journal_file()).keep(lambda r: model is None or r.get("model") == model)
 
 
 # --- the lock ----------------------------------------------------------------------------

@@ -183,13 +183,14 @@ def check_requires(paths: list[str], expand=lambda s: os.path.expanduser(os.path
 
 
 def binary_version(binary: str) -> str | None:
-    """`X --version`: llama-server prints `version: 11434 (abcdef)` to stderr."""
+    """`X --version`: llama-server prints `version: 11434 (abcdef)`, or for a build outside git (the sdist)
+    `version: 0.6.0-dev (build 0, commit unknown)`, to stderr; the whole statement is kept."""
     try:
         cp = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired):
         return None
     text = (cp.stdout + "\n" + cp.stderr).strip()
-    m = re.search(r"version:?\s*(\S+(?:\s*\([0-9a-f]+\))?)", text, re.I)
+    m = re.search(r"version:?\s*(\S+(?:\s*\([^)\n]*\))?)", text, re.I)
     return m.group(1) if m else (text.splitlines()[0][:80] if text else None)
 
 
@@ -220,7 +221,11 @@ def verify_build(build: "Build", name: str = "", cfg: "Config | None" = None, in
         rep.integrity_skip = "the build does not exist"
         return rep
     if build.kind == "binary":
-        rep.engine_version, rep.version_source = binary_version(path), "--version"
+        from servedeck.engines import get_engine
+
+        stated = binary_version(path)
+        rep.engine_version = get_engine(build.engine).version(build, stated)
+        rep.version_source = "--version" if rep.engine_version == stated else "VERSION file beside the binary"
         rep.integrity_skip = "a binary has no package RECORD (its version is its build id)"
         return rep
     from servedeck.engines import get_engine

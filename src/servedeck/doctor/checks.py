@@ -228,17 +228,25 @@ def check_kernel(klog: KernelLog) -> Row:
                    "kernel.dmesg_restrict=0)")
     xids = klog.xids
     ooms = [e for e in klog.events if e.kind == "oom-kill"]
+    over = f"{klog.lines_read:,} kernel lines, {klog.boots_read} boot{'s' if klog.boots_read != 1 else ''}"
     if not xids and not ooms:
-        return Row("kernel", "", OK, f"no NVRM Xid events ({klog.lines_read:,} kernel lines from {klog.source})")
+        return Row("kernel", "", OK, f"no NVRM Xid events ({over} from {klog.source})")
     by_code: dict[int, list] = {}
     for e in xids:
         by_code.setdefault(int(e.code or 0), []).append(e)
-    parts = [f"Xid {c} ×{len(es)} ({es[0].meaning}; last {es[-1].line[:19] if es[-1].at else 'time unknown'})"
-             for c, es in sorted(by_code.items())]
+
+    def boots_of(es: list) -> str:
+        labels = list(dict.fromkeys(e.boot_label for e in es))
+        return ", ".join(labels)
+
+    parts = [f"Xid {c} ×{len(es)} ({es[0].meaning}; last {es[-1].line[:19] if es[-1].at else 'time unknown'}; "
+             f"in {boots_of(es)})" for c, es in sorted(by_code.items())]
     if ooms:
-        parts.append(f"OOM killer ×{len(ooms)} ({', '.join(sorted({e.process or '?' for e in ooms}))})")
+        parts.append(f"OOM killer ×{len(ooms)} ({', '.join(sorted({e.process or '?' for e in ooms}))}; "
+                     f"in {boots_of(ooms)})")
     severe = any(e.severity in ("device", "node") for e in xids)
     actions = sorted({e.action for e in xids if e.severity in ("device", "node")}) or sorted({e.action for e in xids})
+    parts.append(f"read {over} from {klog.source}")
     return Row("kernel", "", FAIL if severe else WARN, "; ".join(parts),
                " | ".join(actions) or "see host RAM", {"events": [e.to_json() for e in klog.events]})
 

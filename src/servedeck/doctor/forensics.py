@@ -176,5 +176,5 @@ def classify(log_tail: str, exit_info: Mapping[str, Any] | None, kernel_events: 
     how = f"ended by {sig_name}" if sig_name else (f"exited with code {rc}" if rc is not None else "ended")
     return {"id": "unknown", "family": "unknown", "source": "none", "priority": 0, "matched_line": "",
             "summary": f"{how}; no known signature in the last {len(lines)} log lines and no kernel event",
-            "action": "read the whole log (`servedeck log MODEL`); add the signature to doctor/signatures.toml "
+            "action": "read the whole log (`servedeck logs MODEL`); add the signature to doctor/signatures.toml "
                       "once the cause is known", **base}

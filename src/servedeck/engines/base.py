@@ -15,8 +15,91 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Optional
 if TYPE_CHECKING:
     from servedeck.config import Build, Config, Model
 
-SECRET_KEY = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_KEY|CREDENTIAL)", re.I)
-SECRET_FLAGS = {"--api-key", "--hf-token", "--token", "--admin-api-key"}
+REDACTED = "<redacted>"
+# A name (env key, flag, JSON key) that holds a secret: any spelling containing KEY, SECRET, PASSWORD,
+# PASSWD or CREDENTIAL, or TOKEN where the word ends (HF_TOKEN, --hf-token, access_token). TOKENS,
+# TOKENIZER and TOKEN_ID are counts and names, not secrets (--max-num-batched-tokens, --tokenizer).
+SECRET_KEY = re.compile(r"KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL|TOKEN(?![A-Za-z]|[-_]IDS?(?![A-Za-z]))", re.I)
+# Values that are secrets whatever they are called: well-known token formats (Hugging Face, OpenAI and
+# Anthropic, GitHub, Slack, AWS, GitLab, Google). Long enough that an ordinary word never matches.
+SECRET_VALUE = re.compile(
+    r"(?<![A-Za-z0-9])(?:hf_[A-Za-z0-9]{16,}|sk-[A-Za-z0-9_-]{16,}|gh[pousr]_[A-Za-z0-9]{20,}"
+    r"|github_pat_[A-Za-z0-9_]{20,}|xox[abposr]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16}|glpat-[A-Za-z0-9_-]{20,}"
+    r"|AIza[0-9A-Za-z_-]{30,})"
+)
+
+
+def is_secret_name(name: str) -> bool:
+    return bool(SECRET_KEY.search(name))
+
+
+def redact_text(text: str) -> str:
+    """Token-formatted values replaced wherever they stand in a string."""
+    return SECRET_VALUE.sub(REDACTED, text)
+
+
+def _redact_json(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: (REDACTED if is_secret_name(str(k)) and isinstance(v, (str, int, float)) else _redact_json(v))
+                for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_redact_json(v) for v in obj]
+    if isinstance(obj, str):
+        return redact_text(obj)
+    return obj
+
+
+def _redact_value(value: str) -> str:
+    """A flag value: a JSON table/list has its secret-named keys hidden; any string its token formats."""
+    if value[:1] in "[{":
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            return redact_text(value)
+        cleaned = _redact_json(parsed)
+        return value if cleaned == parsed else json.dumps(cleaned, separators=(", ", ": "))
+    return redact_text(value)
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """The one place argv is made safe to show or write (cmd.sh, launch.json, render, units, run folders).
+
+    A flag whose name is secret-like (`--api-key V`, `--hf-token=V`) has its value hidden; every other
+    value keeps its shape but loses token-formatted substrings and secret-named JSON keys' values.
+    A secret-named flag followed by another flag is a bare switch and hides nothing.
+    """
+    out: list[str] = []
+    hide = False
+    for a in argv:
+        if hide and not a.startswith("--"):
+            out.append(REDACTED)
+            hide = False
+            continue
+        hide = False
+        flag, eq, value = a.partition("=")
+        if a.startswith("-") and eq:
+            out.append(f"{flag}={REDACTED}" if is_secret_name(flag) else f"{flag}={_redact_value(value)}")
+        elif a.startswith("-"):
+            out.append(a)
+            hide = is_secret_name(a)
+        else:
+            out.append(_redact_value(a))
+    return out
+
+
+def redact_settings_args(args: dict[str, Any]) -> dict[str, Any]:
+    """models.toml `args` as desired.json keeps them: a secret-named key's value, or a value holding a
+    token, is stored as `<redacted>` (restore takes it back from the current models.toml)."""
+    out: dict[str, Any] = {}
+    for k, v in args.items():
+        secret = is_secret_name(k) or (SECRET_VALUE.search(json.dumps(v)) is not None)
+        out[k] = REDACTED if secret and v is not True and v is not False else v
+    return out
+
+
+def redact_env(env: dict[str, str]) -> dict[str, str]:
+    """Env with secret-named keys, and values in a known token format, replaced by `<redacted>`."""
+    return {k: (REDACTED if is_secret_name(k) or SECRET_VALUE.search(v or "") else v) for k, v in env.items()}
 
 
 @dataclass(frozen=True)
@@ -51,6 +134,12 @@ class LaunchSpec:
     # empty for a container, whose argv carries --cpuset-cpus instead.
     cpus: list[int] = field(default_factory=list)
     request: dict[str, Any] = field(default_factory=dict)  # models.toml `request`: merged into every body
+    max_output_tokens: int | None = None  # models.toml's cap on what servedeck's own requests ask for
+    vision: bool = False
+
+    def output_cap(self, wanted: int) -> int:
+        """`wanted` output tokens, held to the model's max_output_tokens."""
+        return min(wanted, self.max_output_tokens) if self.max_output_tokens else wanted
 
     @property
     def base_url(self) -> str:
@@ -58,22 +147,10 @@ class LaunchSpec:
         return f"http://{host}:{self.port}"
 
     def redacted_env(self) -> dict[str, str]:
-        return {k: ("<redacted>" if SECRET_KEY.search(k) else v) for k, v in self.env.items()}
+        return redact_env(self.env)
 
     def redacted_argv(self) -> list[str]:
-        out, hide = [], False
-        for a in self.argv:
-            if hide:
-                out.append("<redacted>")
-                hide = False
-                continue
-            flag, eq, _ = a.partition("=")
-            if flag in SECRET_FLAGS and eq:
-                out.append(f"{flag}=<redacted>")
-            else:
-                out.append(a)
-                hide = a in SECRET_FLAGS
-        return out
+        return redact_argv(self.argv)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -89,6 +166,8 @@ class LaunchSpec:
             "gpus": self.gpus,
             "cpus": self.cpus,
             "request": self.request,
+            "max_output_tokens": self.max_output_tokens,
+            "vision": self.vision,
         }
 
 
@@ -209,6 +288,8 @@ class Engine:
     # other spellings of one flag: alias → canonical (`-np` → `--parallel`); owned flags are matched through it
     flag_aliases: dict[str, str] = {}
     boot_patterns: list[BootPattern] = []
+    # the model's multimodal projector is a separate file passed by flag (llama.cpp's --mmproj)
+    uses_mmproj: bool = False
     # Prometheus names by servedeck's names (loadgen, watch and campaign read them):
     #   prompt_tokens, generation_tokens, running, waiting     progress and queue
     #   prefix_queries, prefix_hits                            prompt tokens looked up / found in the prefix cache
@@ -331,6 +412,14 @@ class Engine:
             problems.append(f"{key}.gpu_memory_utilization: engine {self.name!r} has no such setting; remove the key")
         if model.tp * model.dp * model.pp > 1 and not self.supports_parallel:
             problems.append(f"{key}: tp/dp/pp > 1 is not supported by engine {self.name!r}")
+        if model.mmproj and not self.uses_mmproj:
+            problems.append(f"{key}.mmproj: engine {self.name!r} takes no projector file; remove the key "
+                            "(vision = true is all it needs)")
+        elif model.mmproj and not model.vision:
+            problems.append(f"{key}.mmproj is set but vision is not; set vision = true, or remove mmproj")
+        elif model.vision and self.uses_mmproj and not model.mmproj:
+            problems.append(f"{key}: vision = true on engine {self.name!r} needs the projector file; "
+                            'set mmproj = "/path/to/mmproj.gguf" (rendered as --mmproj)')
         return problems
 
     # --- memory -----------------------------------------------------------------------------
@@ -367,6 +456,11 @@ class Engine:
     def command(self, name: str, model: "Model", build: "Build", cfg: "Config") -> tuple[list[str], dict[str, str]]:
         raise NotImplementedError
 
+    def version(self, build: "Build | None", stated: str | None = None) -> str | None:
+        """The version to record for a launch of `build`: `stated` is what the server or binary said
+        (/version, /props, `--version`, the boot log). Adapters whose builds can say more override this."""
+        return stated
+
     def parse_boot(self, text: str) -> dict[str, Any]:
         return parse_with(self.boot_patterns, text)
 
@@ -389,6 +483,8 @@ class Engine:
             gpus=list(model.gpus),
             cpus=[] if build.image else list(model.cpus),
             request=dict(model.request),
+            max_output_tokens=model.max_output_tokens,
+            vision=model.vision,
         )
 
     # --- shared by adapters ----------------------------------------------------------

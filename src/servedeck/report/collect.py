@@ -170,7 +170,7 @@ def from_campaign(folder: Path) -> Collection:
         doc = json.loads((folder / "campaign.json").read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise RunError(f"{folder / 'campaign.json'} cannot be read: {e}",
-                       hint="give the campaign folder that `servedeck campaign` wrote, or run folders") from None
+                       hint="give a campaign folder (one that holds run folders), or run folders") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("cells"), list):
         raise RunError(f"{folder / 'campaign.json'} has no `cells` list", hint="is it a campaign folder?")
     runs_dir = folder.parent.parent / "runs"

@@ -14,12 +14,7 @@ import shlex
 from pathlib import Path
 from typing import Any, Optional
 
-from servedeck.engines.base import SECRET_FLAGS
-
-# Names whose values are secrets (env vars and flags), and values that look like a token wherever they are.
-SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.I)
-SECRET_VALUE = re.compile(r"^(hf_|sk-|ghp_|xox[bp]-)[A-Za-z0-9_\-]{8,}")
-REDACTED = "<redacted>"
+from servedeck.engines.base import REDACTED, SECRET_VALUE, is_secret_name
 
 # Knob groups: a variant is its configuration; the workload and prompt seed describe what was asked.
 WORKLOAD_PREFIX = "workload "
@@ -27,7 +22,8 @@ NOT_CONFIG = (WORKLOAD_PREFIX, "prompt seed")
 
 
 def redact(name: str, value: str) -> str:
-    if SECRET_NAME.search(name) or name in SECRET_FLAGS or SECRET_VALUE.match(value):
+    """The deck's own rule (engines.base: secret names, token-formatted values), applied again here."""
+    if is_secret_name(name) or SECRET_VALUE.search(value):
         return REDACTED
     return value
 

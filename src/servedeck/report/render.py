@@ -114,23 +114,50 @@ def _workload(view: dict[str, Any]) -> list[str]:
                 f"{w.get('stall_after_s')} s" + (", stop on a miss" if w.get("stop_on_miss") else "") + "."]
     if w.get("workload") == "long-prompt":
         bits.append(f"prompt {w.get('prompt_tokens')} tokens")
+    elif w.get("workload") == "decode":
+        bits.append(f"one fixed prompt of about {w.get('input_tokens')} tokens on /v1/completions, the same for "
+                    "the warm-up and every measured call")
     else:
         bits.append(f"input {w.get('input_tokens')} tokens")
     bits.append(f"{w.get('content', 'random')} text after a unique tag")
     bits.append(f"output {w.get('output_tokens')} tokens (ignore_eos)")
     bits.append(f"{w['requests']} requests per point" if w.get("requests") else f"{w.get('duration_s')} s per point")
-    bits.append(f"warm-up {w.get('warmup')} per point (prompts distinct from the measured ones)")
+    if w.get("workload") == "decode":
+        bits.append(f"warm-up {w.get('warmup')} per point with that same prompt")
+    else:
+        bits.append(f"warm-up {w.get('warmup')} per point (prompts distinct from the measured ones)")
     if w.get("repeat_prompt"):
         bits.append("**one repeated prompt (a prefix-cache demonstration, not a benchmark)**")
+    if w.get("workload") == "decode":
+        bits.append("**decode speed only: TPOT and decode tok/s; prefill (TTFT) is excluded**")
     if w.get("slo"):
         bits.append("SLO " + ", ".join(f"{k}={v}" for k, v in w["slo"].items() if v is not None))
     return ["## Workload", "", "; ".join(bits) + "."]
+
+
+def _decode_figures(view: dict[str, Any], pts: list[dict[str, Any]], mark: str) -> list[str]:
+    rows = []
+    for p in pts:
+        d = p["figures"].get("decode") or {}
+        c = p["figures"]["counts"]
+        tp, rate = d.get("tpot_ms") or {}, d.get("decode_tok_s") or {}
+        name = p["label"] + ("" if p.get("status") == "ok" else f" ({p.get('status')})")
+        rows.append([name, f"{c['ok']}/{c['measured']}", f"{ms(tp.get('p50'))} / {ms(tp.get('max'))}",
+                     f"{num(rate.get('p50'))} / {num(rate.get('min'))}"])
+    return [f"## Figures{mark}", "",
+            _table(["point", "ok/measured", "TPOT p50/max", "decode tok/s p50/min"], rows), "",
+            "Decode only: TPOT = (E2E − TTFT)/(output tokens − 1) per call, decode tok/s = 1/TPOT. Prefill is "
+            "excluded: TTFT, prefill tok/s and throughput over the window include the prompt and are not "
+            "figures of this workload."]
 
 
 def _figures(view: dict[str, Any]) -> list[str]:
     pts = view.get("points") or []
     if not pts:
         return []
+    if (view.get("workload") or {}).get("workload") == "decode":
+        mark = "" if (view.get("gate") or {}).get("status") == "passed" else f" ({gate_cell(view)}: not a result)"
+        return _decode_figures(view, pts, mark)
     mark = "" if (view.get("gate") or {}).get("status") == "passed" else f" ({gate_cell(view)}: not a result)"
     lat, thr = [], []
     for p in pts:
@@ -219,7 +246,9 @@ def headline_cell(view: dict[str, Any]) -> str:
                 f"{r.get('needle_found')}/{r.get('needle_checks')}; stopped: {r['cutoff'].get('reason')}")
     for p in view.get("points") or []:
         h = p.get("headline") or {}
-        if view.get("workload", {}).get("workload") == "long-prompt":
+        if view.get("workload", {}).get("workload") == "decode":
+            parts.append(f"{p['label']}: TPOT {ms(h.get('tpot_p50_ms'))}, decode {num(h.get('decode_tok_s_p50'))} tok/s")
+        elif view.get("workload", {}).get("workload") == "long-prompt":
             parts.append(f"{p['label']}: TTFT {ms(h.get('ttft_p50_ms'))}, prefill {num(h.get('prefill_tok_s_p50'))} tok/s")
         else:
             parts.append(f"{p['label']}: TTFT {ms(h.get('ttft_p50_ms'))}, TPOT {ms(h.get('tpot_p50_ms'))}, "

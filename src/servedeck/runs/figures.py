@@ -93,7 +93,18 @@ def point_figures(records: list[RequestRecord], point: dict[str, Any], workload:
                                       point.get("speculation_configured"), point.get("spec_timing_fields") or {})
     if fig["speculation"] and point.get("spec_note"):
         fig["speculation"]["note"] = point["spec_note"]
+    if workload.get("workload") == "decode":
+        fig["decode"] = decode_figures(records)
     return fig
+
+
+def decode_figures(records: list[RequestRecord]) -> dict[str, Any]:
+    """The decode workload's figures: TPOT and decode tok/s per measured request, nothing of prefill."""
+    tp = [t for t in (tpot(r) for r in records if r.kind == "measured" and r.status == "ok") if t]
+    return {"tpot_ms": dist([t * 1000 for t in tp]), "decode_tok_s": dist([1 / t for t in tp]),
+            "requests": len(tp),
+            "excluded": "prefill: TTFT, prefill tok/s and rates over the window include the prompt and are "
+                        "not figures of this workload"}
 
 
 def headline(fig: dict[str, Any]) -> dict[str, Any]:
@@ -104,7 +115,8 @@ def headline(fig: dict[str, Any]) -> dict[str, Any]:
 
     return {"ok": (fig.get("counts") or {}).get("ok"), "errors": (fig.get("counts") or {}).get("error"),
             "ttft_p50_ms": p50("ttft_ms"), "tpot_p50_ms": p50("tpot_ms"), "output_tok_s": fig.get("output_tok_s"),
-            "prefill_tok_s_p50": p50("prefill_tok_s"), "cached_fraction": fig.get("cached_fraction")}
+            "prefill_tok_s_p50": p50("prefill_tok_s"), "cached_fraction": fig.get("cached_fraction"),
+            **({"decode_tok_s_p50": (fig["decode"]["decode_tok_s"] or {}).get("p50")} if fig.get("decode") else {})}
 
 
 

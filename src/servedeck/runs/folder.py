@@ -3,7 +3,8 @@
     results/runs/<model>__<layout>__<ctx>__<engine>__<MMDD-HHMMSS>/
         cmd.sh          the launch, as the deck wrote it (shell-quoted, secrets redacted)
         boot.json       facts parsed from the boot log
-        server.log      the engine's output (the whole launch log, or boot + the slice since the run began)
+        server.log      the engine's output (the whole launch log, or boot + the slice since the run began),
+                        secrets redacted
         niah.log        one JSON line per gate probe, then `GATE niah score= S` (the seed's format)
         requests.jsonl  one line per request, appended the moment it finishes
         summary.json    what ran, where, with what, and the figures; status running | ok | failed
@@ -19,10 +20,11 @@ import os
 import shutil
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, Callable
 
 from servedeck import paths
 from servedeck.deck.state import now_iso
+from servedeck.engines.base import redact_text
 from servedeck.errors import RunError
 from servedeck.fsio import append_jsonl, atomic_write_json, atomic_write_text
 
@@ -58,6 +60,9 @@ class RunFolder:
         self._log_src: Path | None = None
         self._log_offset = 0
         self._log_whole = False
+        # server.log is the engine's own output, which may echo its argv (vLLM prints its non-default
+        # args): every line passes through this before it reaches the run folder.
+        self.scrub: Callable[[str], str] = redact_text
 
     # --- opening ------------------------------------------------------------------------------
     @classmethod
@@ -146,13 +151,19 @@ class RunFolder:
             return
         dst = self.path / "server.log"
         size = src.stat().st_size
-        if self._log_whole or size <= FULL_LOG_MAX:
-            shutil.copyfile(src, dst)
-            return
         with open(src, "rb") as fin, open(dst, "wb") as fout:
-            fout.write(fin.read(min(HEAD_BYTES, self._log_offset)))
+            if self._log_whole or size <= FULL_LOG_MAX:
+                self._copy_lines(fin, fout)
+                return
+            self._copy_lines(fin, fout, limit=min(HEAD_BYTES, self._log_offset))
             skipped = max(0, self._log_offset - HEAD_BYTES)
             if skipped:
                 fout.write(f"\n[servedeck: {skipped} bytes of the launch log skipped; the run starts here]\n".encode())
             fin.seek(self._log_offset)
-            shutil.copyfileobj(fin, fout)
+            self._copy_lines(fin, fout)
+
+    def _copy_lines(self, fin: BinaryIO, fout: BinaryIO, limit: int | None = None) -> None:
+        data = fin.read(limit) if limit is not None else None
+        lines = data.splitlines(keepends=True) if data is not None else fin
+        for raw in lines:
+            fout.write(self.scrub(raw.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape"))

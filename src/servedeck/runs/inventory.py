@@ -37,7 +37,7 @@ def host() -> dict[str, Any]:
         affinity = None
     return {"hostname": socket.gethostname(), "os": platform.platform(), "machine": platform.machine(),
             "cpu_model": _cpu_model(), "cpus": os.cpu_count(), "cpus_usable": affinity,
-            "mem_gib": round(mem.total / 2**30, 1), "load_avg": list(os.getloadavg())}
+            "mem_gib": round(mem.total / 2**30, 1), "load_avg": [round(x, 2) for x in os.getloadavg()]}
 
 
 def gpus() -> dict[str, Any]:
@@ -68,7 +68,12 @@ def engine_version(base_url: str, engine: str, boot: dict[str, Any]) -> str | No
     return boot.get("engine_version")
 
 
-def versions(base_url: str, engine: str, boot: dict[str, Any]) -> dict[str, Any]:
+def versions(base_url: str, engine: str, boot: dict[str, Any], build: Any = None) -> dict[str, Any]:
+    """Tool and engine versions; the engine's adapter has the last word (a build may know more than
+    its server says: llama.cpp from the sdist reports b0-unknown)."""
+    from servedeck.engines import get_engine
+
+    stated = engine_version(base_url, engine, boot)
     return {"servedeck": __version__, "python": sys.version.split()[0],
             "python_impl": platform.python_implementation(), "engine": engine,
-            "engine_version": engine_version(base_url, engine, boot)}
+            "engine_version": get_engine(engine).version(build, stated)}

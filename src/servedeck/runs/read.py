@@ -138,12 +138,13 @@ def load(path: Path) -> dict[str, Any]:
         p["figures"] = point_figures(recs, p, workload)
         p["headline"] = headline(p["figures"])
     view["points"] = sorted(points, key=lambda p: p.get("index", 0))
-    view["requests"] = {"lines": len(lines), "unreadable": bad,
+    bad += lines.skipped
+    view["requests"] = {"lines": len(lines) + lines.skipped, "unreadable": bad, "torn_last_line": bool(lines.torn),
                         "measured": sum(r.kind == "measured" for rs in by_point.values() for r in rs)}
     view["warnings"] = []
     if bad:  # never silently: figures below leave these lines out
-        view["warnings"].append(f"{bad} of {len(lines)} lines of requests.jsonl could not be read and are left out "
-                                f"of every figure (first: {first_bad})")
+        view["warnings"].append(f"{bad} of {len(lines) + lines.skipped} lines of requests.jsonl could not be read "
+                                f"and are left out of every figure (first: {lines.first_error or first_bad})")
     if isinstance(view.get("ramp"), dict):
         view["ramp"] = {**view["ramp"], "turns": read_jsonl(path / "ramp.jsonl")}
     view["label"] = result_label(view)

@@ -34,7 +34,7 @@ from servedeck.deck import state as S
 from servedeck.deck import launch as L
 from servedeck.deck.deck import Deck, classify, describe_exit, settings_of
 from servedeck.deck.records import LaunchState, LiveRecord
-from servedeck.errors import RefusedError, RunError
+from servedeck.errors import RefusedError, RunError, UsageError
 from servedeck.fsio import atomic_write_json
 from servedeck.loadgen.records import RequestRecord
 from servedeck.soak import windows as W
@@ -389,6 +389,10 @@ def open_soak(cfg: Config, spec: SoakSpec, progress: Callable[[str], None] | Non
     from servedeck.runs.folder import RunFolder, runs_root
 
     name = spec.model
+    limit = cfg.models[name].max_output_tokens
+    if limit and spec.max_tokens > limit:  # refused before anything starts, as the bench refuses it
+        raise UsageError(f"--max-tokens {spec.max_tokens} is above models.{name}.max_output_tokens ({limit})",
+                         hint=f"ask for {limit} or fewer (--max-tokens {limit}), or raise max_output_tokens")
     redactor = Redactor.from_config(cfg)
     notices = notices or Notices(cfg.deck.host.on_notice, redactor)
     rec, started = preflight(cfg, name)
@@ -404,6 +408,7 @@ def open_soak(cfg: Config, spec: SoakSpec, progress: Callable[[str], None] | Non
                                                       {"index": 1, "label": f"bursts c={cap}"}]})
     try:
         atomic_write_json(folder.path / "config.json", frozen)  # the frozen copy the soak ran with
+        folder.scrub = redactor.text
         folder.attach_launch(rec.launch_dir, whole_log=started)
     except OSError as e:
         raise RunError(f"cannot write the run folder {folder.path}: {e.strerror or e}",

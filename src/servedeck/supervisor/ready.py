@@ -39,7 +39,7 @@ PROBE_PROMPT = "The capital of France is"
 
 def completion_probe(spec: LaunchSpec, timeout_s: float = 60.0, max_tokens: int = 4) -> tuple[str, int | None]:
     """One real (non-streamed) completion. Raises httpx errors or ValueError on a malformed answer."""
-    body = merge_request({"model": spec.served_name, "prompt": PROBE_PROMPT, "max_tokens": max_tokens,
+    body = merge_request({"model": spec.served_name, "prompt": PROBE_PROMPT, "max_tokens": spec.output_cap(max_tokens),
                           "temperature": 0}, spec.request)
     r = httpx.post(spec.base_url + "/v1/completions", json=body, timeout=timeout_s)
     r.raise_for_status()

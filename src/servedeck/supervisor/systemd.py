@@ -13,14 +13,15 @@ def _exec(argv: list[str]) -> str:
     return " ".join(shlex.quote(a) for a in argv)
 
 
-def render_unit(spec: LaunchSpec, config_path: str) -> str:
-    env_lines = "\n".join(
-        f"Environment={shlex.quote(f'{k}={v}')}" for k, v in spec.redacted_env().items()
-    )
+def render_unit(spec: LaunchSpec, config_path: str, home: str) -> str:
+    """A unit that runs MODEL through servedeck (`start --foreground`), so the deck records the launch and
+    `status`, `logs` and `watch` see it. servedeck stops the engine's process group on SIGTERM (KillMode=mixed
+    sends it to servedeck alone) and exits with the engine's code, so Restart=on-failure restarts a crash."""
+    argv = [sys.executable, "-m", "servedeck", "--config", config_path, "start", spec.model, "--foreground"]
     secret = [k for k, v in spec.redacted_env().items() if v == "<redacted>"]
     secret_note = (
-        f"# {', '.join(secret)}: values redacted here; put them in an EnvironmentFile= readable only by you.\n"
-        if secret else ""
+        f"# {', '.join(secret)}: secrets; if models.toml does not hold them, put them in an EnvironmentFile=\n"
+        "# readable only by you.\n" if secret else ""
     )
     return f"""# servedeck-{spec.model}.service, rendered by `servedeck unit {spec.model}` from {config_path}
 [Unit]
@@ -29,11 +30,12 @@ After=network-online.target
 
 [Service]
 Type=simple
-{secret_note}{env_lines}{chr(10) if env_lines else ""}ExecStart={_exec(spec.redacted_argv())}
-KillMode=control-group
+{secret_note}Environment={shlex.quote(f"SERVEDECK_HOME={home}")}
+ExecStart={_exec(argv)}
+KillMode=mixed
 KillSignal=SIGTERM
-TimeoutStopSec={int(spec.stop_timeout_s)}
-Restart=always
+TimeoutStopSec={int(spec.stop_timeout_s) + 30}
+Restart=on-failure
 RestartSec=60
 
 [Install]

@@ -19,8 +19,8 @@ from typing import Any, Iterable, Iterator
 
 from servedeck import paths
 from servedeck.deck.state import now_iso
-from servedeck.engines.base import SECRET_KEY
-from servedeck.fsio import append_jsonl, read_jsonl
+from servedeck.engines.base import is_secret_name, redact_text
+from servedeck.fsio import JsonlRows, append_jsonl, read_jsonl
 
 HOOK_TIMEOUT_S = 10.0
 REDACTED = "<redacted>"
@@ -35,24 +35,22 @@ class Redactor:
 
     @classmethod
     def from_config(cls, cfg: Any | None) -> "Redactor":
-        values = [v for k, v in os.environ.items() if SECRET_KEY.search(k)]
+        values = [v for k, v in os.environ.items() if is_secret_name(k)]
         if cfg is not None:
             for m in cfg.deck.models.values():
-                values += [v for k, v in m.env.items() if SECRET_KEY.search(k)]
-                values += [str(a) for k, a in m.args.items() if SECRET_KEY.search(k)]
+                values += [v for k, v in m.env.items() if is_secret_name(k)]
+                values += [str(a) for k, a in m.args.items() if is_secret_name(k)]
             for b in cfg.deck.builds.values():
-                values += [v for k, v in b.env.items() if SECRET_KEY.search(k)]
+                values += [v for k, v in b.env.items() if is_secret_name(k)]
         return cls(values)
 
     def text(self, s: str) -> str:
         for v in self.values:
             s = s.replace(v, REDACTED)
-        return s
+        return redact_text(s)
 
     def data(self, obj: Any) -> Any:
         """A JSON-able object with every secret value replaced (round-trips through JSON text)."""
-        if not self.values:
-            return obj
         return json.loads(self.text(json.dumps(obj, default=str)))
 
 
@@ -92,12 +90,13 @@ class Notices:
         return None
 
 
-def read_notices(since_s: float | None = None, model: str | None = None) -> list[dict]:
-    """Notices, oldest first; `since_s` keeps those from the last that many seconds."""
+def read_notices(since_s: float | None = None, model: str | None = None) -> JsonlRows:
+    """Notices, oldest first; `since_s` keeps those from the last that many seconds. `.skipped` counts
+    lines of the file that could not be read (`.warning(path)` says so)."""
     rows = read_jsonl(paths.notices_file())
     cutoff = time.time() - since_s if since_s is not None else None
-    return [r for r in rows if (cutoff is None or r.get("t", 0) >= cutoff)
-            and (model is None or r.get("model") == model)]
+    return rows.keep(lambda r: (cutoff is None or r.get("t", 0) >= cutoff)
+                     and (model is None or r.get("model") == model))
 
 
 def follow(poll_s: float = 0.5) -> Iterator[dict]:
