@@ -136,6 +136,20 @@ def tail_text(path: Path, lines: int = 40, max_bytes: int = 256 * 1024) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+def unique_dir(root: Path, base: str) -> Path:
+    """Create and return root/base, or root/base-2, -3, … when that name is taken (two in the same second).
+    Raises OSError when root cannot be written."""
+    root.mkdir(parents=True, exist_ok=True)
+    path, n = root / base, 1
+    while True:
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            n += 1
+            path = root / f"{base}-{n}"
+
+
 @contextmanager
 def exclusive(lock_path: Path, what: str, busy: Callable[[dict | None], BaseException],
               wait_s: float = 0.0) -> Iterator[None]:

@@ -352,3 +352,57 @@ def test_sigint_then_sigkill_then_resume_redoes_only_unfinished_cells(tmp_path, 
         assert len(folders) == 1  # one campaign, resumed twice
     finally:
         stop_home(home)
+
+
+REFERENCE = """
+[campaign]
+name = "t-ref"
+model = "smollm2"
+cell_timeout = "6m"
+gate = false
+reference = "plain"
+
+[[variants]]
+name = "plain"
+args = { parallel = 1 }
+
+[[variants]]
+name = "ngram"
+args = { parallel = 1, spec-type = "ngram-simple", spec-draft-n-max = 4 }
+
+[[variants]]
+name = "rope"
+args = { parallel = 1, rope-freq-base = 10 }
+
+[[workloads]]
+kind = "chat"
+concurrency = [1]
+input_tokens = 32
+output_tokens = 4
+requests = 1
+warmup = 0
+"""
+
+
+def test_reference_variant_compares_greedy_outputs_token_by_token(tmp_path, llama_ready):
+    """`reference = "plain"`: every launch answers the fixed greedy prompts; n-gram speculation must not
+    change them (identical), a broken RoPE base must (the first diverging position is named)."""
+    home, results = tmp_path / "home", tmp_path / "results"
+    home.mkdir()
+    cfg = models_toml(tmp_path)
+    camp = tmp_path / "camp.toml"
+    camp.write_text(REFERENCE)
+    env = env_for(home, results)
+    try:
+        res = cli(cfg, env, "campaign", "run", str(camp), "--json", timeout=600)
+    finally:
+        stop_home(home)
+    assert res.returncode == 0, res.stderr[-3000:]
+    doc = campaign_doc(results)
+    ovr = doc["outputs_vs_reference"]
+    assert ovr["reference"] == "plain" and set(ovr["cells"]) == {"ngram#1", "rope#1"}, ovr
+    same, broken = ovr["cells"]["ngram#1"], ovr["cells"]["rope#1"]
+    assert same["verdict"] == "identical" and same["identical"] == same["prompts"] == 8, same
+    assert broken["verdict"] == "differs" and broken["first_difference"]["position"] is not None, broken
+    md = next((results / "campaigns").glob("t-ref__*")).joinpath("campaign.md").read_text()
+    assert "Greedy outputs against the reference variant `plain`" in md and "| ngram#1 | identical | 8/8 |" in md

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import itertools
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
@@ -23,13 +22,13 @@ from typing import Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from servedeck.config.schema import ArgValue
+from servedeck.config.tomlfile import problems as validation_lines
+from servedeck.config.tomlfile import read_toml
 from servedeck.errors import ConfigError
 from servedeck.timeparse import seconds
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+KEYS_DOC = "docs/campaign.md"  # where a campaign file's keys are described
+
 
 # keys a variant may override, and where a [matrix] key may point
 OVERRIDABLE = ("build", "args", "env", "context", "gpus", "cpus", "tp", "dp", "pp", "gpu_memory_utilization",
@@ -265,37 +264,13 @@ def knobs_of(variant: Variant) -> dict[str, Any]:
     return out
 
 
-def _describe(loc: tuple) -> str:
-    return ".".join(str(p) for p in loc if not str(p).startswith(("function-after", "list[", "literal[")))
-
-
-def _explain(err: dict) -> str:
-    kind = err.get("type", "")
-    if kind == "extra_forbidden":
-        return "unknown key (see docs/campaign.md for the keys of a campaign file)"
-    if kind == "missing":
-        return "required key is missing"
-    msg = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
-    if "input" in err and kind != "value_error" and not isinstance(err["input"], dict):
-        msg = f"{msg} (got {err['input']!r})"
-    return msg
-
-
 def parse(text: str, path: Path) -> Campaign:
     """Pure: the file's text → a Campaign, or ConfigError naming every problem (file: key path: what)."""
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{path}: not valid TOML: {e}", hint="fix the syntax at the line named above") from None
+    raw = read_toml(text, path)
     try:
         cf = CampaignFile.model_validate(raw)
     except ValidationError as e:
-        seen, lines = set(), []
-        for err in e.errors():
-            line = f"{path}: {_describe(err['loc'])}: {_explain(err)}"
-            if line not in seen:  # a union reports each branch; one line per place is enough
-                seen.add(line)
-                lines.append(line)
+        lines = validation_lines(e, f"{path}: ", KEYS_DOC)
         raise ConfigError("\n".join(lines), hint="see docs/campaign.md for every key and its type") from None
     variants, knobs = list(cf.variants), {}
     for v in cf.variants:
@@ -306,7 +281,7 @@ def parse(text: str, path: Path) -> Campaign:
             variants.append(Variant.model_validate({"name": name, **overrides}))
             knobs[name] = kn
         except ValidationError as e:
-            problems += [f"matrix: combination {name}: {_describe(err['loc'])}: {_explain(err)}" for err in e.errors()]
+            problems += validation_lines(e, f"matrix: combination {name}: ", KEYS_DOC)
     if not variants:
         problems.append("variants: no variants and no [matrix]: add at least one [[variants]] (name = \"base\" "
                         "with no overrides launches the model as models.toml has it)")

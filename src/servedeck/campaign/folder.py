@@ -23,7 +23,7 @@ from servedeck.campaign.cells import DONE_STATES, Cell
 from servedeck.campaign.file import Campaign
 from servedeck.deck.state import now_iso
 from servedeck.errors import RunError
-from servedeck.fsio import atomic_write_json, atomic_write_text
+from servedeck.fsio import atomic_write_json, atomic_write_text, unique_dir
 
 SCHEMA = 1
 
@@ -42,15 +42,7 @@ class CampaignFolder:
     def create(cls, root: Path, camp: Campaign, cells: list[Cell], model: str) -> "CampaignFolder":
         base = f"{camp.name}__{datetime.now().strftime('%m%d-%H%M%S')}"
         try:
-            root.mkdir(parents=True, exist_ok=True)
-            path, n = root / base, 1
-            while True:
-                try:
-                    path.mkdir()
-                    break
-                except FileExistsError:
-                    n += 1
-                    path = root / f"{base}-{n}"
+            path = unique_dir(root, base)
         except OSError as e:
             raise RunError(f"cannot create a campaign folder under {root}: {e.strerror}",
                            hint="set [host] results_dir in models.toml or SERVEDECK_RESULTS to a writable place") from None

@@ -18,7 +18,7 @@ import socket
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Optional, Protocol
 
@@ -26,6 +26,7 @@ from servedeck.campaign import cells as C
 from servedeck.campaign.bench import BenchSpec
 from servedeck.campaign.file import Campaign, WorkloadCfg, parse
 from servedeck.campaign.folder import CampaignFolder, campaigns_root, newest_unfinished
+from servedeck.campaign.outputs import compare_runs
 from servedeck.campaign.reporter import QuietReporter
 from servedeck.campaign.session import Outcome, bench as bench_on_target, gate as gate_on_target
 from servedeck.campaign.summary import render_markdown
@@ -192,6 +193,7 @@ class Runner:
         if not self.opts.parallel:
             for cell in todo:
                 self.run_cell(cell)
+            self._compare_outputs()
             self._render()
             return self.folder
         pending = list(todo)
@@ -215,7 +217,33 @@ class Runner:
         finally:
             pool.shutdown(wait=True)
             self._render()
+        self._compare_outputs()
+        self._render()
         return self.folder
+
+    def _compare_outputs(self) -> None:
+        """`reference = "VARIANT"`: each done cell's greedy outputs against the reference variant's first done
+        cell, token by token (identical, or the first diverging position and both continuations)."""
+        ref = self.camp.head.reference
+        if not ref:
+            return
+        def outputs_run(c: dict[str, Any]) -> Optional[Path]:
+            return next((self.runs_root / r for r in c.get("runs") or []
+                         if (self.runs_root / r / "outputs.jsonl").exists()), None)
+        done = [c for c in self.folder.doc["cells"] if c["state"] == "done"]
+        base = next((outputs_run(c) for c in done if c["variant"] == ref and outputs_run(c)), None)
+        result: dict[str, Any] = {"reference": ref, "cells": {}}
+        if base is None:
+            result["note"] = f"no done cell of the reference variant {ref!r} answered the output check"
+        else:
+            for c in done:
+                run = outputs_run(c)
+                if run is not None and run != base:
+                    cmp = compare_runs(base, run)
+                    result["cells"][c["id"]] = {k: cmp[k] for k in ("a", "b", "verdict", "prompts", "identical")} | {
+                        "first_difference": next((r for r in cmp["rows"] if r["verdict"] != "identical"), None)}
+        self.folder.doc["outputs_vs_reference"] = result
+        self.folder.save()
 
     def _done_count(self) -> int:
         return sum(c["state"] in C.DONE_STATES for c in self.folder.doc["cells"])
@@ -328,11 +356,14 @@ class Runner:
                 finally:
                     if out.folder is not None:
                         self.folder.add_run(cell.id, out.folder.name)
-        for w in self.camp.file.workloads:
+        for k, w in enumerate(self.camp.file.workloads):
             self.rep.phase(cell.id, f"workload {w.title}")
             out = _Listed(lambda run: self.folder.add_run(cell.id, run))
+            spec = bench_spec(w)
+            if head.reference and k == 0:  # the fixed greedy prompts, compared with the reference variant's
+                spec = replace(spec, check_outputs=True)
             try:
-                asyncio.run(bench_on_target(main, bench_spec(w), gate_mode=None if head.gate else False,
+                asyncio.run(bench_on_target(main, spec, gate_mode=None if head.gate else False,
                                             gate_spec=GateSpec(context=gate_ctx),
                                             reporter=_PhaseReporter(self.rep, cell.id), outcome=out))
             finally:

@@ -71,5 +71,17 @@ def render_markdown(doc: dict[str, Any], runs_root: Path) -> str:
     rows = point_rows(doc, runs_root)
     if rows:
         lines += ["", "## Figures (from each run's requests.jsonl)", "", *table(rows)]
+    ovr = doc.get("outputs_vs_reference")
+    if ovr:
+        lines += ["", f"## Greedy outputs against the reference variant `{ovr.get('reference')}`", ""]
+        if ovr.get("note"):
+            lines.append(ovr["note"])
+        lines += ["| cell | verdict | identical prompts | first difference |", "|---|---|---:|---|"]
+        for cell, r in (ovr.get("cells") or {}).items():
+            d = r.get("first_difference") or {}
+            where = (f"prompt {d.get('index')}, {d.get('unit', 'token')} {d.get('position')}: "
+                     f"{str(d.get('a'))[:40]!r} vs {str(d.get('b'))[:40]!r}") if d.get("verdict") == "differs" else \
+                (d.get("why") or "")
+            lines.append(f"| {cell} | {r.get('verdict')} | {r.get('identical')}/{r.get('prompts')} | {where} |")
     lines += ["", "A figure whose gate is not `passed` is recorded but is not a result."]
     return "\n".join(lines) + "\n"

@@ -15,12 +15,14 @@ from typing import Callable, Iterable
 from pydantic import ValidationError
 
 from servedeck.config.schema import Deck, Model
+from servedeck.config.tomlfile import problems as validation_lines
+from servedeck.config.tomlfile import read_toml
 from servedeck.errors import ConfigError, UnknownModelError
 
 if sys.version_info >= (3, 11):
-    import tomllib
+    pass
 else:  # pragma: no cover
-    import tomli as tomllib
+    pass
 
 
 @dataclass(frozen=True)
@@ -56,35 +58,15 @@ class Config:
         return v
 
 
-def _describe(loc: tuple) -> str:
-    return ".".join(str(p) for p in loc if not str(p).startswith("function-after"))
-
-
-def _explain(err: dict) -> str:
-    kind = err.get("type", "")
-    if kind == "extra_forbidden":
-        return "unknown key (check its spelling against docs/config.md)"
-    if kind == "missing":
-        return "required key is missing"
-    msg = err.get("msg", "invalid value")
-    msg = msg.removeprefix("Value error, ")
-    if "input" in err and kind not in ("value_error",) and not isinstance(err["input"], dict):
-        msg = f"{msg} (got {err['input']!r})"
-    return msg
-
-
 Check = Callable[[Deck], list[str]]  # more rules over the whole file (the engines' own: engines.check_deck)
 
 
 def parse(text: str, path: Path, checks: Iterable[Check] = ()) -> Config:
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{path}: not valid TOML: {e}", hint="fix the syntax at the line named above") from None
+    raw = read_toml(text, path)
     try:
         deck = Deck.model_validate(raw)
     except ValidationError as e:
-        lines = [f"{path}: {_describe(err['loc'])}: {_explain(err)}" for err in e.errors()]
+        lines = validation_lines(e, f"{path}: ", "docs/config.md")
         raise ConfigError("\n".join(lines), hint="see docs/config.md for every key and its type") from None
     problems = cross_check(deck)
     if not problems:  # engine rules assume the file hangs together (builds exist)

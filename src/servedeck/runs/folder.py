@@ -26,7 +26,7 @@ from servedeck import paths
 from servedeck.deck.state import now_iso
 from servedeck.engines.base import redact_text
 from servedeck.errors import RunError
-from servedeck.fsio import append_jsonl, atomic_write_json, atomic_write_text
+from servedeck.fsio import append_jsonl, atomic_write_json, atomic_write_text, unique_dir
 
 SUMMARY_SCHEMA = 1
 FULL_LOG_MAX = 32 * 2**20  # copy a launch log whole up to this size
@@ -71,15 +71,7 @@ class RunFolder:
         now = datetime.now()
         base = run_name(model, layout, ctx, engine, now)
         try:
-            root.mkdir(parents=True, exist_ok=True)
-            path, n = root / base, 1
-            while True:
-                try:
-                    path.mkdir()
-                    break
-                except FileExistsError:  # two runs in the same second
-                    n += 1
-                    path = root / f"{base}-{n}"
+            path = unique_dir(root, base)
         except OSError as e:
             raise RunError(f"cannot create a run folder under {root}: {e.strerror}",
                            hint="set [host] results_dir in models.toml or SERVEDECK_RESULTS to a writable place") from None
