@@ -377,7 +377,7 @@ args = { parallel = 1, rope-freq-base = 10 }
 [[workloads]]
 kind = "chat"
 concurrency = [1]
-input_tokens = 32
+input_tokens = 64
 output_tokens = 4
 requests = 1
 warmup = 0
@@ -387,7 +387,7 @@ warmup = 0
 def test_reference_variant_compares_greedy_outputs_token_by_token(tmp_path, llama_ready):
     """`reference = "plain"`: every launch answers the fixed greedy prompts; n-gram speculation must not
     change them (identical), a broken RoPE base must (the first diverging position is named)."""
-    home, results = tmp_path / "home", tmp_path / "results"
+    home, results = tmp_path / "ref-home", tmp_path / "results"
     home.mkdir()
     cfg = models_toml(tmp_path)
     camp = tmp_path / "camp.toml"

@@ -22,8 +22,9 @@ from typing import Iterator
 import psutil
 import pytest
 
-from servedeck.campaign import BenchSpec, bench
-from servedeck.config import load
+from servedeck.campaign import BenchSpec, Outcome, bench, measured
+from servedeck.loadgen.loop import run as run_loop
+from servedeck.modelsfile import load
 from servedeck.gates import GateSpec
 from servedeck.init import default_locations, render_starter
 from servedeck.loadgen import ClosedLoop
@@ -66,7 +67,9 @@ def _toml(port: int, args: str) -> str:
 def _bench(tmp: Path, name: str, args: str, spec: BenchSpec, gate: bool | None) -> Path:
     cfg_path = tmp / f"{name}.toml"
     cfg_path.write_text(_toml(PORT, args))
-    out = bench(load(cfg_path), "smollm2", spec, gate_mode=gate, gate_spec=GateSpec(context=384, depths=(0.5,)), launch=True)
+    out = Outcome()
+    with measured(load(cfg_path), "smollm2", True, out) as target:  # started for this run, stopped after it
+        run_loop(bench(target, spec, gate_mode=gate, gate_spec=GateSpec(context=384, depths=(0.5,)), outcome=out))
     assert out.folder is not None
     return out.folder
 
