@@ -385,8 +385,9 @@ warmup = 0
 
 
 def test_reference_variant_compares_greedy_outputs_token_by_token(tmp_path, llama_ready):
-    """`reference = "plain"`: every launch answers the fixed greedy prompts; n-gram speculation must not
-    change them (identical), a broken RoPE base must (the first diverging position is named)."""
+    """`reference = "plain"`: every launch answers the fixed greedy prompts and is compared token by token
+    with plain's; a broken RoPE base differs from the first token, and n-gram speculation's verdict (and,
+    when it differs, the first diverging position) is recorded."""
     home, results = tmp_path / "ref-home", tmp_path / "results"
     home.mkdir()
     cfg = models_toml(tmp_path)
@@ -401,8 +402,12 @@ def test_reference_variant_compares_greedy_outputs_token_by_token(tmp_path, llam
     doc = campaign_doc(results)
     ovr = doc["outputs_vs_reference"]
     assert ovr["reference"] == "plain" and set(ovr["cells"]) == {"ngram#1", "rope#1"}, ovr
-    same, broken = ovr["cells"]["ngram#1"], ovr["cells"]["rope#1"]
-    assert same["verdict"] == "identical" and same["identical"] == same["prompts"] == 8, same
-    assert broken["verdict"] == "differs" and broken["first_difference"]["position"] is not None, broken
+    spec, broken = ovr["cells"]["ngram#1"], ovr["cells"]["rope#1"]
+    # Measured 2026-11-30: llama.cpp 11434's n-gram speculation on CPU changed 2 of 8 greedy answers (code
+    # prompt 3 from token 69): the check reports it rather than assume speculation is lossless.
+    assert spec["prompts"] == 8 and spec["verdict"] in ("identical", "differs"), spec
+    if spec["verdict"] == "differs":
+        assert spec["first_difference"]["position"] is not None and spec["first_difference"]["a"], spec
+    assert broken["verdict"] == "differs" and broken["first_difference"]["position"] == 0, broken
     md = next((results / "campaigns").glob("t-ref__*")).joinpath("campaign.md").read_text()
-    assert "Greedy outputs against the reference variant `plain`" in md and "| ngram#1 | identical | 8/8 |" in md
+    assert "Greedy outputs against the reference variant `plain`" in md and f"| ngram#1 | {spec['verdict']} |" in md
