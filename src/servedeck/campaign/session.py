@@ -222,6 +222,24 @@ async def gate(target: Target, spec: GateSpec, *, reporter: Optional[Reporter] =
 
 # --- bench ------------------------------------------------------------------------------------
 
+def _open_run(target: Target, ctx: int, workload: dict[str, Any], gate_spec: GateSpec, gate_mode: Optional[bool],
+              outcome: Outcome, **summary: Any) -> tuple[RunFolder, GateSpec, Optional[Path]]:
+    """The run folder a bench or a ramp writes into (named by the campaign's labels, secrets scrubbed from the
+    log it copies), the gate sized to the served context, and a gate already run on this launch, if any."""
+    _check_asked(target, gate_spec.context or ctx, ctx)
+    gate_spec = replace(gate_spec, context=gate_spec.context or ctx)
+    gate_spec.check()
+    model = target.cfg.models[target.name]
+    root = _root(target.cfg)
+    inherited = gate_of_launch(root, target.launch_dir, gate_spec.context) if gate_mode is not True else None
+    folder = RunFolder.create(root, target.model_label, target.layout_label, model.context or ctx, target.engine,
+                              {**base_summary(target, ctx, "bench", workload), **summary})
+    outcome.folder = folder.path
+    folder.scrub = Redactor.from_config(target.cfg).text
+    folder.attach_launch(target.launch_dir, whole_log=target.launched)
+    return folder, gate_spec, inherited
+
+
 async def _bench_async(target: Target, spec: BenchSpec, gate_mode: Optional[bool], gate_spec: GateSpec,
                        reporter: Reporter, outcome: Outcome) -> None:
     ctx = await _served_context(target)
@@ -229,18 +247,9 @@ async def _bench_async(target: Target, spec: BenchSpec, gate_mode: Optional[bool
         spec = replace(spec, prompt_tokens=ctx - spec.output_tokens)
     spec.check(ctx)
     check_output_cap(target.cfg, target.name, spec.output_tokens, "--output-tokens")
-    _check_asked(target, gate_spec.context or ctx, ctx)
-    gate_spec = replace(gate_spec, context=gate_spec.context or ctx)
-    gate_spec.check()
-    model = target.cfg.models[target.name]
-    root = _root(target.cfg)
-    inherited = gate_of_launch(root, target.launch_dir, gate_spec.context) if gate_mode is not True else None
     # prompt_seed: runs with the same one sent the same prompts (compare pairs them request by request)
-    folder = RunFolder.create(root, target.model_label, target.layout_label, model.context or ctx, target.engine,
-                              {**base_summary(target, ctx, "bench", spec.to_json()), "prompt_seed": spec.seed})
-    outcome.folder = folder.path
-    folder.scrub = Redactor.from_config(target.cfg).text
-    folder.attach_launch(target.launch_dir, whole_log=target.launched)
+    folder, gate_spec, inherited = _open_run(target, ctx, spec.to_json(), gate_spec, gate_mode, outcome,
+                                             prompt_seed=spec.seed)
 
     async def work() -> None:
         await _gate_or_inherit(folder, target, gate_mode, gate_spec, inherited, reporter, outcome)
@@ -283,16 +292,7 @@ async def _ramp_async(target: Target, spec: RampSpec, gate_mode: Optional[bool],
                       reporter: Reporter, outcome: Outcome) -> None:
     ctx = await _served_context(target)
     spec.check(ctx)
-    _check_asked(target, gate_spec.context or ctx, ctx)
-    gate_spec = replace(gate_spec, context=gate_spec.context or ctx)
-    gate_spec.check()
-    model = target.cfg.models[target.name]
-    root = _root(target.cfg)
-    inherited = gate_of_launch(root, target.launch_dir, gate_spec.context) if gate_mode is not True else None
-    folder = RunFolder.create(root, target.name, model.layout, model.context or ctx, target.engine,
-                              base_summary(target, ctx, "bench", spec.to_json()))
-    outcome.folder = folder.path
-    folder.attach_launch(target.launch_dir, whole_log=target.launched)
+    folder, gate_spec, inherited = _open_run(target, ctx, spec.to_json(), gate_spec, gate_mode, outcome)
 
     async def work() -> None:
         await _gate_or_inherit(folder, target, gate_mode, gate_spec, inherited, reporter, outcome)
