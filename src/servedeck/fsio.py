@@ -15,12 +15,17 @@ def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> None:
 
     A reader (or a crash) sees the old file or the new one, never half of one.
     """
+    atomic_write_bytes(path, text.encode(), mode)
+
+
+def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
+    """atomic_write_text for bytes (the temp file is `.NAME.XXXX` beside the target)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, mode)

@@ -4,9 +4,10 @@ Validated like models.toml: every problem names the file, the key path and what 
 unknown keys are refused; nothing starts while anything is wrong. `parse` is pure (text in,
 CampaignFile out); `variants()` expands `[matrix]` into named variants.
 
-    [campaign]     name, model (a models.toml model or alias), cell_timeout, repeats, gate, base, reference
+    [campaign]     name, model (a models.toml model or alias), cell_timeout, repeats, gate, base, reference,
+                   retries (--ray: node-loss retries)
     [[variants]]   name + overrides of the model's entry (build, args, env, context, gpus, cpus, tp, dp, pp,
-                   gpu_memory_utilization, replicas)
+                   gpu_memory_utilization, replicas), host (--ray: which node)
     [matrix]       "args.max-num-seqs" = [64, 128]: every combination becomes a variant named after its values
     [[workloads]]  kind = chat | long-prompt and the keys of `servedeck bench`
 """
@@ -32,7 +33,7 @@ KEYS_DOC = "docs/campaign.md"  # where a campaign file's keys are described
 
 # keys a variant may override, and where a [matrix] key may point
 OVERRIDABLE = ("build", "args", "env", "context", "gpus", "cpus", "tp", "dp", "pp", "gpu_memory_utilization",
-               "replicas")
+               "replicas", "host")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=+,-]*$")
 Sets = Union[list[int], list[list[int]]]
 
@@ -66,6 +67,8 @@ class Head(_Strict):
     gate: Union[GateCfg, Literal[False]] = Field(default_factory=GateCfg)
     base: Optional[str] = None  # the variant others are compared with (default: the first)
     reference: Optional[str] = None  # issue 10: variant whose outputs the others are compared with
+    # `campaign run --ray`: a cell whose node is lost mid-cell is retried this many times on another node
+    retries: int = Field(default=1, ge=0)
 
     @field_validator("name")
     @classmethod
@@ -105,6 +108,9 @@ class Variant(_Strict):
     pp: Optional[int] = Field(default=None, ge=1)
     gpu_memory_utilization: Optional[float] = Field(default=None, gt=0, le=1)
     replicas: int = Field(default=1, ge=1)
+    # `campaign run --ray`: the node this variant's cells run on (a Ray custom resource, a node label
+    # value or a host name); ignored without --ray
+    host: Optional[str] = Field(default=None, min_length=1)
 
     @field_validator("name")
     @classmethod
@@ -190,7 +196,7 @@ class CampaignFile(_Strict):
     def _matrix(cls, v: dict[str, list[Any]]) -> dict[str, list[Any]]:
         for key, values in v.items():
             head = key.split(".")[0]
-            if head not in OVERRIDABLE or head == "replicas" and "." in key:
+            if head not in OVERRIDABLE or head in ("replicas", "host") and "." in key:
                 raise ValueError(f"{key!r}: a matrix key is one of {', '.join(OVERRIDABLE)} "
                                  "(args.NAME and env.NAME for one flag or variable)")
             if head in ("args", "env") and "." not in key:

@@ -109,6 +109,8 @@ def check_host(camp: Campaign, cells: list[C.Cell]) -> None:
 
 
 class Runner:
+    checks_host = True  # the CPU sets must exist here (not so for a head dispatching to Ray nodes)
+
     def __init__(self, cfg: Config, camp: Campaign, opts: RunOptions, reporter: Optional[CampaignReporter] = None):
         self.user_cfg = cfg
         self.opts = opts
@@ -124,7 +126,8 @@ class Runner:
         self.camp = camp
         self.derived = C.derive(cfg, camp)
         self.cells = C.cell_list(camp, self.derived)
-        check_host(camp, self.cells)
+        if self.checks_host:
+            check_host(camp, self.cells)
         if opts.only:
             unknown = sorted(opts.only - {v.name for v in camp.variants})
             if unknown:
@@ -138,6 +141,8 @@ class Runner:
         self.durations: list[float] = []
         self.interrupted = threading.Event()
         self.expired: set[str] = set()
+        # where cells run: this host; on a Ray node, also its node id (summary.json and campaign.json say it)
+        self.node: dict[str, Any] = {"host": socket.gethostname()}
 
     # --- before anything starts ---------------------------------------------------------------
     def reap(self) -> list[str]:
@@ -265,7 +270,7 @@ class Runner:
         prior = self.folder.cell(cell.id)
         earlier = prior.get("earlier_runs", []) + prior.get("runs", [])
         self.folder.set_cell(cell.id, state="running", runs=[], earlier_runs=earlier, reason=None, signature=None,
-                             started=S.now_iso(), ended=None, node=socket.gethostname())
+                             started=S.now_iso(), ended=None, **self._node_fields())
         t0 = time.monotonic()
         timer = threading.Timer(self.camp.head.cell_timeout_s, self._expire, args=(cell,))
         timer.daemon = True
@@ -299,6 +304,10 @@ class Runner:
             self._render()
         return state
 
+    def _node_fields(self) -> dict[str, Any]:
+        return {"node": self.node["host"], **({"ray_node_id": self.node["ray_node_id"]}
+                                               if self.node.get("ray_node_id") else {})}
+
     def _expire(self, cell: C.Cell) -> None:
         self.expired.add(cell.id)
         self.rep.note(f"{cell.id}: cell_timeout {self.camp.head.cell_timeout} passed; stopping its engines")
@@ -319,7 +328,7 @@ class Runner:
                 # tp × pp × dp per replica, or the GPUs it is given when more (llama.cpp splits by layer
                 # or tensor over every GPU it sees, with tp = 1)
                 "replicas": len(ms), "gpus_used": max(m.tp * m.pp * m.dp, len(m.gpus)) * len(ms) if on_gpu else 0,
-                "cpus": [list(x.cpus) for x in ms]}
+                "cpus": [list(x.cpus) for x in ms], "node": dict(self.node)}
 
     def _cell_work(self, cell: C.Cell) -> tuple[str, Optional[str], Optional[str]]:
         head = self.camp.head

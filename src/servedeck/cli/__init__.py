@@ -10,9 +10,9 @@ from servedeck.cli.app import app, err_console
 from servedeck.errors import ServedeckError
 
 # Importing a module registers its commands on `app`.
-from servedeck.cli import campaign, campaigns, deck, doctor, door, report, watch  # noqa: E402
+from servedeck.cli import campaign, campaigns, cluster, deck, doctor, door, report, watch  # noqa: E402
 
-__all__ = ["app", "campaign", "campaigns", "deck", "doctor", "door", "main", "report", "watch"]
+__all__ = ["app", "campaign", "campaigns", "cluster", "deck", "doctor", "door", "main", "report", "watch"]
 
 
 def main() -> None:

@@ -111,14 +111,25 @@ def run(file: Path = typer.Argument(..., help="the campaign .toml"),
         parallel: bool = typer.Option(False, "--parallel", help="run cells with disjoint GPU/CPU sets at the same time"),
         retry_failed: bool = typer.Option(False, "--retry-failed", help="redo failed and timed-out cells too"),
         evict: bool = typer.Option(False, "--evict", help="stop your models that hold a cell's GPUs/CPUs"),
+        ray: Optional[str] = typer.Option(None, "--ray", metavar="ADDRESS",
+                                          help="run each cell as a Ray task on the node that has its GPUs: auto, "
+                                               "local, or the head's host:port (also SERVEDECK_RAY_ADDRESS)"),
         as_json: bool = typer.Option(False, "--json")) -> None:
     """Launch, gate, measure and stop every cell; each run recorded; resumable."""
+    from servedeck.cluster.connect import address_from
+
     cfg = load_config()
     camp = load_campaign(file)
     opts = RunOptions(resume=resume, only=frozenset(x for x in (only or "").split(",") if x) or None,
                       parallel=parallel, retry_failed=retry_failed, evict=evict)
+    address = address_from(ray)
     with RichCampaignReporter() as rep:
-        folder = run_campaign(cfg, camp, opts, rep)
+        if address:  # Ray places the cells (side by side where the nodes have room): --parallel is implied
+            from servedeck.cluster.dispatch import run_on_ray
+
+            folder = run_on_ray(cfg, camp, opts, address, rep)
+        else:
+            folder = run_campaign(cfg, camp, opts, rep)
     view = status_view(folder.doc, runs_root(cfg.deck.host.results_dir), folder.path)
     if as_json:
         print_json(view)

@@ -36,7 +36,10 @@ def spawn(spec: LaunchSpec, launch_dir: Path) -> Proc:
         env.setdefault("PYTHONUNBUFFERED", "1")
         p = subprocess.Popen(
             [sys.executable, "-m", "servedeck.supervisor.shim",
-             *(["--cpus", ",".join(str(c) for c in spec.cpus)] if spec.cpus else []), str(launch_dir), "--",
+             *(["--cpus", ",".join(str(c) for c in spec.cpus)] if spec.cpus else []),
+             # a campaign cell on a Ray node: the engine goes with the worker that launched it (cluster/node.py)
+             *(["--owner", os.environ["SERVEDECK_ENGINE_OWNER"]] if os.environ.get("SERVEDECK_ENGINE_OWNER") else []),
+             str(launch_dir), "--",
              *spec.argv],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True, env=env, close_fds=True,

@@ -1,12 +1,14 @@
 """The process servedeck actually spawns: it starts the engine, waits for it, and writes how it ended.
 
-    python -m servedeck.supervisor.shim [--cpus 0,1] LAUNCH_DIR -- ARGV...
+    python -m servedeck.supervisor.shim [--cpus 0,1] [--owner PID] LAUNCH_DIR -- ARGV...
 
 It leads the engine's process group (the spawner passes start_new_session), so a stop is one
 signal to one group. It outlives the engine on purpose: when the engine dies, by a signal or an
 exit code, the shim writes `exit.json` in the launch folder, which is how servedeck later says what
 an engine died of even though servedeck itself was not running. With --cpus it pins itself to that
 CPU set before it starts the engine, so the engine and every process it forks inherit the affinity.
+With --owner (a campaign cell on a Ray node: the worker that launched it) it stops its engine's group
+when that process is gone, so a lost worker leaves no engine behind.
 Kept tiny: it runs for every launch.
 """
 
@@ -17,17 +19,23 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 
 def main(argv: list[str]) -> int:
     cpus: list[int] = []
-    if argv[:1] == ["--cpus"] and len(argv) > 1:
-        cpus = [int(c) for c in argv[1].split(",") if c]
+    owner = 0
+    while argv[:1] in (["--cpus"], ["--owner"]) and len(argv) > 1:
+        if argv[0] == "--cpus":
+            cpus = [int(c) for c in argv[1].split(",") if c]
+        else:
+            owner = int(argv[1])
         argv = argv[2:]
     launch_dir, sep, *cmd = argv if len(argv) >= 2 else ["", ""]
     if sep != "--" or not cmd:
-        print("usage: python -m servedeck.supervisor.shim [--cpus 0,1] LAUNCH_DIR -- ARGV...", file=sys.stderr)
+        print("usage: python -m servedeck.supervisor.shim [--cpus 0,1] [--owner PID] LAUNCH_DIR -- ARGV...",
+              file=sys.stderr)
         return 2
     if cpus:
         try:
@@ -54,6 +62,9 @@ def main(argv: list[str]) -> int:
         _write(launch_dir, record)
         return 127
     _write(launch_dir, {"engine_pid": child.pid, "started_at": started}, name="engine.json")
+    orphaned: list[int] = []
+    if owner:
+        threading.Thread(target=_watch_owner, args=(owner, child, orphaned), daemon=True).start()
     while True:
         try:
             rc = child.wait()
@@ -65,11 +76,32 @@ def main(argv: list[str]) -> int:
         "signal": signal.Signals(-rc).name if rc < 0 else None,
         "stop_signal": signal.Signals(stop_signal[0]).name if stop_signal else None,
         "engine_pid": child.pid,
+        **({"owner_gone": orphaned[0]} if orphaned else {}),
         "started_at": started,
         "ended_at": time.time(),
     }
     _write(launch_dir, record)
     return rc if rc >= 0 else 128 - rc
+
+
+def _watch_owner(owner: int, child: subprocess.Popen, orphaned: list[int]) -> None:
+    """Poll the owner (a signal-0 probe each second: a pidfd would need Linux 5.3 and Python 3.9's
+    os.pidfd_open, polling is enough at this scale); when it is gone, stop the engine's group."""
+    while child.poll() is None:
+        try:
+            os.kill(owner, 0)
+        except ProcessLookupError:
+            orphaned.append(owner)
+            os.killpg(os.getpgrp(), signal.SIGTERM)  # the shim only notes it; the engine stops
+            deadline = time.monotonic() + 20
+            while child.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if child.poll() is None:
+                os.killpg(os.getpgrp(), signal.SIGKILL)
+            return
+        except PermissionError:
+            pass  # alive, another user's
+        time.sleep(1.0)
 
 
 def _write(launch_dir: str, record: dict, name: str = "exit.json") -> None:

@@ -1,0 +1,224 @@
+"""What runs on a Ray node: one campaign cell, and the node's facts for `servedeck hosts`/preflight.
+
+A cell task is servedeck's own Runner.run_cell on this node, with this node's SERVEDECK_HOME (deck
+state, locks) and results dir; the models.toml and campaign file arrive as text in the payload. It
+is a streaming generator: while the cell runs it yields what changed in the cell's run folders
+(file contents, so no shared filesystem is needed) and the cell's phases; the head writes them into
+its own results dir as they come, so a node that dies mid-cell leaves the head everything it had
+sent. Its last item is the cell's record (state, reason, runs).
+
+GPUs: the task asks Ray for the cell's GPU count; Ray sets CUDA_VISIBLE_DEVICES for the worker and
+`ray.get_gpu_ids()` names the physical GPUs it granted. A variant's `gpus` are positions within that
+grant (gpus = [0, 1] → the first two GPUs Ray gave this cell); without `gpus`, replicas take the
+grant in order, tp × pp × dp each. The derived model entries are rewritten to the physical indices
+before the deck renders them, so the engine's CUDA_VISIBLE_DEVICES, the NVML fit check and the
+holder checks all speak of the same GPUs.
+
+Engines outlive a dead parent by design (their own process group); on a node the worker that
+started them is their owner: the shim watches it (SERVEDECK_ENGINE_OWNER) and stops its engine if
+the worker dies without stopping it (node lost, worker killed).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+from servedeck import __version__, paths
+from servedeck.campaign import cells as C
+from servedeck.campaign.file import parse as parse_campaign
+from servedeck.campaign.runner import RunOptions, Runner
+from servedeck.config import Config
+from servedeck.deck import Deck
+from servedeck.errors import ConfigError, ServedeckError
+from servedeck.modelsfile import parse as parse_models
+
+ENGINE_OWNER_ENV = "SERVEDECK_ENGINE_OWNER"  # read by supervisor.process.spawn → the shim's --owner
+SYNC_S = 1.0  # how often a running cell sends what changed in its run folders
+
+
+def identity() -> dict[str, Any]:
+    import ray
+
+    return {"host": socket.gethostname(), "ray_node_id": ray.get_runtime_context().get_node_id()}
+
+
+class _NodeReporter:
+    """The cell's phases and notes, collected for the next sync (the head shows them)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._items: list[tuple[str, str]] = []
+
+    def begin(self, folder: Path, total: int, done: int) -> None:
+        pass
+
+    def phase(self, cell: str, text: str) -> None:
+        with self._lock:
+            self._items.append(("phase", text))
+
+    def cell_end(self, cell: str, state: str, reason: Optional[str], done: int, total: int,
+                 eta_s: Optional[float]) -> None:
+        pass
+
+    def note(self, text: str) -> None:
+        with self._lock:
+            self._items.append(("note", text))
+
+    def drain(self) -> list[tuple[str, str]]:
+        with self._lock:
+            out, self._items = self._items, []
+        return out
+
+
+def place_gpus(runner: Runner, cell: C.Cell, granted: list[int]) -> C.Cell:
+    """Rewrite the cell's model entries from positions in Ray's grant to physical GPU indices."""
+    if not granted:
+        return cell
+    models = dict(runner.derived.cfg.deck.models)
+    pos = 0
+    for name in cell.models:
+        m = models[name]
+        if m.gpus:
+            beyond = [g for g in m.gpus if g >= len(granted)]
+            if beyond:
+                raise ConfigError(f"variants.{cell.variant}.gpus: position(s) {beyond} but Ray gave this cell "
+                                  f"{len(granted)} GPU(s) (physical {granted})",
+                                  hint="under --ray, gpus are positions within the cell's grant, from 0")
+            phys = [granted[g] for g in m.gpus]
+        else:
+            n = m.tp * m.pp * m.dp
+            phys, pos = granted[pos:pos + n], pos + n
+        models[name] = m.model_copy(update={"gpus": phys})
+    deck = runner.derived.cfg.deck.model_copy(update={"models": models})
+    runner.derived = replace(runner.derived, cfg=Config(path=runner.derived.cfg.path, deck=deck))
+    runner.deck = Deck(runner.derived.cfg)
+    return replace(cell, gpus=frozenset(g for n in cell.models for g in models[n].gpus))
+
+
+def _changed(root: Path, runs: list[str], sent: dict[str, tuple[int, int]]) -> dict[str, dict[str, bytes]]:
+    """Files of these run folders that are new or changed since the last call (whole contents)."""
+    out: dict[str, dict[str, bytes]] = {}
+    for run in runs:
+        base = root / run
+        if not base.is_dir():
+            continue
+        for path in sorted(base.rglob("*")):
+            if not path.is_file() or path.name.endswith(".tmp") or path.name.startswith("."):  # atomic writes in progress
+                continue
+            try:
+                st = path.stat()
+                key = f"{run}/{path.relative_to(base)}"
+                if sent.get(key) == (st.st_size, st.st_mtime_ns):
+                    continue
+                data = path.read_bytes()
+            except OSError:
+                continue
+            sent[key] = (st.st_size, st.st_mtime_ns)
+            out.setdefault(run, {})[str(path.relative_to(base))] = data
+    return out
+
+
+def run_cell(payload: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The Ray task body (dispatch.py wraps it in ray.remote). Payload: models_toml, models_path,
+    campaign_toml, campaign_path, cell, evict, head_folder."""
+    import ray
+
+    me = identity()
+    os.environ[ENGINE_OWNER_ENV] = str(os.getpid())
+    cfg = parse_models(payload["models_toml"], payload["models_path"])
+    if not os.environ.get("SERVEDECK_RESULTS") and not cfg.deck.host.results_dir:
+        # a worker's working directory is Ray's; the node's own results live in its servedeck home
+        os.environ["SERVEDECK_RESULTS"] = str(paths.home() / "results")
+    camp = parse_campaign(payload["campaign_toml"], Path(payload["campaign_path"]))
+    rep = _NodeReporter()
+    runner = Runner(cfg, camp, RunOptions(evict=bool(payload.get("evict"))), rep)
+    runner.node = dict(me)
+    cell = next(c for c in runner.cells if c.id == payload["cell"])
+    granted = [int(g) for g in ray.get_gpu_ids()]
+    cell = place_gpus(runner, cell, granted)
+    yield {"kind": "started", **me, "gpus": granted, "pid": os.getpid(), "node_folder": str(runner.folder.path),
+           "models": {n: list(runner.derived.cfg.models[n].gpus) for n in cell.models}}
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            box["state"] = runner.run_cell(cell)
+        except BaseException as e:  # KeyboardInterrupt reaches here only through run_cell's own re-raise
+            box["error"] = f"{type(e).__name__}: {e}"
+
+    sent: dict[str, tuple[int, int]] = {}
+    t = threading.Thread(target=work, name=f"cell {cell.id}", daemon=True)
+    try:
+        t.start()
+        while t.is_alive():
+            t.join(SYNC_S)
+            files = _changed(runner.runs_root, runner.folder.cell(cell.id).get("runs") or [], sent)
+            items = rep.drain()
+            if files or items:
+                yield {"kind": "sync", "files": files, "items": items,
+                       "runs": list(runner.folder.cell(cell.id).get("runs") or [])}
+        record = dict(runner.folder.cell(cell.id))
+        yield {"kind": "sync", "files": _changed(runner.runs_root, record.get("runs") or [], sent),
+               "items": rep.drain(), "runs": list(record.get("runs") or [])}
+        yield {"kind": "end", "cell": record, "error": box.get("error")}
+    except BaseException:
+        # the head's Ctrl-C (ray.cancel raises KeyboardInterrupt here): stop this cell's engines by
+        # process group, let run_cell record it and stop them through the deck, then end
+        runner.interrupted.set()
+        runner._kill(cell)
+        t.join(120)
+        raise
+
+
+def stop_cell(payload: dict[str, Any]) -> dict[str, Any]:
+    """After the head's Ctrl-C, pinned to the node that ran the cell: stop the cell's engines through this
+    node's deck (process group, live record and wanted state cleared), whatever the cancelled task got to
+    do. The head waits for it, so when `campaign run` exits nothing of the cell runs anywhere."""
+    cfg = parse_models(payload["models_toml"], payload["models_path"])
+    camp = parse_campaign(payload["campaign_toml"], Path(payload["campaign_path"]))
+    derived = C.derive(cfg, camp)
+    cell = next(c for c in C.cell_list(camp, derived) if c.id == payload["cell"])
+    deck = Deck(derived.cfg)
+    running = [n for n in cell.models if n in deck.running()]
+    if running:
+        deck.stop(running, wait_s=120)
+    return {**identity(), "stopped": running}
+
+
+def facts(models_toml: Optional[str], models_path: Optional[str], model: Optional[str],
+          builds: Optional[list[str]] = None) -> dict[str, Any]:
+    """This node: host, Ray node id, CPUs, GPUs (NVML), servedeck version, and the doctor's rows for
+    what a campaign needs here (config, builds, weights of `model`). Never raises for a bad node:
+    what is wrong is in the rows."""
+    from servedeck.doctor.build import verify_build
+    from servedeck.doctor.checks import FAIL, OK, Row, build_rows, check_weights
+    from servedeck.gpu.nvml import inventory
+    from servedeck.hostcpu import usable_cpus
+
+    inv = inventory()
+    out: dict[str, Any] = {
+        **identity(), "servedeck": __version__, "cpus": os.cpu_count(), "usable_cpus": len(usable_cpus()),
+        "gpus": [{"index": g.index, "name": g.name, "memory_total": g.memory_total, "memory_free": g.memory_free}
+                 for g in inv.gpus] if inv.available else [],
+        "gpu_note": None if inv.available else inv.reason, "rows": [], "doctor": "not run"}
+    if models_toml is None or models_path is None:
+        return out
+    rows: list[Row] = []
+    try:
+        cfg = parse_models(models_toml, models_path)
+        rows.append(Row("config", "", OK, f"{models_path}: parsed here"))
+        names = [cfg.resolve(model)] if model else sorted(cfg.models)
+        for b in sorted(set(builds or []) | {cfg.models[n].build for n in names}):
+            if b in cfg.deck.builds:
+                rows += build_rows(b, verify_build(cfg.deck.builds[b], b, cfg, integrity=False))
+        rows += [check_weights(cfg, n) for n in names]
+    except ServedeckError as e:
+        rows.append(Row("config", "", FAIL, e.message, e.hint or "fix models.toml"))
+    out["rows"] = [r.to_json() for r in rows]
+    out["doctor"] = "FAIL" if any(r.status == FAIL for r in rows) else "OK"
+    return out
