@@ -16,9 +16,23 @@ from typing import Any, Optional
 
 from servedeck.engines.base import REDACTED, SECRET_VALUE, is_secret_name
 
-# Knob groups: a variant is its configuration; the workload and prompt seed describe what was asked.
+# Knob groups: a variant is its configuration; the workload and prompt seed describe what was asked;
+# the layout is a label and the address (port, bind host) is where it listened: a campaign gives every
+# variant its own port and names its layout after the variant, and neither changes what is measured.
 WORKLOAD_PREFIX = "workload "
-NOT_CONFIG = (WORKLOAD_PREFIX, "prompt seed")
+ADDRESS_PREFIX = "address "
+NOT_CONFIG = (WORKLOAD_PREFIX, "prompt seed", "layout", ADDRESS_PREFIX)
+
+
+def address_flags(engine: str) -> set[str]:
+    """The flags that only say where a server listens, from the engine's adapter (owned port/host)."""
+    try:
+        from servedeck.engines import get_engine
+
+        owned = get_engine(engine).owned_flags
+        return {f for f, key in owned.items() if key in ("port", "host")}
+    except Exception:  # an engine not registered here (a plugin's runs read elsewhere)
+        return {"--port", "--host"}
 
 
 def redact(name: str, value: str) -> str:
@@ -115,8 +129,9 @@ def knobs_of(path: Path, summary: dict[str, Any]) -> dict[str, str]:
         "CPUs": f"{s(host.get('cpus_usable') or host.get('cpus'))} × {s(host.get('cpu_model'))}",
         "GPUs": ", ".join(str(g.get("name")) for g in gpus.get("gpus", [])) if gpus.get("available") else "none",
     }
+    where = address_flags(str(summary.get("engine") or ""))
     for name, value in flags_of(argv).items():
-        k[name if not name.startswith("-") else f"flag {name}"] = value
+        k[name if not name.startswith("-") else f"{ADDRESS_PREFIX}{name}" if name in where else f"flag {name}"] = value
     for name, value in sorted(env.items()):
         k[f"env {name}"] = redact(name, str(value))
     workload = summary.get("workload") or {}

