@@ -145,7 +145,7 @@ def test_soak_for_a_few_seconds(deck_config, tmp_path, monkeypatch):
     monkeypatch.setenv("SERVEDECK_RESULTS", str(tmp_path / "results"))
     # a few seconds, sized for a shared 2-core box where one short answer can take seconds
     try:
-        r = sd(cfg, "soak", "smollm2", "--duration", "30s", "--concurrency", "1", "--burst-every", "0",
+        r = sd(cfg, "soak", "smollm2", "--duration", "15s", "--concurrency", "1", "--burst-every", "0",
                "--sample-every", "5s", "--window", "5s", "--max-tokens", "4", "--json", timeout=300)
         summary = json.loads(r.stdout)
         assert summary["status"] == "ok", summary.get("reason")

@@ -222,7 +222,7 @@ def _measuring(doc: dict) -> bool:
 
 
 def test_ctrl_c_on_the_head_leaves_no_engine_on_any_node(cluster):
-    camp = _write(cluster, "ctrlc", campaign("t-ctrlc", PINNED, out=64, req=20))
+    camp = _write(cluster, "ctrlc", campaign("t-ctrlc", PINNED, out=48, req=10))
     proc = start(cluster["cfg"], cluster["env"], "campaign", "run", str(camp), "--ray", cluster["address"])
     try:
         _wait_for(cluster, "t-ctrlc", _measuring)  # both nodes mid-measurement

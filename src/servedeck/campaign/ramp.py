@@ -43,6 +43,7 @@ from servedeck.loadgen.texts import Content
 from servedeck.runs.folder import RunFolder
 
 FILE = "ramp.jsonl"
+NEEDLE_ANSWER_TOKENS = 32  # a needle turn's answer room at least (the gate's default answer_tokens)
 SUMMARY_Q = "In one sentence, what is the text above about?"
 NEEDLE_Q = ("What is the access code I gave you at the very start of this conversation? "
             "Answer with the 7 digits only.")
@@ -226,7 +227,7 @@ async def run_ramp(spec: RampSpec, target: Target, context: int, folder: RunFold
                 cutoff = {"reason": f"time cap of {spec.time_cap_s:g} s reached", "turn": i - 1}
                 break
             last_ctx = lines[-1]["context_tokens"] + (lines[-1]["completion_tokens"] or 0) if lines else 0
-            if last_ctx + spec.turn_tokens + spec.answer_tokens + 32 > limit:
+            if last_ctx + spec.turn_tokens + max(spec.answer_tokens, NEEDLE_ANSWER_TOKENS) + 32 > limit:
                 cutoff = {"reason": f"context limit: {last_ctx} tokens so far + a {spec.turn_tokens}-token turn + "
                                     f"{spec.answer_tokens} answer tokens would pass {limit}", "turn": i - 1}
                 break
@@ -249,7 +250,10 @@ async def run_ramp(spec: RampSpec, target: Target, context: int, folder: RunFold
                                           units_per_token=chars_per_token(spec.content), what="question")
             offset += len(message) - len(head) - len(tail)
             history.append({"role": "user", "content": message})
-            body = merge_request({"model": target.served_name, "messages": history, "max_tokens": spec.answer_tokens,
+            # a needle turn gets the gate's answer room at least: vLLM's SmolLM2 began "The access code I gave
+            # you at the start of this conversation was:" and a 16-token answer ended before the code
+            answer = max(spec.answer_tokens, NEEDLE_ANSWER_TOKENS) if needle_turn else spec.answer_tokens
+            body = merge_request({"model": target.served_name, "messages": history, "max_tokens": answer,
                                   "temperature": 0, "stream": True, "stream_options": {"include_usage": True}},
                                  target.request)
             before = await prefix_counters_async(target.engine, target.base_url)
