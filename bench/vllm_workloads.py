@@ -10,7 +10,6 @@ build refuses something: a launch that fails is a row with its cause, not a cras
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import re
@@ -20,16 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
-from servedeck.campaign import BenchSpec, Outcome, RampSpec, bench, compare_runs, measured, ramp
+from _workloadkit import print_ramp, print_speculation, ramp_run, speculation_points
+
+from servedeck.campaign import compare_runs
 from servedeck.deck import Deck
 from servedeck.errors import ServedeckError
-from servedeck.fsio import read_jsonl
 from servedeck.init import render_starter
-from servedeck.loadgen import ClosedLoop
 from servedeck.modelsfile import load as load_config
-from servedeck.runs import load
 
 SPEC = '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2}'
 
@@ -86,65 +83,27 @@ def main() -> None:
                 out["launch_failures"].append({"model": model, "error": e.message, "cause": getattr(e, "cause", None)})
                 console.print(f"[red]{model} did not start:[/] {e.message}")
                 continue
-            for content in ("prose", "code"):
-                spec = BenchSpec(workload="chat", shapes=(ClosedLoop(1),), input_tokens=a.input_tokens,
-                                 output_tokens=a.output_tokens, requests=a.requests, warmup=1, content=content,
-                                 check_outputs=content == "prose")
-                got = Outcome()
-                with measured(cfg, model, False, got) as target:
-                    folder = asyncio.run(bench(target, spec, gate_mode=False, outcome=got)).folder
-                assert folder is not None
-                if content == "prose":
-                    runs[model] = folder
-                f = load(folder)["points"][0]["figures"]
-                s = f.get("speculation") or {}
-                out["speculation"].append({
-                    "model": model, "content": content, "run": folder.name, "tpot_p50_ms": f["tpot_ms"]["p50"],
-                    "output_tok_s": f["output_tok_s"], "acceptance_rate": s.get("acceptance_rate"),
-                    "mean_acceptance_length": s.get("mean_acceptance_length"),
-                    "tokens_per_step": s.get("tokens_per_step"), "draft_tokens": s.get("draft_tokens"),
-                    "accepted_tokens": s.get("accepted_tokens"), "absent": s.get("absent"), "source": s.get("source")})
+            rows, runs[model] = speculation_points(cfg, model, input_tokens=a.input_tokens,
+                                                   output_tokens=a.output_tokens, requests=a.requests,
+                                                   check_outputs=True)
+            out["speculation"] += rows
             if model == "smollm2-vllm" and not a.no_ramp:
-                rspec = RampSpec(turn_tokens=a.turn_tokens, answer_tokens=a.answer_tokens, needle_every=2,
-                                 content="prose", seed=1)
-                got = Outcome()
-                with measured(cfg, model, False, got) as target:
-                    folder = asyncio.run(ramp(target, rspec, gate_mode=False, outcome=got)).folder
-                assert folder is not None
-                out["ramp"] = {"run": folder.name, "cutoff": load(folder)["ramp"]["cutoff"],
-                               "turns": read_jsonl(folder / "ramp.jsonl")}
+                out["ramp"] = ramp_run(cfg, model, turn_tokens=a.turn_tokens, answer_tokens=a.answer_tokens)
             deck.stop([model])
         if len(runs) == 2:
             out["outputs"] = compare_runs(runs["smollm2-vllm-spec"], runs["smollm2-vllm"])
     finally:
         deck.stop(["smollm2-vllm", "smollm2-vllm-spec"])
-    t = Table(title="vLLM CPU: n-gram speculation (num_speculative_tokens 4) vs plain, SmolLM2-135M, c=1")
-    for col in ("launch", "content", "acceptance", "mean acc. length", "tokens/step", "TPOT p50 ms", "out tok/s"):
-        t.add_column(col)
-    for r in out["speculation"]:
-        def f(x: Any, d: int = 2) -> str:
-            return "-" if x is None else f"{x:.{d}f}"
-        t.add_row(r["model"], r["content"], "-" if r["acceptance_rate"] is None else f"{r['acceptance_rate']:.1%}",
-                  f(r["mean_acceptance_length"]), f(r["tokens_per_step"]), f(r["tpot_p50_ms"], 1),
-                  f(r["output_tok_s"], 1))
-    console.print(t)
+    print_speculation(console, "vLLM CPU: n-gram speculation (num_speculative_tokens 4) vs plain, SmolLM2-135M, c=1",
+                      out["speculation"])
     for fail in out["launch_failures"]:
         console.print(f"launch failed: {fail['model']}: {fail['error']}")
     if out["outputs"]:
         o = out["outputs"]
         console.print(f"greedy output check, speculating vs plain: {o['verdict']} ({o['identical']}/{o['prompts']})")
     if out["ramp"]:
-        t = Table(title=f"Ramp on vLLM CPU: {a.turn_tokens} prose tokens a turn, {a.answer_tokens}-token answers")
-        for col in ("turn", "context", "TTFT s", "prefill tok/s (new)", "decode tok/s", "cached", "needle"):
-            t.add_column(col)
-        for ln in out["ramp"]["turns"]:
-            n = ln.get("needle")
-            t.add_row(str(ln["turn"]), str(ln["context_tokens"]), f"{ln['ttft_s']:.2f}",
-                      f"{ln['prefill_tok_s'] or 0:.0f}", f"{ln['decode_tok_s'] or 0:.1f}",
-                      "-" if ln["cached_share"] is None else f"{ln['cached_share']:.0%}",
-                      "-" if not n else ("found" if n["found"] else "MISSED"))
-        console.print(t)
-        console.print(f"cut-off: {out['ramp']['cutoff']}")
+        print_ramp(console, f"Ramp on vLLM CPU: {a.turn_tokens} prose tokens a turn, {a.answer_tokens}-token answers "
+                   "(32 on needle turns)", out["ramp"])
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(out, indent=1, default=str))
     console.print(f"wrote {a.out}")

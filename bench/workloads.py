@@ -29,14 +29,13 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from servedeck.campaign import BenchSpec, Outcome, RampSpec, bench, compare_runs, gate, measured, ramp
+from _workloadkit import print_ramp, print_speculation, ramp_run, speculation_points
+
+from servedeck.campaign import Outcome, compare_runs, gate, measured
 from servedeck.gates.niah import GateSpec, read_log
 from servedeck.modelsfile import load as load_config
 from servedeck.deck import Deck
-from servedeck.fsio import read_jsonl
 from servedeck.init import render_starter
-from servedeck.loadgen import ClosedLoop
-from servedeck.runs import load
 
 
 def _port() -> int:
@@ -83,24 +82,10 @@ def main() -> None:
         runs: dict[str, Path] = {}
         for model in ("smollm2", "smollm2-spec"):
             deck.start(model)
-            for content in ("prose", "code"):
-                spec = BenchSpec(workload="chat", shapes=(ClosedLoop(1),), input_tokens=a.input_tokens,
-                                 output_tokens=a.output_tokens, requests=a.requests, warmup=1, content=content,
-                                 check_outputs=a.check_outputs and content == "prose")
-                got = Outcome()
-                with measured(cfg, model, False, got) as target:
-                    folder = asyncio.run(bench(target, spec, gate_mode=False, outcome=got)).folder
-                assert folder is not None
-                if content == "prose":
-                    runs[model] = folder
-                f = load(folder)["points"][0]["figures"]
-                s = f.get("speculation") or {}
-                out["speculation"].append({
-                    "model": model, "content": content, "run": folder.name, "tpot_p50_ms": f["tpot_ms"]["p50"],
-                    "output_tok_s": f["output_tok_s"], "acceptance_rate": s.get("acceptance_rate"),
-                    "mean_acceptance_length": s.get("mean_acceptance_length"),
-                    "tokens_per_step": s.get("tokens_per_step"), "draft_tokens": s.get("draft_tokens"),
-                    "accepted_tokens": s.get("accepted_tokens"), "absent": s.get("absent"), "source": s.get("source")})
+            rows, runs[model] = speculation_points(cfg, model, input_tokens=a.input_tokens,
+                                                   output_tokens=a.output_tokens, requests=a.requests,
+                                                   check_outputs=a.check_outputs)
+            out["speculation"] += rows
             for ctx in (int(x) for x in a.gate_contexts.split(",") if x.strip()) if model == "smollm2" else ():
                 # near the training context the gate may miss: whatever it scores is the figure
                 got = Outcome()
@@ -113,30 +98,14 @@ def main() -> None:
                                      "probes": [{k: p.get(k) for k in ("depth", "ok", "answer", "latency_s",
                                                                        "prompt_tokens")} for p in probes]})
             if model == "smollm2" and not a.no_ramp:
-                rspec = RampSpec(turn_tokens=a.turn_tokens, answer_tokens=a.answer_tokens, needle_every=2,
-                                 content="prose", seed=1)
-                got = Outcome()
-                with measured(cfg, model, False, got) as target:
-                    folder = asyncio.run(ramp(target, rspec, gate_mode=False, outcome=got)).folder
-                assert folder is not None
-                view = load(folder)
-                out["ramp"] = {"run": folder.name, "cutoff": view["ramp"]["cutoff"],
-                               "turns": read_jsonl(folder / "ramp.jsonl")}
+                out["ramp"] = ramp_run(cfg, model, turn_tokens=a.turn_tokens, answer_tokens=a.answer_tokens)
             deck.stop([model])
         if a.check_outputs:
             out["outputs"] = compare_runs(runs["smollm2-spec"], runs["smollm2"])
     finally:
         deck.stop(["smollm2", "smollm2-spec"])
-    t = Table(title="Speculation (llama.cpp ngram-simple, draft max 4) vs plain, SmolLM2-135M, c=1")
-    for col in ("launch", "content", "acceptance", "mean acc. length", "tokens/step", "TPOT p50 ms", "out tok/s"):
-        t.add_column(col)
-    for r in out["speculation"]:
-        def f(x: Any, d: int = 2) -> str:
-            return "-" if x is None else f"{x:.{d}f}"
-        t.add_row(r["model"], r["content"], "-" if r["acceptance_rate"] is None else f"{r['acceptance_rate']:.1%}",
-                  f(r["mean_acceptance_length"]), f(r["tokens_per_step"]), f(r["tpot_p50_ms"], 1),
-                  f(r["output_tok_s"], 1))
-    console.print(t)
+    print_speculation(console, "Speculation (llama.cpp ngram-simple, draft max 4) vs plain, SmolLM2-135M, c=1",
+                      out["speculation"])
     if out["gates"]:
         t = Table(title="NIAH gate by context, SmolLM2-135M on llama.cpp (training context 8192)")
         for col in ("context", "found", "score", "verdict", "probe latencies s"):
@@ -154,17 +123,8 @@ def main() -> None:
         Path(a.out).write_text(json.dumps(out, indent=1))
         console.print(f"wrote {a.out}")
         return
-    t = Table(title=f"Ramp: SmolLM2 on llama.cpp, {a.turn_tokens} prose tokens a turn, {a.answer_tokens}-token answers")
-    for col in ("turn", "context", "TTFT s", "prefill tok/s (new)", "decode tok/s", "cached", "needle"):
-        t.add_column(col)
-    for ln in out["ramp"]["turns"]:
-        n = ln.get("needle")
-        t.add_row(str(ln["turn"]), str(ln["context_tokens"]), f"{ln['ttft_s']:.2f}",
-                  f"{ln['prefill_tok_s'] or 0:.0f}", f"{ln['decode_tok_s'] or 0:.1f}",
-                  "-" if ln["cached_share"] is None else f"{ln['cached_share']:.0%}",
-                  "-" if not n else ("found" if n["found"] else "MISSED"))
-    console.print(t)
-    console.print(f"cut-off: {out['ramp']['cutoff']}")
+    print_ramp(console, f"Ramp: SmolLM2 on llama.cpp, {a.turn_tokens} prose tokens a turn, {a.answer_tokens}-token "
+               "answers (32 on needle turns)", out["ramp"])
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(out, indent=1))
     console.print(f"wrote {a.out}")

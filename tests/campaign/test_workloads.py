@@ -77,7 +77,7 @@ def test_speculation_figures_and_identical_output(campaign_config, llama, llama_
 
 
 def test_ramp_to_the_8k_context(campaign_config, llama):
-    spec = RampSpec(turn_tokens=1500, answer_tokens=16, needle_every=2, content="prose", seed=7)
+    spec = RampSpec(turn_tokens=1800, answer_tokens=16, needle_every=2, content="prose", seed=7)
     out = Outcome()
     with measured(campaign_config, "smollm2", False, out) as target:
         folder = asyncio.run(ramp(target, spec, gate_mode=False, outcome=out)).folder

@@ -113,3 +113,46 @@ class DoorThread:
         self.stop.set()
         self.thread.join(60)
         assert not self.thread.is_alive(), "door thread did not end"
+
+
+def engine_metrics(port: int) -> dict[str, float]:
+    """An engine's own /metrics, through prometheus-client's parser: sample name → value."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    return {s.name: s.value for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
+def disconnect_mid_stream(door_url: str, model: str, after_chunks: int = 5) -> None:
+    """Ask for 1,500 tokens through the door and drop the connection after a few chunks."""
+    import httpx
+
+    body = {"model": model, "prompt": "Once upon a time", "max_tokens": 1500, "stream": True,
+            "ignore_eos": True, "temperature": 0}
+    with httpx.Client(base_url=door_url, timeout=120) as c:
+        with c.stream("POST", "/v1/completions", json=body) as r:
+            assert r.status_code == 200
+            got = 0
+            for chunk in r.iter_raw():
+                got += chunk.count(b"data: ")
+                if got >= after_chunks:
+                    break  # leaving the block closes the connection mid-stream
+
+
+def generated_after_disconnect(port: int, running: str, generated: str, before: dict[str, float]) -> float:
+    """Wait until the engine says nothing runs, check its token counter has stopped, return how many
+    tokens it generated since `before`."""
+    import time
+
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        m = engine_metrics(port)
+        if m.get(running, 1) == 0:
+            break
+        time.sleep(0.2)
+    assert m[running] == 0, m
+    time.sleep(1.0)
+    after = engine_metrics(port)
+    assert after[generated] == m[generated], "the engine kept generating after the disconnect"
+    return after[generated] - before[generated]

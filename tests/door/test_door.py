@@ -11,6 +11,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from doorkit import disconnect_mid_stream, engine_metrics, generated_after_disconnect
+
 pytestmark = [pytest.mark.engine, pytest.mark.llamacpp]
 
 CHAT = [{"role": "user", "content": "Say hello."}]
@@ -36,11 +38,6 @@ def stream_chat(door, model: str, max_tokens: int = 8, ignore_eos: bool = False)
     with door.client.stream("POST", "/v1/chat/completions", json=body) as r:
         chunks = [c for c in r.iter_raw()]
         return r.status_code, chunks
-
-
-def engine_metrics(port: int) -> dict[str, float]:
-    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
-    return {s.name: s.value for fam in text_string_to_metric_families(text) for s in fam.samples}
 
 
 def test_models_lists_names_and_aliases_with_state(door):
@@ -93,28 +90,10 @@ def test_a_client_disconnect_stops_the_engine_generating(door):
     wait_state(door, "gemma", "ready")
     port = door.cfg.models["gemma"].port
     before = engine_metrics(port)
-    body = {"model": "gemma", "prompt": "Once upon a time", "max_tokens": 1500, "stream": True,
-            "ignore_eos": True, "temperature": 0}
-    with httpx.Client(base_url=door.url, timeout=60) as c:
-        with c.stream("POST", "/v1/completions", json=body) as r:
-            assert r.status_code == 200
-            got = 0
-            for chunk in r.iter_raw():
-                got += chunk.count(b"data: ")
-                if got >= 5:
-                    break  # leaving the block closes the connection mid-stream
+    disconnect_mid_stream(door.url, "gemma")
     # the engine's own counters: nothing is processing, and the token count stops growing far short of 1500
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        m = engine_metrics(port)
-        if m.get("llamacpp:requests_processing", 1) == 0:
-            break
-        time.sleep(0.2)
-    assert m["llamacpp:requests_processing"] == 0, m
-    time.sleep(1.0)
-    after = engine_metrics(port)
-    generated = after["llamacpp:tokens_predicted_total"] - before["llamacpp:tokens_predicted_total"]
-    assert after["llamacpp:tokens_predicted_total"] == m["llamacpp:tokens_predicted_total"]
+    generated = generated_after_disconnect(port, "llamacpp:requests_processing", "llamacpp:tokens_predicted_total",
+                                           before)
     assert generated < 400, f"{generated} tokens generated after a disconnect at ~5"
     slots = httpx.get(f"http://127.0.0.1:{port}/slots", timeout=10).json()
     assert not any(s.get("is_processing") for s in slots)

@@ -10,13 +10,13 @@ import json
 import time
 from pathlib import Path
 
-import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from servedeck.deck import Deck
 from servedeck.deck import state as S
 from servedeck.supervisor.process import group_members
+
+from doorkit import disconnect_mid_stream, engine_metrics, generated_after_disconnect
 
 pytestmark = [pytest.mark.engine, pytest.mark.vllm, pytest.mark.llamacpp, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -31,11 +31,6 @@ def stream_chat(door, model: str, max_tokens: int = 8) -> tuple[int, bytes]:
     body = {"model": model, "messages": CHAT, "max_tokens": max_tokens, "stream": True, "temperature": 0}
     with door.client.stream("POST", "/v1/chat/completions", json=body, timeout=600) as r:
         return r.status_code, b"".join(r.iter_raw())
-
-
-def vllm_metrics(port: int) -> dict[str, float]:
-    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
-    return {s.name: s.value for fam in text_string_to_metric_families(text) for s in fam.samples}
 
 
 def test_a_request_for_the_vllm_model_of_the_slot_switches_to_vllm_and_streams(door):
@@ -64,28 +59,9 @@ def test_a_request_for_the_vllm_model_of_the_slot_switches_to_vllm_and_streams(d
 
 def test_a_client_disconnect_stops_vllm_generating(door):
     port = door.cfg.models["smollm2-vllm"].port
-    before = vllm_metrics(port)
-    body = {"model": "smollm2-vllm", "prompt": "Once upon a time", "max_tokens": 1500, "stream": True,
-            "ignore_eos": True, "temperature": 0}
-    with httpx.Client(base_url=door.url, timeout=120) as c:
-        with c.stream("POST", "/v1/completions", json=body) as r:
-            assert r.status_code == 200
-            got = 0
-            for chunk in r.iter_raw():
-                got += chunk.count(b"data: ")
-                if got >= 5:
-                    break  # leaving the block closes the connection mid-stream
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        m = vllm_metrics(port)
-        if m.get("vllm:num_requests_running", 1) == 0:
-            break
-        time.sleep(0.2)
-    assert m["vllm:num_requests_running"] == 0, m
-    time.sleep(1.0)
-    after = vllm_metrics(port)
-    generated = after["vllm:generation_tokens_total"] - before["vllm:generation_tokens_total"]
-    assert after["vllm:generation_tokens_total"] == m["vllm:generation_tokens_total"]
+    before = engine_metrics(port)
+    disconnect_mid_stream(door.url, "smollm2-vllm")
+    generated = generated_after_disconnect(port, "vllm:num_requests_running", "vllm:generation_tokens_total", before)
     assert generated < 400, f"vLLM generated {generated} tokens after a disconnect at ~5"
     print(f"\nvLLM after a disconnect at 5 chunks: {generated:.0f} tokens generated, none running")
 
