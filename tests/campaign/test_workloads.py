@@ -35,8 +35,10 @@ def test_real_text_prompts_are_unique_and_sized_by_the_server(campaign_config, l
     assert view["workload"]["content"] == content and view["points"][0]["prompts"]["content"] == content
     lines = _measured(folder)
     assert len(lines) == 4 and all(ln["status"] == "ok" for ln in lines)
-    # the server prefilled exactly what its own tokenizer sized, template included
-    assert all(ln["prompt_tokens"] == ln["prompt_tokens_expected"] == 300 for ln in lines)
+    # the server prefilled exactly what its own tokenizer sized, template included; sizing takes the longest
+    # slice at or just under the target (one more character or word may add two tokens, or merge two)
+    assert all(ln["prompt_tokens"] == ln["prompt_tokens_expected"] for ln in lines), lines
+    assert all(296 <= ln["prompt_tokens"] <= 300 for ln in lines), [ln["prompt_tokens"] for ln in lines]
     # unique prompts: beyond the chat template's few opening tokens nothing came from the prefix cache
     assert view["points"][0]["figures"]["cached_fraction"] < 0.1
 
