@@ -36,8 +36,8 @@ from servedeck.config import Config
 from servedeck.deck import Deck
 from servedeck.errors import ConfigError, ServedeckError
 from servedeck.modelsfile import parse as parse_models
+from servedeck.supervisor.process import ENGINE_OWNER_ENV  # spawn passes it to the shim as --owner
 
-ENGINE_OWNER_ENV = "SERVEDECK_ENGINE_OWNER"  # read by supervisor.process.spawn → the shim's --owner
 SYNC_S = 1.0  # how often a running cell sends what changed in its run folders
 
 

@@ -28,6 +28,10 @@ class Proc:
         return self.pid
 
 
+# a campaign cell on a Ray node sets this to its worker's pid: the shim stops the engine if that process dies
+ENGINE_OWNER_ENV = "SERVEDECK_ENGINE_OWNER"
+
+
 def spawn(spec: LaunchSpec, launch_dir: Path) -> Proc:
     log = open(launch_dir / "engine.log", "ab", buffering=0)
     try:
@@ -38,7 +42,7 @@ def spawn(spec: LaunchSpec, launch_dir: Path) -> Proc:
             [sys.executable, "-m", "servedeck.supervisor.shim",
              *(["--cpus", ",".join(str(c) for c in spec.cpus)] if spec.cpus else []),
              # a campaign cell on a Ray node: the engine goes with the worker that launched it (cluster/node.py)
-             *(["--owner", os.environ["SERVEDECK_ENGINE_OWNER"]] if os.environ.get("SERVEDECK_ENGINE_OWNER") else []),
+             *(["--owner", os.environ[ENGINE_OWNER_ENV]] if os.environ.get(ENGINE_OWNER_ENV) else []),
              str(launch_dir), "--",
              *spec.argv],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
