@@ -141,18 +141,20 @@ def disconnect_mid_stream(door_url: str, model: str, after_chunks: int = 5) -> N
 
 
 def generated_after_disconnect(port: int, running: str, generated: str, before: dict[str, float]) -> float:
-    """Wait until the engine says nothing runs, check its token counter has stopped, return how many
-    tokens it generated since `before`."""
+    """Wait until the engine says nothing runs and its token counter has settled (two reads 1 s apart
+    agree), return how many tokens it generated since `before`. A request the disconnect did not cancel
+    keeps running (it asked for 1,500 tokens), so it fails the wait here or the
+    caller's bound on the count. CI once saw vLLM's token counter move after its running gauge read 0
+    (gauge and counter are recorded from engine outputs as they arrive; the exact cause was not pinned
+    down), so one reading of the gauge is not taken as the end."""
     import time
 
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + 20
+    seen: list[tuple[float, float]] = []
     while time.monotonic() < deadline:
         m = engine_metrics(port)
-        if m.get(running, 1) == 0:
-            break
-        time.sleep(0.2)
-    assert m[running] == 0, m
-    time.sleep(1.0)
-    after = engine_metrics(port)
-    assert after[generated] == m[generated], "the engine kept generating after the disconnect"
-    return after[generated] - before[generated]
+        seen.append((m.get(running, -1), m.get(generated, -1)))
+        if len(seen) >= 2 and seen[-1][0] == 0 and seen[-2][0] == 0 and seen[-1][1] == seen[-2][1]:
+            return m[generated] - before[generated]
+        time.sleep(1.0)
+    raise AssertionError(f"the engine kept generating after the disconnect: (running, generated) each second: {seen}")
