@@ -84,3 +84,47 @@ def test_starter_config_validates():
     cfg = parse(render_starter(Path("/cache")), Path("models.toml"))
     assert set(cfg.models) == {"smollm2", "smollm2-vllm", "gemma"}
     assert cfg.models["smollm2"].source == "/cache/models/smollm2-135m-instruct-q4_1.gguf"
+
+
+REPLICATED = """
+[builds.l]
+engine = "llamacpp"
+binary = "/bin/llama-server"
+[models.smol]
+source = "/m.gguf"
+build = "l"
+port = 8000
+slot = "main"
+replicas = 2
+cpus = [[0], [1]]
+aliases = ["pair"]
+ttl = "1m"
+[models.other]
+source = "/m.gguf"
+build = "l"
+port = 8010
+"""
+
+
+def test_replicas_expand_into_servers_of_their_own(tmp_path):
+    cfg = parse(REPLICATED, tmp_path / "models.toml")
+    assert sorted(cfg.models) == ["other", "smol.r1", "smol.r2"]
+    r1, r2 = cfg.models["smol.r1"], cfg.models["smol.r2"]
+    assert (r1.port, r2.port) == (8000, 8001) and (r1.cpus, r2.cpus) == ([0], [1])
+    assert r1.slot == r2.slot == "main" and r1.served_name == r2.served_name == "smol"
+    assert r1.aliases == [] and r1.replicas == 1 and r1.ttl is None
+    assert cfg.members("pair") == cfg.members("smol") == ("smol.r1", "smol.r2")
+    assert cfg.members("other") == ("other",)
+    g = cfg.group_named("pair")
+    assert g and g.ttl == 60 and cfg.group_of("smol.r2") is g and cfg.group_of("other") is None
+    with pytest.raises(UnknownModelError) as e:  # a one-server command names a replica
+        cfg.resolve("smol")
+    assert "smol.r1, smol.r2" in e.value.hint
+
+
+def test_a_replica_relaunched_from_desired_state_still_knows_its_siblings(tmp_path):
+    from servedeck.deck.deck import config_from_settings, settings_of
+
+    cfg = parse(REPLICATED, tmp_path / "models.toml")
+    again = config_from_settings("smol.r2", settings_of("smol.r2", cfg), cfg)
+    assert list(again.models) == ["smol.r2"] and again.group_of("smol.r2").members == ("smol.r1", "smol.r2")

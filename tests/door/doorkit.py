@@ -21,6 +21,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_port_pair() -> int:
+    """A port p with p + 1 free as well (a replicated entry serves on port, port + 1)."""
+    for _ in range(50):
+        p = free_port()
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", p + 1))
+            except OSError:
+                continue
+        return p
+    raise RuntimeError("no two consecutive free ports found")
+
+
 def stop_everything(home: Path) -> None:
     """Stop, by process group, every engine still recorded live under `home` (as tests/conftest.py)."""
     from servedeck.supervisor.process import group_members, stop_group
@@ -68,6 +81,17 @@ build = "llamacpp"
 port = {free_port()}
 slot = "side2"
 context = 1024
+
+[models.smol-pair]
+source = "{engines['smollm2_gguf']}"
+build = "llamacpp"
+port = {free_port_pair()}
+slot = "pair"
+context = 1024
+replicas = 2
+cpus = [[0], [1]]
+aliases = ["pair"]
+ttl = "4s"
 
 [models.broken]
 source = "{broken}"

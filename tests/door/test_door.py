@@ -140,6 +140,30 @@ def test_ttl_unloads_an_idle_model(door):
     assert not (door.home / "live" / "smol-side.json").exists()
 
 
+def test_a_replicated_model_starts_every_replica_and_spreads_requests(door):
+    """models.toml `replicas = 2`: one name at the door, two llama-servers (each pinned to its own
+    CPU); concurrent requests go to the replica with the fewest outstanding, so both serve (their own
+    counters say so); ttl unloads both."""
+    assert "smol-pair.r1" not in states(door)  # the replicas are served under the entry's name
+    status, _ = stream_chat(door, "pair")  # starts both replicas
+    assert status == 200
+    recs = {r: json.loads((door.home / "live" / f"smol-pair.r{r}.json").read_text()) for r in (1, 2)}
+    assert recs[1]["port"] + 1 == recs[2]["port"] and recs[1]["pgid"] != recs[2]["pgid"]
+    assert recs[1]["state"] == recs[2]["state"] == "ready"
+    before = {r: engine_metrics(recs[r]["port"]).get("llamacpp:tokens_predicted_total", 0) for r in (1, 2)}
+    with cf.ThreadPoolExecutor(6) as pool:
+        outs = list(pool.map(lambda _: stream_chat(door, "smol-pair", max_tokens=24, ignore_eos=True), range(6)))
+    assert [s for s, _ in outs] == [200] * 6
+    grew = {r: engine_metrics(recs[r]["port"])["llamacpp:tokens_predicted_total"] - before[r] for r in (1, 2)}
+    assert grew[1] >= 24 and grew[2] >= 24, f"both replicas must serve: tokens predicted {grew}"
+    assert sum(grew.values()) == 6 * 24
+    snap = next(m for m in door.client.get("/door/status").json()["models"] if m["model"] == "smol-pair")
+    assert snap["members"] == ["smol-pair.r1", "smol-pair.r2"] and len(snap["replicas"]) == 2
+    wait_state(door, "smol-pair", "stopped", timeout_s=30)  # ttl = 4 s
+    from servedeck.supervisor.process import group_members
+    assert not group_members(recs[1]["pgid"]) and not group_members(recs[2]["pgid"])
+
+
 def test_metrics_parse_and_count_what_happened(door):
     text = door.client.get("/metrics").text
     fams = {f.name: f for f in text_string_to_metric_families(text)}

@@ -30,7 +30,7 @@ from servedeck.campaign.outputs import compare_runs
 from servedeck.campaign.reporter import QuietReporter
 from servedeck.campaign.session import Outcome, bench as bench_on_target, gate as gate_on_target
 from servedeck.campaign.summary import render_markdown
-from servedeck.campaign.target import Target
+from servedeck.campaign.target import Target, layout_facts
 from servedeck.config import Config
 from servedeck.deck import Deck
 from servedeck.deck import launch as L
@@ -321,14 +321,9 @@ class Runner:
 
     def _extra(self, cell: C.Cell) -> dict[str, Any]:
         ms = [self.derived.cfg.models[n] for n in cell.models]
-        m = ms[0]
-        on_gpu = bool(m.gpus) or inventory.gpus().get("available", False) is True
         return {"campaign": {"name": self.camp.name, "folder": self.folder.path.name, "variant": cell.variant,
                              "repeat": cell.repeat, "cell": cell.id},
-                # tp × pp × dp per replica, or the GPUs it is given when more (llama.cpp splits by layer
-                # or tensor over every GPU it sees, with tp = 1)
-                "replicas": len(ms), "gpus_used": max(m.tp * m.pp * m.dp, len(m.gpus)) * len(ms) if on_gpu else 0,
-                "cpus": [list(x.cpus) for x in ms], "node": dict(self.node)}
+                **layout_facts(ms), "node": dict(self.node)}
 
     def _cell_work(self, cell: C.Cell) -> tuple[str, Optional[str], Optional[str]]:
         head = self.camp.head

@@ -11,13 +11,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
 
-from servedeck.config import Config
+from servedeck.config import Config, Model
 from servedeck.deck import Deck
 from servedeck.deck.deck import describe_exit
 from servedeck.engines import get_engine
 from servedeck.deck.records import LaunchState, LiveRecord
 from servedeck.engines.base import Endpoint
 from servedeck.errors import RunError
+from servedeck.runs import inventory
 from servedeck.supervisor import process as P
 from servedeck.supervisor import ready as R
 
@@ -91,9 +92,48 @@ class Target:
         return f"the {self.engine} server died: {describe_exit(exit_info)}"
 
 
+def layout_facts(ms: list[Model]) -> dict[str, Any]:
+    """What a launch of these servers (one per replica) holds, as run summaries record it: GPUs are
+    tp × pp × dp per replica, or the GPUs each is given when more (llama.cpp splits by layer or tensor
+    over every GPU it sees, with tp = 1); 0 on a host without GPUs."""
+    m = ms[0]
+    on_gpu = bool(m.gpus) or inventory.gpus().get("available", False) is True
+    return {"replicas": len(ms), "gpus_used": max(m.tp * m.pp * m.dp, len(m.gpus)) * len(ms) if on_gpu else 0,
+            "cpus": [list(x.cpus) for x in ms]}
+
+
 def open_target(cfg: Config, model: str, launch: bool) -> Target:
-    """The running model named `model`; with `launch`, start it first (through the deck) if it is not up."""
-    name = cfg.resolve(model)
+    """The running model named `model`; with `launch`, start it first (through the deck) if it is not up.
+    A replicated entry (models.toml `replicas`) opens as one target whose peers are its other replicas:
+    the load generator spreads requests over all of them."""
+    group = cfg.group_named(model)
+    if group is None:
+        return _open_one(cfg, cfg.resolve(model), launch)
+    deck = Deck(cfg)
+    running = deck.running()
+    missing = [m for m in group.members if m not in running]
+    not_ready = [m for m in group.members if m in running and running[m].state != LaunchState.READY]
+    if not_ready:
+        raise RunError(f"{group.name}: replica {not_ready[0]} is {running[not_ready[0]].state}, not ready",
+                       hint=f"wait for it (`servedeck status`), or `servedeck stop {group.name}` and try again")
+    if missing and not launch:
+        raise RunError(f"{group.name}: {', '.join(missing)} not running",
+                       hint=f"start it with `servedeck start {group.name}`, or pass --launch to start it for "
+                            "this run and stop it afterwards")
+    if missing:
+        res = deck.start(group.name, reason="campaign")
+        recs = {r.model: r for r in res.records}
+        launched = set(missing)
+    else:
+        recs, launched = {m: running[m] for m in group.members}, set()
+    layout = f"{len(group.members)}x{cfg.models[group.members[0]].layout}"
+    targets = [Target(m, cfg, recs[m], launched=m in launched, run_model=group.name, run_layout=layout,
+                      extra=layout_facts([cfg.models[x] for x in group.members])) for m in group.members]
+    targets[0].peers = targets[1:]
+    return targets[0]
+
+
+def _open_one(cfg: Config, name: str, launch: bool) -> Target:
     deck = Deck(cfg)
     running = deck.running()
     if name in running and running[name].state == LaunchState.READY:
@@ -110,8 +150,10 @@ def open_target(cfg: Config, model: str, launch: bool) -> Target:
 
 
 def close_target(target: Target) -> Optional[dict[str, Any]]:
-    """Stop the engine if this run started it (SIGTERM to its group, grace, SIGKILL); else leave it."""
-    if not target.launched:
+    """Stop the engines this run started (SIGTERM to each group, grace, SIGKILL); leave adopted ones.
+    Returns the first stopped engine's outcome."""
+    started = [t.name for t in target.replicas if t.launched]
+    if not started:
         return None
-    out = Deck(target.cfg).stop([target.name])
+    out = Deck(target.cfg).stop(started)
     return out[0] if out else None

@@ -34,15 +34,20 @@ def init(force: bool = typer.Option(False, "--force", help="replace an existing 
 
 @app.command()
 def render(model: str, as_json: bool = typer.Option(False, "--json")) -> None:
-    """Print the exact argv and environment that `start MODEL` would run."""
+    """Print the exact argv and environment that `start MODEL` would run (each replica's, for an entry
+    with replicas)."""
     cfg = load_config()
-    spec = Deck(cfg).render(model)
+    members = cfg.members(model)
+    specs = [Deck(cfg).render(m) for m in members]
     if as_json:
-        print_json(spec.to_json())
+        print_json(specs[0].to_json() if len(specs) == 1 else [s.to_json() for s in specs])
         return
-    for k, v in spec.redacted_env().items():
-        console.print(f"{k}={shlex.quote(v)}", highlight=False, markup=False)
-    console.print(" \\\n  ".join(L.shell_lines(spec.redacted_argv())), highlight=False, markup=False)
+    for name, spec in zip(members, specs):
+        if len(specs) > 1:
+            console.print(f"# {name}", highlight=False, markup=False)
+        for k, v in spec.redacted_env().items():
+            console.print(f"{k}={shlex.quote(v)}", highlight=False, markup=False)
+        console.print(" \\\n  ".join(L.shell_lines(spec.redacted_argv())), highlight=False, markup=False)
 
 
 @app.command()
@@ -56,9 +61,13 @@ def start(
 ) -> None:
     """Start MODEL supervised; returns once a real request has been answered."""
     cfg = load_config()
-    name = cfg.resolve(model)
+    group = cfg.group_named(model)
+    name = group.name if group else cfg.resolve(model)
     names = [e.strip() for e in (evict or "").split(",") if e.strip()]
     if foreground:
+        if group:
+            raise ServedeckError(f"{name} has replicas = {len(group.members)}; --foreground runs one server",
+                                 hint=f"run one per replica ({', '.join(group.members)}), e.g. one systemd unit each")
         from servedeck.deck.foreground import run_foreground
 
         code = run_foreground(Deck(cfg), name, on_started=lambda res: _say_started(name, res),
@@ -75,7 +84,8 @@ def start(
 def switch(model: str, wait: float = WAIT) -> None:
     """Evict whatever holds MODEL's slot, wait until it is gone, then start MODEL."""
     cfg = load_config()
-    name = cfg.resolve(model)
+    group = cfg.group_named(model)
+    name = group.name if group else cfg.resolve(model)
     with console.status(f"switching to {name} …"):
         res = Deck(cfg).switch(name, wait_s=wait)
     if res.evicted:
@@ -85,16 +95,17 @@ def switch(model: str, wait: float = WAIT) -> None:
 
 
 def _say_started(name: str, res: StartResult) -> None:
-    rec = res.record
-    if res.already_running:
-        console.print(f"{name} is already running (pid {rec.pid}, port {rec.port})")
-        return
-    r = rec.readiness
-    console.print(
-        f"[green]{name} ready[/] on {rec.base_url} (pid {rec.pid}, {rec.engine}): healthy after "
-        f"{r.get('healthy_after_s')} s, answered after {r.get('answered_after_s')} s"
-    )
-    console.print(f"launch folder: {rec.launch_dir}", highlight=False)
+    for rec in res.records:
+        who = rec.model if res.replicas else name
+        if res.already_running:
+            console.print(f"{who} is already running (pid {rec.pid}, port {rec.port})")
+            continue
+        r = rec.readiness
+        console.print(
+            f"[green]{who} ready[/] on {rec.base_url} (pid {rec.pid}, {rec.engine}): healthy after "
+            f"{r.get('healthy_after_s')} s, answered after {r.get('answered_after_s')} s"
+        )
+        console.print(f"launch folder: {rec.launch_dir}", highlight=False)
 
 
 @app.command()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 ArgValue = Union[bool, int, float, str, list, dict]
 
@@ -101,8 +101,13 @@ class Model(_Strict):
     slot: str = "main"
     aliases: list[str] = Field(default_factory=list)
     context: Optional[int] = None
-    gpus: list[int] = Field(default_factory=list)
-    cpus: list[int] = Field(default_factory=list)  # CPU set for the engine's processes (affinity / --cpuset-cpus)
+    # independent servers of this model, NAME.r1 … NAME.rN, on port, port + 1, …; the front door and
+    # `servedeck bench NAME` spread requests over them (fewest outstanding first). Declared before
+    # gpus / cpus: their validator reads it.
+    replicas: int = Field(default=1, ge=1)
+    # with replicas > 1: one list per replica (gpus = [[0], [1]]); load.py expands the entry into replicas
+    gpus: Union[list[int], list[list[int]]] = Field(default_factory=list)
+    cpus: Union[list[int], list[list[int]]] = Field(default_factory=list)  # CPU set (affinity / --cpuset-cpus)
     gpu_memory_utilization: Optional[float] = None
     tp: int = Field(default=1, ge=1)  # tensor parallel size
     dp: int = Field(default=1, ge=1)  # data parallel size
@@ -174,18 +179,26 @@ class Model(_Strict):
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {v}")
         return v
 
-    @field_validator("gpus")
+    @field_validator("gpus", "cpus")
     @classmethod
-    def _gpus(cls, v: list[int]) -> list[int]:
-        if any(g < 0 for g in v) or len(set(v)) != len(v):
-            raise ValueError(f"gpus must be distinct GPU indices >= 0, got {v}")
-        return v
-
-    @field_validator("cpus")
-    @classmethod
-    def _cpus(cls, v: list[int]) -> list[int]:
-        if any(c < 0 for c in v) or len(set(v)) != len(v):
-            raise ValueError(f"cpus must be distinct CPU numbers >= 0, got {v}")
+    def _sets(cls, v: list, info: ValidationInfo) -> list:
+        """One flat list, or with replicas > 1 one list per replica; distinct across all."""
+        key = info.field_name
+        what = "GPU indices" if key == "gpus" else "CPU numbers"
+        replicas = info.data.get("replicas", 1)
+        nested = bool(v) and isinstance(v[0], list)
+        if replicas == 1 and nested:
+            raise ValueError(f"one list per replica only goes with replicas > 1; with one server "
+                             f"write a single list, like {key} = {v[0]}")
+        if replicas > 1 and v and not nested:
+            raise ValueError(f"replicas = {replicas} needs one list per replica, like "
+                             f"{key} = {[[i] for i in range(replicas)]}, got {v}")
+        if nested and len(v) != replicas:
+            raise ValueError(f"{len(v)} lists given for replicas = {replicas} (one per replica)")
+        flat = [x for part in v for x in part] if nested else list(v)
+        if any(x < 0 for x in flat) or len(set(flat)) != len(flat):
+            raise ValueError(f"{key} must be distinct {what} >= 0" + (" (across replicas)" if nested else "")
+                             + f", got {v}")
         return v
 
     @property

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
-from servedeck.config import Build, Config, Deck as DeckConfig, Model
+from servedeck.config import Build, Config, Deck as DeckConfig, Group, Model
 from servedeck.deck import launch as L
 from servedeck.deck import state as S
 from servedeck.deck.records import LaunchState, LiveRecord, StartResult
@@ -62,8 +62,12 @@ def settings_of(name: str, cfg: Config) -> dict:
     model["args"] = redact_settings_args(model.get("args") or {})
     build = b.model_dump(mode="json")
     build["env"] = redact_env(b.env)
-    return {"model": model, "build_name": m.build, "build": build, "config_path": str(cfg.path),
-            "since": S.now_iso()}
+    out = {"model": model, "build_name": m.build, "build": build, "config_path": str(cfg.path),
+           "since": S.now_iso()}
+    group = cfg.group_of(name)
+    if group:  # a relaunch must know its siblings share the slot with it
+        out["replica_of"] = {"name": group.name, "members": list(group.members)}
+    return out
 
 def config_from_settings(name: str, settings: dict, current: Config | None) -> Config:
     """Rebuild the one-model config a launch was made with; secrets come from the current config or env."""
@@ -101,7 +105,12 @@ def config_from_settings(name: str, settings: dict, current: Config | None) -> C
     model["args"] = fill_args(model.get("args", {}), dict(cur_m.args) if cur_m else {})
     build["env"] = fill(build.get("env", {}), dict(cur_b.env) if cur_b else {}, f"builds.{settings['build_name']}")
     deck = DeckConfig(builds={settings["build_name"]: Build(**build)}, models={name: Model(**model)})
-    return Config(path=Path(settings.get("config_path", "desired.json")), deck=deck)
+    groups = {}
+    if settings.get("replica_of"):
+        g = settings["replica_of"]
+        m = deck.models[name]
+        groups[g["name"]] = Group(g["name"], tuple(g["members"]), (), m.served_name or g["name"], m.slot, None)
+    return Config(path=Path(settings.get("config_path", "desired.json")), deck=deck, groups=groups)
 
 @dataclass
 class Status:
@@ -190,12 +199,13 @@ class Deck:
     def start(self, name: str, *, wait_s: float = 0.0, reason: str = "start",
               evict: Iterable[str] = ()) -> StartResult:
         """Start `name`; refuse when its slot is held. `evict`: models to stop first, by name (the
-        explicit way to make room on GPUs held by a model of another slot)."""
-        name = self.cfg.resolve(name)
+        explicit way to make room on GPUs held by a model of another slot). A replicated entry
+        (replicas = N) starts every replica, one after the other, under one hold of the lock."""
+        members = self.cfg.members(name)
         evict = [self._running_name(e) for e in evict]
         with self.locked(f"start {name}", wait_s) as ops:
             ops.settle_dead()
-            return ops.start(name, self.cfg, reason=reason, evict=evict)
+            return ops.start_all(members, self.cfg, reason=reason, evict=evict)
 
     def _running_name(self, name: str) -> str:
         """A name or alias from models.toml, or the name of a live record (started from another file)."""
@@ -207,11 +217,12 @@ class Deck:
             raise
 
     def switch(self, name: str, *, wait_s: float = 0.0) -> StartResult:
-        """Stop whatever holds `name`'s slot, wait until its GPU memory is free, then start `name`."""
-        name = self.cfg.resolve(name)
+        """Stop whatever holds `name`'s slot, wait until its GPU memory is free, then start `name`
+        (every replica of a replicated entry)."""
+        members = self.cfg.members(name)
         with self.locked(f"switch {name}", wait_s) as ops:
             ops.settle_dead()
-            return ops.start(name, self.cfg, reason="switch", evict_slot=True)
+            return ops.start_all(members, self.cfg, reason="switch", evict_slot=True)
 
     # --- stop -------------------------------------------------------------------------------
     def stop(self, names: list[str] | None, *, wait_s: float = 0.0, grace_s: float | None = None) -> list[dict]:
@@ -219,7 +230,8 @@ class Deck:
         with self.locked("stop " + (" ".join(names) if names else "--all"), wait_s) as ops:
             ops.settle_dead()
             running = ops.running()
-            targets = list(running) if names is None else [self.cfg.resolve(n) if self.cfg else n for n in names]
+            targets = list(running) if names is None else \
+                [m for n in names for m in (self.cfg.members(n) if self.cfg else (n,))]
             out = []
             for name in targets:
                 S.set_desired(name, None)
@@ -337,6 +349,28 @@ class DeckOps:
         return out
 
     # --- start ------------------------------------------------------------------------------
+    def start_all(self, members: tuple[str, ...], cfg: Config, *, reason: str, evict_slot: bool = False,
+                  evict: Iterable[str] = ()) -> StartResult:
+        """Start one model, or every replica of a replicated entry: the first replica evicts what is in
+        the way, the others join it. When a replica fails to start, the replicas this call started are
+        stopped again (a half-started entry would serve at a fraction of its capacity, unannounced)."""
+        if len(members) == 1:
+            return self.start(members[0], cfg, reason=reason, evict_slot=evict_slot, evict=evict)
+        results: list[StartResult] = []
+        try:
+            for i, m in enumerate(members):
+                results.append(self.start(m, cfg, reason=reason, evict_slot=evict_slot and i == 0,
+                                          evict=evict if i == 0 else ()))
+        except BaseException:
+            for res in results:
+                if not res.already_running:
+                    self.stop(res.record.model, res.record, reason=f"replica start failed ({reason})")
+            raise
+        first = results[0]
+        return StartResult(first.record, already_running=all(r.already_running for r in results),
+                           evicted=first.evicted, waited_for_memory_s=first.waited_for_memory_s,
+                           replicas=[r.record for r in results[1:]])
+
     def start(self, name: str, cfg: Config, *, reason: str, evict_slot: bool = False,
               evict: Iterable[str] = ()) -> StartResult:
         """Start `name` from `cfg`. `evict_slot`: stop whatever holds its slot first (a switch);
@@ -347,7 +381,10 @@ class DeckOps:
             # a start/switch that was killed mid-way left this engine booting with no owner: it would
             # otherwise count as "already running" or as a slot holder forever
             self.reap_orphan(m, running.pop(m))
-        decision = decide(name, model.slot, [Running(m, r.slot, r.port) for m, r in running.items()])
+        group = cfg.group_of(name)
+        siblings = set(group.members) - {name} if group else set()  # replicas of one entry share its slot
+        decision = decide(name, model.slot, [Running(m, r.slot, r.port) for m, r in running.items()
+                                             if m not in siblings])
         if decision.already_running:
             rec = running[name]
             S.journal(reason, name, "already-running", launch_dir=rec.launch_dir)
@@ -405,7 +442,9 @@ class DeckOps:
             S.journal(reason, name, "refused", port=spec.port, holder=holder)
             raise RefusedError(f"cannot start {name}: port {spec.port} is held by {who}",
                                hint="stop that process, or give the model another port in models.toml")
-        mates = [m for m, r in self.running().items() if r.slot == model.slot]
+        group = cfg.group_of(name)
+        siblings = set(group.members) if group else set()  # a replica's siblings stay: their memory counts
+        mates = [m for m, r in self.running().items() if r.slot == model.slot and m not in siblings]
         try:
             refuse_unless_fits(cfg, name, slot_mates=mates)
         except RefusedError as e:

@@ -119,7 +119,15 @@ class StartResult:
     already_running: bool = False
     evicted: list[str] = field(default_factory=list)
     waited_for_memory_s: Optional[float] = None  # a switch that waited for the GPU to free the old model's memory
+    replicas: list[LiveRecord] = field(default_factory=list)  # a replicated entry: replicas 2…N (`record` is 1)
+
+    @property
+    def records(self) -> list[LiveRecord]:
+        return [self.record, *self.replicas]
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.record.to_json(), "already_running": self.already_running, "evicted": self.evicted,
-                "waited_for_memory_s": self.waited_for_memory_s}
+        out = {**self.record.to_json(), "already_running": self.already_running, "evicted": self.evicted,
+               "waited_for_memory_s": self.waited_for_memory_s}
+        if self.replicas:
+            out["replicas"] = [r.to_json() for r in self.records]
+        return out

@@ -67,6 +67,7 @@ class ModelRuntime:
     busy: bool = False  # a deck call for it (start/switch/stop) is under way
     port: int | None = None
     detail: str = ""
+    members: tuple[str, ...] = ()  # the deck's models behind this name: itself, or a replicated entry's replicas
 
     def view(self) -> Pol.View:
         retry = self.refusal.until if self.refusal else None
@@ -92,8 +93,13 @@ class Manager:
         self.models: dict[str, ModelRuntime] = {}
         self.names: dict[str, str] = {}  # name, alias or served name → model
         for name, m in (cfg.models.items() if cfg else []):
+            if cfg.group_of(name):
+                continue  # a replica is served under its entry's name (below)
             self.models[name] = ModelRuntime(name, m.slot, m.served_name or name, list(m.aliases), m.ttl,
-                                             port=m.port)
+                                             port=m.port, members=(name,))
+        for g in (cfg.groups.values() if cfg else []):
+            self.models[g.name] = ModelRuntime(g.name, g.slot, g.served_name, list(g.aliases), g.ttl,
+                                               members=g.members)
         for name, urls in (external or {}).items():
             self.models[name] = ModelRuntime(name, f"external:{name}", name, [], managed=False, state=Pol.READY,
                                              ready_since=clock(), replicas=[Pol.Replica(u.rstrip("/")) for u in urls])
@@ -276,13 +282,13 @@ class Manager:
         self.notify(f"door-{kind}", target.name, f"{kind} to {target.name}" +
                     (f", evicting {', '.join(evict)}" if evict else "") + f" ({act.reason})")
         err: Refusal | None = None
-        rec: LiveRecord | None = None
+        recs: list[LiveRecord] = []
         try:
             if evict:
                 res = await asyncio.to_thread(self.deck.switch, target.name, wait_s=DECK_LOCK_WAIT_S)
             else:
                 res = await asyncio.to_thread(self.deck.start, target.name, wait_s=DECK_LOCK_WAIT_S, reason="door")
-            rec = res.record
+            recs = res.records
         except LaunchError as e:
             cause = e.cause or {}
             err = Refusal(502, e.message, e.hint, self.retry_spacing_s, cause, self.clock() + self.retry_spacing_s)
@@ -303,10 +309,11 @@ class Manager:
                 self._set_state(self.models[n], Pol.STOPPED)
             target.attempts_done += 1
             self._apply_live(live)
-            if err is None and rec is not None:
-                self.on_launched(rec)
+            if err is None and recs:
+                for rec in recs:
+                    self.on_launched(rec)
                 self._set_state(target, Pol.READY)
-                self._upstream_from(target, rec)
+                self._upstream_from(target, recs)
                 target.refusal = None
                 self.metrics.boots.labels(target.name, "ok").inc()
                 if evict:
@@ -336,35 +343,44 @@ class Manager:
         """Live records whose process is alive (a query: settling the dead is the deck's and the loop's)."""
         return self.deck.running()
 
-    def _upstream_from(self, rt: ModelRuntime, rec: LiveRecord) -> None:
-        url = (rec.base_url or f"http://{rec.host}:{rec.port}").rstrip("/")
-        if url.endswith("/v1"):
-            url = url[:-3]
-        if [r.url for r in rt.replicas] != [url]:
-            rt.replicas = [Pol.Replica(url)]
-        rt.port = rec.port
-        rt.served_name = rec.served_name or rt.served_name
+    def _upstream_from(self, rt: ModelRuntime, recs: list[LiveRecord]) -> None:
+        """Send `rt`'s requests to these ready servers (one, or a replicated entry's ready replicas);
+        a replica already known keeps its outstanding count."""
+        urls = []
+        for rec in recs:
+            url = (rec.base_url or f"http://{rec.host}:{rec.port}").rstrip("/")
+            urls.append(url[:-3] if url.endswith("/v1") else url)
+        if [r.url for r in rt.replicas] != urls:
+            known = {r.url: r for r in rt.replicas}
+            rt.replicas = [known.get(u) or Pol.Replica(u) for u in urls]
+        rt.port = recs[0].port
+        rt.served_name = recs[0].served_name or rt.served_name
 
     def _apply_live(self, live: dict[str, LiveRecord]) -> bool:
-        """Bring door states in line with the live records, except where a deck call of ours is under way."""
+        """Bring door states in line with the live records, except where a deck call of ours is under way.
+        A replicated entry is ready while any replica is (requests go to the ready ones; the watch loop
+        relaunches a replica that died)."""
         changed = False
         for name, rt in self.models.items():
             if not rt.managed or rt.busy:
                 continue
-            rec = live.get(name)
-            if rec is None:
+            recs = [live[m] for m in rt.members if m in live]
+            ready = [r for r in recs if r.state == LaunchState.READY]
+            if not recs:
                 if rt.state in (Pol.READY, Pol.DRAINING, Pol.STARTING, Pol.STOPPING):
                     self._set_state(rt, Pol.STOPPED, "not running")
                     changed = True
-            elif rec.state == LaunchState.READY:
-                self._upstream_from(rt, rec)
+            elif ready:
+                self._upstream_from(rt, ready)
                 if rt.state not in (Pol.READY, Pol.DRAINING):
                     self._set_state(rt, Pol.READY)
                     rt.refusal = None
                     changed = True
-            elif rec.state in (LaunchState.STARTING, LaunchState.STOPPING) and rt.state != rec.state.value:
-                self._set_state(rt, rec.state.value, f"{rec.state.value} outside the door")
-                changed = True
+            else:
+                rec = recs[0]
+                if rec.state in (LaunchState.STARTING, LaunchState.STOPPING) and rt.state != rec.state.value:
+                    self._set_state(rt, rec.state.value, f"{rec.state.value} outside the door")
+                    changed = True
         return changed
 
     async def sync(self) -> None:
@@ -406,7 +422,7 @@ class Manager:
             live = await asyncio.to_thread(self._read_live)
             async with self.cond:
                 rt.busy = False
-                if rt.name not in live:
+                if not any(m in live for m in rt.members):
                     self._set_state(rt, Pol.STOPPED, why)
                 self._apply_live(live)
                 self.cond.notify_all()
@@ -419,6 +435,7 @@ class Manager:
             out.append({"model": rt.name, "aliases": rt.aliases, "served_name": rt.served_name, "slot": rt.slot,
                         "state": rt.state, "detail": rt.detail, "inflight": rt.inflight, "queued": rt.queued,
                         "port": rt.port, "managed": rt.managed, "ttl_s": rt.ttl_s,
+                        "members": list(rt.members) if len(rt.members) > 1 else None,
                         "ready_for_s": round(now - rt.ready_since, 1) if rt.state == Pol.READY and rt.ready_since else None,
                         "replicas": [{"url": r.url, "outstanding": r.outstanding} for r in rt.replicas],
                         "refusal": {"status": rt.refusal.status, "message": rt.refusal.message} if rt.refusal else None})

@@ -37,7 +37,8 @@ def _disk_parts(models: list[str]) -> dict[str, Any]:
 
 async def snapshot(door: "Door") -> dict[str, Any]:
     models = door.manager.snapshot()
-    disk = await asyncio.to_thread(_disk_parts, [m["model"] for m in models if m["managed"]])
+    disk = await asyncio.to_thread(_disk_parts, [name for rt in door.manager.models.values() if rt.managed
+                                                 for name in rt.members])
     return {"at": time.time(), "models": models, "recent": list(door.recent)[-20:][::-1],
             "swaps": list(door.manager.swaps)[-10:][::-1], **disk}
 

@@ -54,7 +54,7 @@ def keys_of(cfg: Config | None, given: list[str]) -> list[str]:
 def build_door(cfg: Config | None, opts: ServeOptions, notify: Callable | None = None) -> Door:
     metrics = DoorMetrics()
     if cfg:
-        clash = sorted(set(opts.external) & set(cfg.models))
+        clash = sorted(set(opts.external) & (set(cfg.models) | set(cfg.groups)))
         if clash:
             raise ServedeckError(f"--upstream {clash[0]}: a model of that name is in {cfg.path}",
                                  hint="give the outside server another name")
