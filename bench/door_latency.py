@@ -13,14 +13,16 @@ Two targets:
 Targets (issue 12): added TTFT p50 <= 1 ms and p99 <= 5 ms at 64 streams; output tok/s >= 98 % of direct.
 
     .venv/bin/python bench/door_latency.py [--targets instrument llama] [--reps 2] [--out PATH]
-Every process (client, door, instrument, engine) shares this machine's cores: the load average is
-recorded at the start and end of each point.
+        [--pin client=0-3 door=4-7 instrument=8-11]
+Without --pin every process (client, door, instrument, engine) shares this machine's cores; with it,
+each is held to its own CPU set (a GPU host has cores to spare: that shows the door's own cost, not
+the contention of three Python processes on two cores). The load average is recorded at the start
+and end of each point.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import platform
@@ -40,6 +42,7 @@ from rich.table import Table
 
 from servedeck.loadgen import ClientConfig, ClosedLoop, LoadResult, StreamingClient, run_load, summarize_run
 from servedeck.loadgen import synthetic_requests
+from servedeck.loadgen.loop import run as run_loop
 from servedeck.testing.instrument_process import InstrumentProcess
 
 HERE = Path(__file__).resolve().parent
@@ -52,6 +55,39 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+PINS: dict[str, set[int]] = {}  # --pin: role (client, door, instrument) → CPU set
+
+
+def cpu_list(text: str) -> set[int]:
+    """"0-3,8" → {0, 1, 2, 3, 8}"""
+    out: set[int] = set()
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def pinned(role: str):
+    """A preexec_fn holding a child (and every thread it starts) to the role's CPUs, if any. A sandbox
+    that refuses affinity leaves it unpinned; `affinity()` records what each process really got."""
+    cpus = PINS.get(role)
+
+    def pin() -> None:
+        try:
+            os.sched_setaffinity(0, cpus)
+        except OSError:
+            pass
+
+    return pin if cpus else None
+
+
+def affinity(pid: int) -> list[int] | None:
+    try:
+        return sorted(os.sched_getaffinity(pid))
+    except OSError:
+        return None
 
 
 class DoorProcess:
@@ -68,7 +104,7 @@ class DoorProcess:
         self.proc = subprocess.Popen([sys.executable, "-m", "servedeck", "serve", "--port", str(self.port),
                                       "--watch-interval", "30s", *args], env=self.env,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                     start_new_session=True)
+                                     start_new_session=True, preexec_fn=pinned("door"))
         t0 = time.monotonic()
         while time.monotonic() - t0 < 60:
             try:
@@ -125,7 +161,7 @@ def point(url: str, model: str, conc: int, rounds: int, max_tokens: int, prompt_
     if inst:
         inst.clear()
     n = max(10, conc * rounds)
-    res = asyncio.run(drive(url, model, conc, n, max_tokens, prompt_tokens))
+    res = run_loop(drive(url, model, conc, n, max_tokens, prompt_tokens))  # uvloop when installed, as the CLI
     st = summarize_run(res)
     out = {"requests": st["counts"]["measured"], "ok": st["counts"]["ok"], "errors": st["counts"]["error"],
            "ttft_p50_ms": st["ttft_ms"]["p50"], "ttft_p99_ms": st["ttft_ms"]["p99"],
@@ -188,10 +224,13 @@ def table(title: str, rows: list[dict], instrument: bool) -> Table:
 
 
 def bench_instrument(a: argparse.Namespace) -> list[dict]:
-    inst = InstrumentProcess("--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS), "--tokens", str(TOKENS))
+    inst = InstrumentProcess("--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS), "--tokens", str(TOKENS),
+                             cpus=PINS.get("instrument"))
     door = None
     try:
         door = DoorProcess("", "--upstream", f"instrument={inst.url}")
+        a.affinity = {"client": affinity(0), "door": affinity(door.proc.pid), "instrument": affinity(inst.proc.pid)}
+        console.log(f"CPU sets: {a.affinity}")
         rows = []
         for conc in a.concurrency:
             rows.append(pair(inst.url, door.url, "instrument", conc, a.reps, a.rounds, TOKENS, 64, inst))
@@ -306,7 +345,19 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=2, help="direct/door pairs per point (alternating order)")
     ap.add_argument("--rounds", type=int, default=3, help="requests per stream in each instrument run")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "door_latency.json")
+    ap.add_argument("--pin", nargs="+", default=[], metavar="ROLE=CPUS",
+                    help="hold client, door and instrument to CPU sets, e.g. client=0-3 door=4-7 instrument=8-11")
     a = ap.parse_args()
+    for item in a.pin:
+        role, _, cpus = item.partition("=")
+        if role not in ("client", "door", "instrument") or not cpus:
+            ap.error(f"--pin {item!r}: expected client=CPUS, door=CPUS or instrument=CPUS")
+        PINS[role] = cpu_list(cpus)
+    if "client" in PINS:
+        try:
+            os.sched_setaffinity(0, PINS["client"])
+        except OSError as e:
+            console.log(f"--pin client: refused ({e}); the client runs unpinned")
     # SIGTERM (e.g. `timeout`) unwinds like Ctrl-C, so every door and engine started here is stopped
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     result: dict[str, Any] = {
@@ -314,10 +365,12 @@ def main() -> None:
         "instrument": {"ttft_ms": TTFT_MS, "itl_ms": ITL_MS, "tokens": TOKENS},
         "platform": {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
                      "load_avg_start": os.getloadavg()},
+        "pins": {k: sorted(v) for k, v in PINS.items()},
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     if "instrument" in a.targets:
         result["instrument_rows"] = bench_instrument(a)
+        result["affinity"] = a.affinity
         console.print(table("through the door vs direct: timing instrument", result["instrument_rows"], True))
     if "llama" in a.targets:
         result["llama_rows"] = bench_llama(a)

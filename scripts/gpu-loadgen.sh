@@ -29,21 +29,7 @@ if [ "$ncpu" -lt "${MIN_CPUS:-12}" ]; then
   echo "only $ncpu CPUs: this script wants 12 or more (client and instrument on cores of their own)"; exit 2
 fi
 
-echo "=== venv from the repo ($venv, system site packages for what the image has)"
-rm -rf "$venv"
-"$py" -m venv --system-site-packages "$venv" || exit 2
-site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-# When $py is itself a venv's (the device image's python3 is /opt/torch/.venv's), "system site
-# packages" means the base interpreter's, not that venv's: see its site-packages through a .pth.
-"$py" -c 'import sys; [print(p) for p in sys.path if p.endswith("-packages")]' >"$site/host-python-packages.pth"
-if ls "$repo"/.whl/*.whl >/dev/null 2>&1; then
-  "$venv/bin/python" -m pip install -q --no-index --no-deps --no-compile "$repo"/.whl/*.whl || exit 2
-fi
-# servedeck itself, editable; where pip cannot build offline, the same thing by hand: a .pth to src/.
-if ! "$venv/bin/python" -m pip install -q --no-index --no-deps --no-build-isolation -e "$repo" 2>"$OUT/pip-editable.log"; then
-  echo "$repo/src" >"$site/servedeck-src.pth"
-  echo "(pip could not install servedeck editable offline: put $repo/src on the path instead)"
-fi
+. "$here/_device_venv.sh"
 "$venv/bin/python" - <<'EOF' || { echo "missing Python packages: carry their wheels in .whl/"; exit 2; }
 import aiohttp, numpy, rich, servedeck.loadgen.procs, servedeck.testing.instrument
 from servedeck.loadgen.loop import preferred
