@@ -87,6 +87,11 @@ def test_turn_line_uses_the_servers_counts():
                                                                   "prompt_tokens_details": {"cached_tokens": 10}}),
                      None, None, 0.0, prev_context=80)
     assert "not reused" in cold["cache_note"]
+    # vLLM's CPU backend caches whole 128-token blocks: 896 of a 1,000-token prefix is full reuse
+    blocky = _Turn(t_send=0, t_first=1, t_end=2, usage={"prompt_tokens": 2000, "completion_tokens": 2,
+                                                         "prompt_tokens_details": {"cached_tokens": 896}})
+    assert "cache_note" not in turn_line(2, blocky, None, None, 0.0, prev_context=1000, cache_block=128)
+    assert "cache_note" in turn_line(2, blocky, None, None, 0.0, prev_context=1000, cache_block=1)
     s = summarize([ln, cold])
     assert s["needle_checks"] == 1 and s["needle_found"] == 1 and s["max_context_tokens"] == 3000
 

@@ -1,7 +1,8 @@
-"""Issue 10's workloads on real llama.cpp: real-text prompts sized by the server, speculation
-figures from the engine's own account, identical greedy output (and a difference between two
-models), the conversation ramp to SmolLM2's 8K context, and long requests: no timeout, a timeout,
-four full prompts at once, and one stalled on purpose (SIGSTOP on the engine, always resumed)."""
+"""Issue 10's workloads on real llama.cpp: real-text prompts sized by the server, speculation figures
+from the engine's own account, identical greedy output (and a difference between two models), the
+conversation ramp to SmolLM2's 8K context, and long requests: no timeout, a timeout, four full prompts
+at once, and one stalled on purpose (SIGSTOP on the engine, always resumed). On vLLM's CPU build:
+real text sized by vLLM's tokenizer and the ramp to its 4K context."""
 
 from __future__ import annotations
 
@@ -147,3 +148,37 @@ def test_a_stalled_request_is_recorded_as_stalled(campaign_config, llama):
     point = load(folder)["points"][0]
     assert point["stalls"] and point["stalls"][0]["status"] == "stalled"
     assert any("stalled:" in n for n in rep.notes)
+
+
+@pytest.mark.vllm
+def test_real_text_and_the_ramp_on_vllm(campaign_config, vllm):
+    """The same workloads on vLLM's CPU build (one shared boot): prose sized by vLLM's own tokenizer,
+    and a ramp to its 4K context whose cached share comes from vLLM's usage, with a needle check and a
+    recorded cut-off. The cache is block-granular: vLLM's CPU platform sets blocks of 128 tokens here
+    (vllm/platforms/cpu.py), so up to 127 tokens of the previous prompt are prefilled again."""
+    spec = BenchSpec(workload="chat", shapes=(ClosedLoop(2),), input_tokens=300, output_tokens=4, requests=2,
+                     warmup=0, content="prose")
+    lines = _measured(bench(campaign_config, "smollm2-vllm", spec, gate_mode=False).folder)
+    assert len(lines) == 2 and all(ln["status"] == "ok" for ln in lines)
+    assert all(ln["prompt_tokens"] == ln["prompt_tokens_expected"] for ln in lines), lines
+    assert all(296 <= ln["prompt_tokens"] <= 300 for ln in lines), [ln["prompt_tokens"] for ln in lines]
+
+    ramp_spec = RampSpec(turn_tokens=1000, answer_tokens=8, needle_every=2, content="prose", seed=7)
+    out = Outcome()
+    with measured(campaign_config, "smollm2-vllm", False, out) as target:
+        folder = asyncio.run(ramp(target, ramp_spec, gate_mode=False, outcome=out)).folder
+    view = load(folder)
+    turns = read_jsonl(folder / "ramp.jsonl")
+    assert len(turns) >= 3 and all(t["status"] == "ok" for t in turns), turns
+    ctx = [t["context_tokens"] for t in turns]
+    assert ctx == sorted(ctx) and 2900 < ctx[-1] <= 4096
+    assert all(t["cached_source"] == "usage" for t in turns)
+    for prev, t in zip(turns, turns[1:]):  # the previous prompt, less its last partial block, from the cache
+        assert prev["context_tokens"] - 128 < t["cached_tokens"] <= prev["context_tokens"] + prev["completion_tokens"]
+    assert not any(t.get("cache_note") for t in turns)
+    needles = [t["needle"] for t in turns if t["needle"]]
+    assert len(needles) == len(turns) // 2 and all(n["asked"] and "found" in n for n in needles)
+    assert all(t["completion_tokens"] >= 1 for t in turns)
+    assert view["ramp"]["cutoff"]["reason"].startswith("context limit") and view["status"] == "ok"
+    print(f"\nvLLM ramp: contexts {ctx}, TTFT {[t['ttft_s'] for t in turns]} s, "
+          f"needles found: {[n['found'] for n in needles]}")

@@ -150,8 +150,9 @@ async def stream_turn(http: httpx.AsyncClient, url: str, body: dict[str, Any], q
 
 
 def turn_line(i: int, turn: _Turn, needle: Optional[dict[str, Any]], cached_from_counters: Optional[float],
-              start: float, prev_context: Optional[int] = None) -> dict[str, Any]:
-    """The ramp.jsonl line of one finished turn (pure)."""
+              start: float, prev_context: Optional[int] = None, cache_block: int = 1) -> dict[str, Any]:
+    """The ramp.jsonl line of one finished turn (pure). `cache_block`: the engine's prefix-cache unit in
+    tokens (vLLM caches whole KV blocks; llama.cpp single tokens)."""
     usage = turn.usage or {}
     timings = turn.timings or {}
     ctx = usage.get("prompt_tokens") if isinstance(usage.get("prompt_tokens"), int) else timings.get("prompt_n")
@@ -183,10 +184,13 @@ def turn_line(i: int, turn: _Turn, needle: Optional[dict[str, Any]], cached_from
         "engine_timings": {k: timings[k] for k in ("prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "cache_n")
                            if k in timings} or None,
     }
-    # The whole previous prompt is this turn's prefix: it should all come from the cache.
-    if prev_context and cached is not None and cached < 0.9 * prev_context:
+    # The whole previous prompt is this turn's prefix: all of it the cache can hold (whole blocks) should
+    # come from the cache.
+    reusable = (prev_context // cache_block) * cache_block if prev_context else 0
+    if reusable and cached is not None and cached < 0.9 * reusable:
         line["cache_note"] = (f"the conversation prefix was not reused: {cached} tokens came from the prefix cache, "
-                              f"the previous turn's prompt alone was {prev_context}")
+                              f"the previous turn's prompt alone was {prev_context}"
+                              + (f" ({reusable} in whole {cache_block}-token cache blocks)" if cache_block > 1 else ""))
     return line
 
 
@@ -280,7 +284,8 @@ async def run_ramp(spec: RampSpec, target: Target, context: int, folder: RunFold
             if needle_turn and turn.status == "ok":
                 needle = {"asked": True, "found": code in turn.content, "answer": turn.content.strip()[:80]}
             line = turn_line(i, turn, needle, from_counters, start,
-                             prev_context=lines[-1]["context_tokens"] if lines else None)
+                             prev_context=lines[-1]["context_tokens"] if lines else None,
+                             cache_block=target.cache_block)
             if verdict is not None:
                 line["stall"] = verdict
             folder.append_jsonl(FILE, line)

@@ -72,6 +72,14 @@ class Target:
         return get_engine(self.engine).speculation(list(argv))
 
     @property
+    def cache_block(self) -> int:
+        """The engine's prefix-cache unit in tokens: its KV block (the CPU backend's where the launch's
+        KV cache lives on the CPU, as its boot log said), 1 for token-granular caches."""
+        mem = get_engine(self.engine).memory
+        on_cpu = str((self.record.boot or {}).get("kv_device", "")).upper() == "CPU"
+        return max(1, (mem.cpu_block_size or mem.block_size) if on_cpu else mem.block_size)
+
+    @property
     def request(self) -> dict[str, Any]:
         """models.toml `request`: merged into the body of every request servedeck sends."""
         return dict(self.cfg.models[self.name].request)
