@@ -67,6 +67,9 @@ class Head(_Strict):
     gate: Union[GateCfg, Literal[False]] = Field(default_factory=GateCfg)
     base: Optional[str] = None  # the variant others are compared with (default: the first)
     reference: Optional[str] = None  # issue 10: variant whose outputs the others are compared with
+    # the output check behind `reference`: how many of its 8 fixed prompts, and the answer room of each
+    reference_prompts: int = Field(default=8, ge=1, le=8)
+    reference_tokens: int = Field(default=128, ge=1)
     # `campaign run --ray`: a cell whose node is lost mid-cell is retried this many times on another node
     retries: int = Field(default=1, ge=0)
 

@@ -365,7 +365,8 @@ class Runner:
             out = _Listed(lambda run: self.folder.add_run(cell.id, run))
             spec = bench_spec(w)
             if head.reference and k == 0:  # the fixed greedy prompts, compared with the reference variant's
-                spec = replace(spec, check_outputs=True)
+                spec = replace(spec, check_outputs=True, check_prompts=head.reference_prompts,
+                               check_tokens=head.reference_tokens)
             try:
                 asyncio.run(bench_on_target(main, spec, gate_mode=None if head.gate else False,
                                             gate_spec=GateSpec(context=gate_ctx),
