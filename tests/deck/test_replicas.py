@@ -17,25 +17,13 @@ from servedeck.loadgen import ClosedLoop
 from servedeck.modelsfile import parse
 from servedeck.supervisor.process import group_members
 
+from ports import free_port_pair
+
 pytestmark = [pytest.mark.engine, pytest.mark.llamacpp]
 
 
-def port_pair() -> int:
-    for _ in range(50):
-        with socket.socket() as a:
-            a.bind(("127.0.0.1", 0))
-            p = a.getsockname()[1]
-            with socket.socket() as b:
-                try:
-                    b.bind(("127.0.0.1", p + 1))
-                except OSError:
-                    continue
-            return p
-    raise RuntimeError("no two consecutive free ports")
-
-
 def config(tmp_path, engines: dict[str, str], port: int | None = None):
-    port = port or port_pair()
+    port = port or free_port_pair()
     text = f"""
 [builds.llamacpp]
 engine = "llamacpp"
@@ -54,7 +42,7 @@ aliases = ["pair"]
 [models.gemma]
 source = "{engines['gemma_gguf']}"
 build = "llamacpp"
-port = {port_pair()}
+port = {free_port_pair()}
 slot = "main"
 context = 1024
 """
@@ -104,7 +92,7 @@ def test_a_bench_over_the_entry_spreads_across_both_replicas(tmp_path, engines_r
 
 
 def test_a_replica_that_cannot_start_takes_the_started_ones_down(tmp_path, engines_ready):
-    port = port_pair()
+    port = free_port_pair()
     cfg = config(tmp_path, engines_ready, port)
     with socket.socket() as squatter:  # replica 2's port is taken by someone else
         squatter.bind(("127.0.0.1", port + 1))

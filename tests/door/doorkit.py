@@ -4,34 +4,16 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import threading
 from pathlib import Path
 
 from servedeck.door import ServeOptions, serve
 from servedeck.init import render_starter
 
+from ports import free_port, free_port_pair
+
 TEST_MARK = "SERVEDECK_TEST_RUN"  # as tests/conftest.py: the session guard finds what this session started
 SESSION = str(os.getpid())
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def free_port_pair() -> int:
-    """A port p with p + 1 free as well (a replicated entry serves on port, port + 1)."""
-    for _ in range(50):
-        p = free_port()
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", p + 1))
-            except OSError:
-                continue
-        return p
-    raise RuntimeError("no two consecutive free ports found")
 
 
 def stop_everything(home: Path) -> None:
