@@ -156,7 +156,8 @@ def test_a_replicated_model_starts_every_replica_and_spreads_requests(door):
     assert [s for s, _ in outs] == [200] * 6
     grew = {r: engine_metrics(recs[r]["port"])["llamacpp:tokens_predicted_total"] - before[r] for r in (1, 2)}
     assert grew[1] >= 24 and grew[2] >= 24, f"both replicas must serve: tokens predicted {grew}"
-    assert sum(grew.values()) == 6 * 24
+    # 6 x 24 tokens, plus at most the watch loop's first liveness probe of each new replica (1 token each)
+    assert 6 * 24 <= sum(grew.values()) <= 6 * 24 + 2, grew
     snap = next(m for m in door.client.get("/door/status").json()["models"] if m["model"] == "smol-pair")
     assert snap["members"] == ["smol-pair.r1", "smol-pair.r2"] and len(snap["replicas"]) == 2
     wait_state(door, "smol-pair", "stopped", timeout_s=30)  # ttl = 4 s
