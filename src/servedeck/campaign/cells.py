@@ -18,7 +18,7 @@ from typing import Any, Iterable, Optional
 
 from servedeck.campaign.file import Campaign, Variant
 from servedeck.config import Config
-from servedeck.config.load import cross_check
+from servedeck.config.load import cross_check, replica_name
 from servedeck.config.schema import Deck as DeckModel, Model
 from servedeck.errors import ConfigError
 
@@ -37,7 +37,8 @@ class Derived:
 
 
 def derived_name(base: str, variant: str, replica: int, replicas: int) -> str:
-    return f"{base}@{variant}" if replicas == 1 else f"{base}@{variant}.r{replica}"
+    """`smollm2@p1`, or per replica `smollm2@2x.r1` (named as models.toml's replicas are)."""
+    return f"{base}@{variant}" if replicas == 1 else replica_name(f"{base}@{variant}", replica)
 
 
 def _model_entry(base: Model, v: Variant, replica: int, port: int, name: str, served: str) -> dict[str, Any]:

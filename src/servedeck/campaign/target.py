@@ -135,8 +135,9 @@ def open_target(cfg: Config, model: str, launch: bool) -> Target:
     else:
         recs, launched = {m: running[m] for m in group.members}, set()
     layout = f"{len(group.members)}x{cfg.models[group.members[0]].layout}"
+    facts = layout_facts([cfg.models[m] for m in group.members])  # one NVML read, not one per replica
     targets = [Target(m, cfg, recs[m], launched=m in launched, run_model=group.name, run_layout=layout,
-                      extra=layout_facts([cfg.models[x] for x in group.members])) for m in group.members]
+                      extra=dict(facts)) for m in group.members]
     targets[0].peers = targets[1:]
     return targets[0]
 

@@ -62,6 +62,11 @@ class Config:
                 return g
         return None
 
+    def siblings(self, model: str) -> set[str]:
+        """The other replicas of the entry `model` belongs to (they share its slot); empty for a model of its own."""
+        g = self.group_of(model)
+        return set(g.members) - {model} if g else set()
+
     def members(self, name: str) -> tuple[str, ...]:
         """A name or alias → the models it starts: a replicated entry's replicas, else the one model."""
         g = self.group_named(name)
@@ -72,11 +77,11 @@ class Config:
         commands that take one server name one replica (`members` answers for the whole entry)."""
         if name in self.deck.models:
             return name
-        for g in self.groups.values():
-            if name == g.name or name in g.aliases:
-                raise UnknownModelError(
-                    f"{self.path}: {name!r} has replicas = {len(g.members)}, and this command takes one server",
-                    hint=f"name one replica: {', '.join(g.members)}")
+        g = self.group_named(name)
+        if g:
+            raise UnknownModelError(
+                f"{self.path}: {name!r} has replicas = {len(g.members)}, and this command takes one server",
+                hint=f"name one replica: {', '.join(g.members)}")
         for mname, m in self.deck.models.items():
             if name in m.aliases or name == m.served_name:
                 return mname

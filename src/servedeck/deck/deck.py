@@ -381,8 +381,7 @@ class DeckOps:
             # a start/switch that was killed mid-way left this engine booting with no owner: it would
             # otherwise count as "already running" or as a slot holder forever
             self.reap_orphan(m, running.pop(m))
-        group = cfg.group_of(name)
-        siblings = set(group.members) - {name} if group else set()  # replicas of one entry share its slot
+        siblings = cfg.siblings(name)  # replicas of one entry share its slot
         decision = decide(name, model.slot, [Running(m, r.slot, r.port) for m, r in running.items()
                                              if m not in siblings])
         if decision.already_running:
@@ -442,8 +441,7 @@ class DeckOps:
             S.journal(reason, name, "refused", port=spec.port, holder=holder)
             raise RefusedError(f"cannot start {name}: port {spec.port} is held by {who}",
                                hint="stop that process, or give the model another port in models.toml")
-        group = cfg.group_of(name)
-        siblings = set(group.members) if group else set()  # a replica's siblings stay: their memory counts
+        siblings = cfg.siblings(name)  # a replica's siblings stay: their memory counts
         mates = [m for m, r in self.running().items() if r.slot == model.slot and m not in siblings]
         try:
             refuse_unless_fits(cfg, name, slot_mates=mates)
