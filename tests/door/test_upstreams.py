@@ -8,11 +8,13 @@ from __future__ import annotations
 import concurrent.futures as cf
 
 import httpx
+import psutil
 import pytest
 
 from doorkit import DoorThread
 from servedeck.door import ServeOptions
 from servedeck.testing.instrument_process import InstrumentProcess
+from ports import free_port
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +30,8 @@ def instruments(door_home):
 def outside_door(instruments):
     a, b = instruments
     d = DoorThread(None, ServeOptions(port=0, watch=False,
-                                      external={"ruler": [a.url], "pair": [a.url, b.url]}))
+                                      external={"ruler": [a.url], "pair": [a.url, b.url],
+                                                "nobody": [f"http://127.0.0.1:{free_port()}"]}))
     yield d
     d.close()
 
@@ -63,3 +66,35 @@ def test_replicas_share_requests_by_fewest_outstanding(outside_door, instruments
                                                 json=dict(body(f"p{i}"), model="pair"), timeout=30), range(6)))
     assert [r.status_code for r in rs] == [200] * 6
     assert len(a.records()) == 3 and len(b.records()) == 3
+
+
+def _door_connections_to(port: int) -> int:
+    """Established connections from this process (the door runs in a thread of it) to `port`."""
+    return sum(1 for c in psutil.Process().net_connections("tcp")
+               if c.raddr and c.raddr.port == port and c.status == psutil.CONN_ESTABLISHED)
+
+
+def test_one_engine_connection_carries_request_after_request(outside_door, instruments):
+    a, _ = instruments
+    port = int(a.url.rsplit(":", 1)[1])
+    with httpx.Client() as c:
+        assert c.post(outside_door.url + "/v1/completions", json=body("k")).status_code == 200
+        before = _door_connections_to(port)  # the door's pool (earlier tests may have left a few idle)
+        for i in range(5):
+            assert c.post(outside_door.url + "/v1/completions", json=body(f"k{i}")).status_code == 200
+    assert before >= 1 and _door_connections_to(port) == before  # kept alive and reused: no connect per request
+
+
+def test_a_whole_body_response_passes_through_with_its_length(outside_door, instruments):
+    a, _ = instruments
+    direct = httpx.post(a.url + "/v1/completions", json=body(stream=False))
+    via = httpx.post(outside_door.url + "/v1/completions", json=body(stream=False))
+    assert via.status_code == direct.status_code == 400  # the instrument only streams: its error, unchanged
+    assert via.content == direct.content and via.headers["content-length"] == str(len(direct.content))
+
+
+def test_an_upstream_nobody_listens_on_is_a_502_naming_it(outside_door):
+    r = httpx.post(outside_door.url + "/v1/completions", json=dict(body(), model="nobody"))
+    assert r.status_code == 502
+    err = r.json()["error"]
+    assert "nobody" in err["message"] and "cannot connect" in err["message"]

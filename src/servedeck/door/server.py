@@ -1,11 +1,13 @@
 """The front door's HTTP side: OpenAI-compatible routing by the body's `model`, streaming passed
 through as it arrives, api keys, /metrics and the live page.
 
-Stack: aiohttp's server with aiohttp's client upstream, chosen by measurement
-(`bench/door_latency.py --targets stack`, docs/door.md): in front of the timing instrument it added
-1.8 ms at 1 stream and 37 ms p50 at 64 (a busy 2-core box) where a bare Starlette/uvicorn/httpx proxy
-added 5.9 and 606 ms and halved the token rate. Its handler cancellation also turns a client's
-disconnect into closing the upstream connection, which is how the engines learn to stop generating.
+Stack: aiohttp's server, and raw HTTP/1.1 upstream (door/relay.py: httptools parses the engine's
+response, each chunk is written to the client's socket from the engine socket's callback). Both chosen
+by measurement (`bench/door_latency.py`, docs/door.md): aiohttp's server added 1.8 ms at 1 stream and
+37 ms p50 at 64 (a busy 2-core box) where a bare Starlette/uvicorn/httpx proxy added 5.9 and 606 ms;
+aiohttp's client upstream then cost a coroutine wake-up per chunk, which queued each 64-chunk wave.
+aiohttp's handler cancellation turns a client's disconnect into closing the engine connection, which is
+how the engines learn to stop generating.
 
 Routes
     GET  /v1/models                 every model and alias, with its door state
@@ -29,11 +31,11 @@ import time
 from collections import deque
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 
 from servedeck.door.manager import Manager, Refusal
 from servedeck.door.metrics import DoorMetrics
+from servedeck.door.relay import Exchange, Relay, UpstreamError
 
 log = logging.getLogger("servedeck.door")
 
@@ -83,7 +85,7 @@ class Door:
         self.bind_host = host
         self.log_bodies = log_bodies
         self.recent: deque[dict] = deque(maxlen=50)
-        self.session: aiohttp.ClientSession | None = None
+        self.relay = Relay()
         self.page_extra = None  # set by the app: notices and log tails for the page
 
     # --- the app -------------------------------------------------------------------------------------
@@ -98,21 +100,11 @@ class Door:
         app.router.add_get("/", page.index)
         app.router.add_get("/events", page.events)
         app[DOOR_KEY] = self
-        app.on_startup.append(self._open)
         app.on_cleanup.append(self._close)
         return app
 
-    async def _open(self, app: web.Application) -> None:
-        # auto_decompress off: bytes pass through as the engine wrote them. No pool limit: 256 streams
-        # must not queue behind aiohttp's default 100 connections.
-        self.session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60),
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
-            auto_decompress=False, skip_auto_headers=("User-Agent", "Accept-Encoding"))
-
     async def _close(self, app: web.Application) -> None:
-        if self.session:
-            await self.session.close()
+        self.relay.close()
 
     # --- security ------------------------------------------------------------------------------------
     def _key_ok(self, given: str | None) -> bool:
@@ -193,55 +185,55 @@ class Door:
         if doc is not None and name != rt.served_name and rt.managed:
             doc["model"] = rt.served_name  # an alias: the engine knows the model by its served name
             body = json.dumps(doc).encode()
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP}
+        headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP]
         status = "000"
         resp: web.StreamResponse | None = None
+        ex: Exchange | None = None
         try:
-            assert self.session is not None
-            async with self.session.request(request.method, rep.url + request.path_qs, data=body,
-                                            headers=headers) as up:
-                status = str(up.status)
-                resp = web.StreamResponse(status=up.status, reason=up.reason)
-                for k, v in up.headers.items():
-                    if k.lower() not in RESP_DROP:
-                        resp.headers.add(k, v)
-                if up.content_length is not None:
-                    resp.content_length = up.content_length
-                await resp.prepare(request)
-                content = up.content
-                chunk = await content.readany()
-                if chunk:
-                    await resp.write(chunk)
-                    ttft = time.perf_counter() - t0
-                    mm.ttft.observe(ttft)
-                    entry["ttft_ms"] = round(ttft * 1e3, 1)
-                prev = b""
-                while chunk:  # as it arrives: one write per read, no buffering
-                    prev = chunk
-                    chunk = await content.readany()
-                    if chunk:
-                        await resp.write(chunk)
-                await resp.write_eof()
-                m = USAGE_RE.findall(prev[-4096:])  # usage rides in the last chunk (or the whole body)
-                entry["tokens"] = int(m[-1]) if m else None
+            ex = await self.relay.send(rep.url, request.method, request.path_qs, headers, body)
+            status = str(ex.status)
+            resp = web.StreamResponse(status=ex.status, reason=ex.reason or None)
+            for k, v in ex.headers:
+                if k.lower() not in RESP_DROP:
+                    resp.headers.add(k, v)
+            if ex.length is not None:
+                resp.content_length = ex.length
+            else:
+                resp.enable_chunked_encoding()
+            await resp.prepare(request)
+            if request.transport is None:
+                raise ConnectionResetError("the client went away")
+            ex.pipe(request.transport, chunked=ex.length is None)  # as it arrives: chunk by chunk, no buffering
+            await ex.done
+            await resp.write_eof()
+            if ex.t_first_body is not None:
+                ttft = ex.t_first_body - t0
+                mm.ttft.observe(ttft)
+                entry["ttft_ms"] = round(ttft * 1e3, 1)
+            m = USAGE_RE.findall(ex.last_body[-4096:])  # usage rides in the last chunk (or the whole body)
+            entry["tokens"] = int(m[-1]) if m else None
         except asyncio.CancelledError:
-            status = "499"  # the client went away; leaving the `async with` closed the upstream connection
+            status = "499"  # the client went away; closing the engine connection (below) stops its work
             raise
         except ConnectionResetError:
             status = "499"  # the client went away while we wrote
             raise
-        except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+        except UpstreamError as e:
             status = "502"
             if resp is None or not resp.prepared:
-                return web.json_response(error_body(502, f"{model} at {rep.url}: {type(e).__name__}: {e}",
+                return web.json_response(error_body(502, f"{model} at {rep.url}: {e}",
                                                     f"`servedeck logs {model}` shows the engine's side"),
                                          status=502)
             # The engine's stream broke after the headers went out: cut the client's connection too, so
-            # it sees an incomplete response instead of a clean end (aiohttp would write the last chunk).
+            # it sees an incomplete response instead of a clean end.
             if request.transport is not None:
                 request.transport.close()
             raise ConnectionResetError(f"{model}: upstream stream ended early: {e}") from None
         finally:
+            if ex is not None:
+                if status in ("499", "502") or not ex.complete:
+                    ex.abort()
+                self.relay.release(ex)
             mgr.release(model, rep)
             e2e = time.perf_counter() - t0
             mm.e2e.observe(e2e)
