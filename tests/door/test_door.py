@@ -66,6 +66,27 @@ def test_a_chat_for_a_stopped_model_starts_it_and_streams(door):
     assert live["state"] == "ready"
 
 
+def test_a_client_that_expects_100_continue_gets_the_stream(door):
+    """curl sends `Expect: 100-continue` for a body over 1 KiB and waits for the interim answer; the
+    door gives it, and the engine's own answer still reaches the client whole."""
+    import socket
+
+    body = json.dumps({"model": "smollm2", "max_tokens": 4, "stream": True,
+                       "messages": [{"role": "user", "content": "Say hello. " + "x" * 1500}]}).encode()
+    host, port = door.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=60) as s:
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: door\r\nContent-Type: application/json\r\n"
+                  b"Expect: 100-continue\r\nConnection: close\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(body))
+        assert s.recv(4096).startswith(b"HTTP/1.1 100 Continue")
+        s.sendall(body)
+        got = b""
+        while chunk := s.recv(65536):
+            got += chunk
+    assert got.startswith(b"HTTP/1.1 200 "), got[:300]
+    assert b"[DONE]" in got and got.endswith(b"0\r\n\r\n") and b"100 Continue" not in got
+
+
 def test_another_model_of_the_slot_switches_and_queued_requests_all_complete(door):
     """Requests for gemma arrive while smollm2 streams: the switch waits for the smollm2 streams to
     finish (drain), the gemma requests queue during the switch, and every request completes."""

@@ -67,6 +67,7 @@ class Exchange(asyncio.Protocol):
         self.got_bytes = False
         self.complete = False
         self.keep_alive = False
+        self._interim = False
         self.t_first_body: float | None = None
         self.last_body = b""
         self.body_bytes = 0
@@ -115,6 +116,10 @@ class Exchange(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         self.status = self.parser.get_status_code()
+        if 100 <= self.status < 200:  # an interim answer (100 Continue, 103 Early Hints): the real head follows
+            self._interim = True
+            self.headers, self.reason = [], ""
+            return
         for n, v in self.headers:
             low = n.lower()
             if low == "content-length":
@@ -141,6 +146,9 @@ class Exchange(asyncio.Protocol):
             self._write(sink, body)
 
     def on_message_complete(self) -> None:
+        if self._interim:
+            self._interim = False
+            return
         self.keep_alive = self.parser.should_keep_alive()  # asked now: llhttp forgets once the message ends
         self._end()
 

@@ -40,7 +40,8 @@ from servedeck.door.relay import Exchange, Relay, UpstreamError
 log = logging.getLogger("servedeck.door")
 
 HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
-       "transfer-encoding", "upgrade", "host", "content-length", "authorization", "x-api-key"}
+       "transfer-encoding", "upgrade", "host", "content-length", "authorization", "x-api-key",
+       "expect"}  # the door answered the client's Expect: 100-continue itself when it read the body
 # Response headers the door sets itself (aiohttp writes its own Server/Date; length/chunking follow the stream).
 RESP_DROP = {"connection", "keep-alive", "transfer-encoding", "content-length", "server", "date"}
 USAGE_RE = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
