@@ -161,20 +161,20 @@ class Exchange(asyncio.Protocol):
         for body in pending:
             self._write(sink, body)
 
-    def abort(self) -> None:
+    def abort(self, why: Exception | None = None) -> None:
         """Close the engine connection now: the engine stops generating for a client that left."""
         if self.transport is not None and not self.closed:
             self.transport.abort()
         self.closed = True
         self.relay._forget(self)
         if not self.done.done():
-            self.done.set_exception(UpstreamError("aborted"))
+            self.done.set_exception(why or UpstreamError("aborted"))
             self.done.exception()  # retrieved: nobody may be awaiting it any more
 
     # --- inside ----------------------------------------------------------------------------------------
     def _write(self, sink: asyncio.Transport, body: bytes) -> None:
-        if sink.is_closing():
-            self.abort()  # the client is gone; its handler is being cancelled too
+        if sink.is_closing():  # the client is gone (its handler is being cancelled too)
+            self.abort(ConnectionResetError("the client went away"))
             return
         if self._sink_chunked:  # one write, one segment: writelines() may send each piece on its own
             sink.write(b"%x\r\n%b\r\n" % (len(body), body))
@@ -190,7 +190,7 @@ class Exchange(asyncio.Protocol):
         if self.closed or sink is None:
             return
         if sink.is_closing():
-            self.abort()
+            self.abort(ConnectionResetError("the client went away"))
         elif sink.get_write_buffer_size() <= LOW_WATER:
             self._paused = False
             if self.transport is not None:
