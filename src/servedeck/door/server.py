@@ -5,7 +5,7 @@ Stack: aiohttp's server, and raw HTTP/1.1 upstream (door/relay.py: httptools par
 response, each chunk is written to the client's socket from the engine socket's callback). Both chosen
 by measurement (`bench/door_latency.py`, docs/door.md): aiohttp's server added 1.8 ms at 1 stream and
 37 ms p50 at 64 (a busy 2-core box) where a bare Starlette/uvicorn/httpx proxy added 5.9 and 606 ms;
-aiohttp's client upstream then cost a coroutine wake-up per chunk, which queued each 64-chunk wave.
+aiohttp's client upstream then cost a request build per request and a coroutine wake-up per chunk.
 aiohttp's handler cancellation turns a client's disconnect into closing the engine connection, which is
 how the engines learn to stop generating.
 
