@@ -98,3 +98,12 @@ def test_an_upstream_nobody_listens_on_is_a_502_naming_it(outside_door):
     assert r.status_code == 502
     err = r.json()["error"]
     assert "nobody" in err["message"] and "cannot connect" in err["message"]
+
+
+def test_recent_requests_carry_the_engines_token_count_and_ttft(outside_door):
+    r = httpx.post(outside_door.url + "/v1/completions",
+                   json=body("counted", stream_options={"include_usage": True}))
+    assert r.status_code == 200 and b'"completion_tokens":12' in r.content.replace(b" ", b"")
+    last = httpx.get(outside_door.url + "/door/status").json()["recent"][0]
+    assert last["model"] == "ruler" and last["status"] == 200 and last["tokens"] == 12
+    assert last["ttft_ms"] >= 20  # the instrument's first token comes after 20 ms

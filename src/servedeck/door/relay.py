@@ -71,7 +71,7 @@ class Exchange(asyncio.Protocol):
         self.keep_alive = False
         self._interim = False
         self.t_first_body: float | None = None
-        self.last_body = b""
+        self.usage_body = b""
         self.body_bytes = 0
         self._pending: list[bytes] = []
         self._sink: asyncio.Transport | None = None
@@ -133,7 +133,8 @@ class Exchange(asyncio.Protocol):
     def on_body(self, body: bytes) -> None:
         if self.t_first_body is None:
             self.t_first_body = time.perf_counter()
-        self.last_body = body
+        if b"completion_tokens" in body:  # the usage: in the last events of a stream, or the whole body
+            self.usage_body = body
         self.body_bytes += len(body)
         sink = self._sink
         if sink is None:

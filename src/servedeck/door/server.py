@@ -211,7 +211,7 @@ class Door:
                 ttft = ex.t_first_body - t0
                 mm.ttft.observe(ttft)
                 entry["ttft_ms"] = round(ttft * 1e3, 1)
-            m = USAGE_RE.findall(ex.last_body[-4096:])  # usage rides in the last chunk (or the whole body)
+            m = USAGE_RE.findall(ex.usage_body[-4096:])
             entry["tokens"] = int(m[-1]) if m else None
         except asyncio.CancelledError:
             status = "499"  # the client went away; closing the engine connection (below) stops its work
