@@ -107,3 +107,11 @@ def test_recent_requests_carry_the_engines_token_count_and_ttft(outside_door):
     last = httpx.get(outside_door.url + "/door/status").json()["recent"][0]
     assert last["model"] == "ruler" and last["status"] == 200 and last["tokens"] == 12
     assert last["ttft_ms"] >= 20  # the instrument's first token comes after 20 ms
+
+
+def test_a_non_ascii_header_and_an_encoded_query_pass_through(outside_door, instruments):
+    a, _ = instruments
+    r = httpx.post(outside_door.url + "/v1/completions?note=a%20b", json=body(),
+                   headers={"x-note": "café ☕".encode(), "x-request-id": "raw-target"})
+    assert r.status_code == 200 and b"[DONE]" in r.content
+    assert a.records()["raw-target"]["path"] == "/v1/completions?note=a%20b"  # the target as the client sent it

@@ -280,7 +280,8 @@ class Relay:
         lines += [f"{k}: {v}" for k, v in headers]
         if body or method in ("POST", "PUT", "PATCH"):
             lines.append(f"Content-Length: {len(body)}")
-        payload = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+        # aiohttp decoded the client's head as UTF-8 with surrogateescape: this gives back its very bytes
+        payload = ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8", "surrogateescape") + body
         for attempt in (0, 1):
             ex = self._take_idle(key) if attempt == 0 else None
             reused = ex is not None

@@ -191,7 +191,7 @@ class Door:
         resp: web.StreamResponse | None = None
         ex: Exchange | None = None
         try:
-            ex = await self.relay.send(rep.url, request.method, request.path_qs, headers, body)
+            ex = await self.relay.send(rep.url, request.method, request.raw_path, headers, body)
             status = str(ex.status)
             resp = web.StreamResponse(status=ex.status, reason=ex.reason or None)
             for k, v in ex.headers:

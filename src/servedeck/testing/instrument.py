@@ -242,7 +242,8 @@ class _Conn(asyncio.Protocol):
         if tr is None:
             return
         first = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ")
-        method, path = (first + ["", ""])[:2]
+        method, target = (first + ["", ""])[:2]
+        path = target.split("?", 1)[0]  # routed on the path; the records keep the whole target
         headers = {}
         for line in head.split(b"\r\n")[1:]:
             name, _, value = line.decode("latin-1").partition(":")
@@ -257,7 +258,7 @@ class _Conn(asyncio.Protocol):
             srv.clear()
             tr.write(_plain("200 OK", b"{}"))
         elif method == "POST" and path in ("/v1/chat/completions", "/v1/completions"):
-            self.start_stream(t, path, headers, body)
+            self.start_stream(t, target, headers, body)
             return
         else:
             tr.write(_plain("404 Not Found", b'{"error":{"message":"not found"}}'))
@@ -273,7 +274,7 @@ class _Conn(asyncio.Protocol):
         except ValueError:
             tr.write(_plain("400 Bad Request", b'{"error":{"message":"body is not JSON"}}'))
             return self.stream_done()
-        chat = path.endswith("/chat/completions")
+        chat = path.split("?", 1)[0].endswith("/chat/completions")
         prompt = json.dumps(req.get("messages")) if chat else str(req.get("prompt", ""))
         rid = headers.get("x-request-id") or f"req-{len(srv._records)}"
         if not req.get("stream"):
