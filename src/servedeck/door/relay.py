@@ -6,7 +6,7 @@ each relayed chunk a task wake-up (`readany()`) and a coroutine write, all on th
 batched engine's 64 simultaneous chunks (and a closed loop's 64 simultaneous requests) queue. Here a
 request is one prebuilt write on a pooled connection, and a chunk one C parse (httptools, uvicorn's
 parser) and one `transport.write`. On the H200 host, door on two CPUs of its own, the added TTFT at 64
-streams went from 2.5 / 17.5 ms to 1.89 / 10.6 ms (p50 / p99), at 256 from 29.2 / 102.8 to 6.3 / 23.0
+streams went from 2.5 / 17.5 ms to 1.67 / 8.8 ms (p50 / p99), at 256 from 29.2 / 102.8 to 6.7 / 37.0
 (docs/door.md).
 
 One `Exchange` is one request and its response on a pooled keep-alive connection:
