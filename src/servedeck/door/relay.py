@@ -72,7 +72,6 @@ class Exchange(asyncio.Protocol):
         self._interim = False
         self.t_first_body: float | None = None
         self.usage_body = b""
-        self.body_bytes = 0
         self._pending: list[bytes] = []
         self._sink: asyncio.Transport | None = None
         self._sink_chunked = False
@@ -135,7 +134,6 @@ class Exchange(asyncio.Protocol):
             self.t_first_body = time.perf_counter()
         if b"completion_tokens" in body:  # the usage: in the last events of a stream, or the whole body
             self.usage_body = body
-        self.body_bytes += len(body)
         sink = self._sink
         if sink is None:
             self._pending.append(body)
