@@ -6,6 +6,8 @@ in test_door.py."""
 from __future__ import annotations
 
 import concurrent.futures as cf
+import json
+import socket
 
 import httpx
 import psutil
@@ -115,3 +117,70 @@ def test_a_non_ascii_header_and_an_encoded_query_pass_through(outside_door, inst
                    headers={"x-note": "café ☕".encode(), "x-request-id": "raw-target"})
     assert r.status_code == 200 and b"[DONE]" in r.content
     assert a.records()["raw-target"]["path"] == "/v1/completions?note=a%20b"  # the target as the client sent it
+
+
+# --- the door's own HTTP/1.1 (door/front.py), on raw sockets where a client library would hide it ---
+
+def _raw(door, data: bytes) -> bytes:
+    """Send `data` on one connection and read until the door closes it."""
+    host, port = door.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall(data)
+        got = b""
+        while chunk := s.recv(65536):
+            got += chunk
+    return got
+
+
+def _post(doc: dict, close: bool = False, version: bytes = b"1.1") -> bytes:
+    b = json.dumps(doc).encode()
+    return (b"POST /v1/completions HTTP/%s\r\nHost: door\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n%s\r\n" % (version, len(b), b"Connection: close\r\n" if close else b"")) + b
+
+
+def test_pipelined_requests_are_answered_in_order(outside_door):
+    got = _raw(outside_door, _post(body("first", max_tokens=3)) + _post(body("second", max_tokens=5), close=True))
+    parts = got.split(b"HTTP/1.1 200 ")
+    assert len(parts) == 3 and parts[0] == b"", got[:300]
+    assert parts[1].count(b"data: ") == 4 and parts[2].count(b"data: ") == 6  # the tokens and [DONE], in order
+    assert parts[1].endswith(b"0\r\n\r\n") and parts[2].endswith(b"0\r\n\r\n")
+
+
+def test_head_gets_the_length_and_no_body_and_the_connection_goes_on(outside_door):
+    got = _raw(outside_door, b"HEAD /v1/models HTTP/1.1\r\nHost: door\r\n\r\n"
+                             b"GET /v1/models HTTP/1.1\r\nHost: door\r\nConnection: close\r\n\r\n")
+    first, _, rest = got.partition(b"\r\n\r\n")
+    assert first.startswith(b"HTTP/1.1 200 ") and rest.startswith(b"HTTP/1.1 200 "), got[:400]
+    length = int(next(v for k, _, v in (ln.partition(b": ") for ln in first.split(b"\r\n"))
+                      if k.lower() == b"content-length"))
+    assert length > 0 and len(rest.partition(b"\r\n\r\n")[2]) == length  # the GET's body, and nothing of the HEAD's
+    assert json.loads(rest.partition(b"\r\n\r\n")[2])["object"] == "list"
+
+
+def test_an_http_1_0_client_gets_the_stream_ended_by_close(outside_door):
+    got = _raw(outside_door, _post(body(), version=b"1.0"))
+    head, _, rest = got.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 ") and b"chunked" not in head.lower(), head
+    assert b"connection: close" in head.lower()
+    assert rest.count(b"data: ") == 13 and rest.rstrip().endswith(b"[DONE]")
+
+
+def test_a_bad_request_a_huge_head_or_body_is_answered_and_closed(outside_door):
+    assert _raw(outside_door, b"NOT HTTP AT ALL\r\n\r\n").startswith(b"HTTP/1.1 400 ")
+    huge = b"GET /v1/models HTTP/1.1\r\nHost: door\r\nX-Big: " + b"x" * (70 * 1024) + b"\r\n\r\n"
+    assert _raw(outside_door, huge).startswith(b"HTTP/1.1 431 ")
+    big = b"POST /v1/completions HTTP/1.1\r\nHost: door\r\nContent-Length: %d\r\n\r\n" % (300 * 1024**2)
+    got = _raw(outside_door, big)
+    assert got.startswith(b"HTTP/1.1 413 ") and b"256 MiB" in got
+
+
+def test_management_and_proxied_requests_share_one_kept_alive_connection(outside_door):
+    seen = set()
+    with httpx.Client() as c:
+        for i in range(2):
+            for r in (c.get(outside_door.url + "/door/status"),
+                      c.post(outside_door.url + "/v1/completions", json=body(f"mixed{i}")),
+                      c.get(outside_door.url + "/v1/models")):
+                assert r.status_code == 200
+                seen.add(r.extensions["network_stream"].get_extra_info("client_addr"))
+    assert len(seen) == 1  # one client port: the door kept the connection through every route

@@ -152,7 +152,6 @@ class Manager:
             if rt.refusal and rt.refusal.until and now < rt.refusal.until:
                 raise self._with_retry(rt.refusal, now)
             if rt.queued >= self.queue_max:
-                self.metrics.requests.labels(name, "429").inc()
                 raise Refusal(429, f"{name}: {rt.queued} requests already wait for it to start "
                                    f"(queue_max {self.queue_max})", retry_after_s=5,
                               hint="retry later, or raise [host] queue_max")
@@ -185,6 +184,15 @@ class Manager:
                     rt.want_since = None
                 self._gauge(rt)
 
+    def take_ready(self, name: str) -> Pol.Replica | None:
+        """A replica of `name` when it is ready now (no waiting, no task); None otherwise: then
+        `acquire` waits for it."""
+        rt = self.models[name]
+        if rt.state != Pol.READY:
+            return None
+        rt.last_request = self.clock()
+        return self._take(rt)
+
     def _with_retry(self, r: Refusal, now: float) -> Refusal:
         left = (r.until - now) if r.until else r.retry_after_s
         return Refusal(r.status, r.message, r.hint, max(1.0, round(left or 1.0)), r.cause, r.until)
@@ -194,7 +202,7 @@ class Manager:
         rep.outstanding += 1
         rep.sent += 1
         rt.inflight += 1
-        self._gauge(rt)
+        self.metrics.of(rt.name).inflight.set(rt.inflight)
         return rep
 
     def release(self, name: str, rep: Pol.Replica) -> None:
@@ -202,7 +210,7 @@ class Manager:
         rep.outstanding -= 1
         rt.inflight -= 1
         rt.last_request = self.clock()
-        self._gauge(rt)
+        self.metrics.of(rt.name).inflight.set(rt.inflight)
         if rt.inflight == 0 and rt.state == Pol.DRAINING:
             self._wake()
 

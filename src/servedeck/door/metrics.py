@@ -5,6 +5,7 @@ time, through servedeck.gpu.nvml, and only where there is a GPU."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -76,6 +77,7 @@ class DoorMetrics:
         self.state = Gauge("servedeck_door_model_state", "1 for the model's current door state", ["model", "state"],
                            registry=r)
         self._children: dict[str, ModelMetrics] = {}
+        self._counts: dict[tuple[str, str], Any] = {}
         if gpu:
             r.register(GpuCollector())
 
@@ -86,6 +88,13 @@ class DoorMetrics:
             m = self._children[model] = ModelMetrics(self.inflight.labels(model), self.queue.labels(model),
                                                      self.ttft.labels(model), self.e2e.labels(model))
         return m
+
+    def count(self, model: str, status: str) -> None:
+        """One request answered with `status` (its labelled child looked up once)."""
+        c = self._counts.get((model, status))
+        if c is None:
+            c = self._counts[(model, status)] = self.requests.labels(model, status)
+        c.inc()
 
     def set_state(self, model: str, state: str) -> None:
         for s in STATES:

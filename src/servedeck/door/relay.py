@@ -1,21 +1,23 @@
-"""The door's upstream side: raw HTTP/1.1 to the engine, each response chunk written to the client's
-socket from the engine socket's own callback.
+"""The door's upstream side: raw HTTP/1.1 to the engine (or to the door's own management app), each
+response piece written to the client's socket from the engine socket's own callback.
 
 Why not aiohttp's client (what the door used first): each request cost a `ClientRequest` build and
 each relayed chunk a task wake-up (`readany()`) and a coroutine write, all on the door's one loop, where a
 batched engine's 64 simultaneous chunks (and a closed loop's 64 simultaneous requests) queue. Here a
-request is one prebuilt write on a pooled connection, and a chunk one C parse (httptools, uvicorn's
-parser) and one `transport.write`. On the H200 host, door on two CPUs of its own, the added TTFT at 64
-streams went from 2.5 / 17.5 ms to 1.67 / 8.8 ms (p50 / p99), at 256 from 29.2 / 102.8 to 6.7 / 37.0
-(docs/door.md).
+request is one prebuilt write on a pooled connection, and what one read from the engine brought (the
+head, body pieces, the end) one C parse (httptools, uvicorn's parser) and one `transport.write`:
+docs/door.md has the figures.
 
-One `Exchange` is one request and its response on a pooled keep-alive connection:
+One `Exchange` is one request and its response on a pooled keep-alive connection. It reports to a
+listener (the client's request, door/front.py), from inside its own socket callbacks:
 
-    ex = await relay.send(url, method, path_qs, headers, body)   # returns once the head is in
-    ex.status, ex.reason, ex.headers, ex.length                  # length None: chunked / until close
-    ex.pipe(client_transport, chunked=...)                       # body bytes flow from here on
-    await ex.done                                                # the response ended (or failed)
-    ex.abort()                                                   # the client left: close upstream
+    relay.start(url, payload, listener)      # the request's bytes; a pooled connection or a new one
+    listener.on_head(ex)                     # ex.status, ex.reason, ex.headers, ex.length (None:
+                                             #   chunked, or until close); the listener calls
+    ex.pipe(sink, chunked, prefix)           #   and body bytes flow to `sink` from then on
+    listener.on_end(ex)                      # the response ended; everything was written to the sink
+    listener.on_fail(ex, UpstreamError)      # refused, reset, closed early, or not HTTP
+    ex.abort()                               # the client left: close upstream, report nothing
 
 Closing the engine connection is how an engine learns that the client went away (vLLM and llama-server
 both cancel the request), so an aborted exchange's connection is never reused.
@@ -27,55 +29,68 @@ import asyncio
 import ssl
 import time
 from collections import deque
+from typing import Protocol
 from urllib.parse import urlsplit
 
 import httptools
 
-# Client-side buffer above which the engine's socket is paused (a slow reader must not make the door
-# hold an unbounded response in memory), and below which it resumes.
-HIGH_WATER = 1 << 20
-LOW_WATER = 1 << 18
 # A pooled connection idle longer than this is closed, not reused: uvicorn (vLLM) closes idle
 # keep-alive connections after 5 s, and a request written into a closing socket would be lost.
 IDLE_S = 3.0
+END_CHUNK = b"0\r\n\r\n"
+
+Key = tuple[str, int, bool]  # (host, port, tls); a unix socket is ("unix:" + path, 0, False)
 
 
 class UpstreamError(Exception):
     """The engine's connection failed: refused, reset, or closed before the response ended."""
 
 
-class Exchange(asyncio.Protocol):
-    """One connection to an engine, carrying one request at a time (HTTP/1.1, no pipelining)."""
+class Listener(Protocol):
+    def on_head(self, ex: "Exchange") -> None: ...
+    def on_end(self, ex: "Exchange") -> None: ...
+    def on_fail(self, ex: "Exchange", exc: UpstreamError) -> None: ...
 
-    def __init__(self, key: tuple[str, int, bool], relay: Relay) -> None:
+
+class Exchange(asyncio.Protocol):
+    """One connection to an upstream, carrying one request at a time (HTTP/1.1, no pipelining)."""
+
+    def __init__(self, key: Key, relay: Relay) -> None:
         self.key = key
         self.relay = relay
         self.transport: asyncio.Transport | None = None
         self.closed = False
-        self.busy = False  # carrying a request (False while pooled)
+        self.paused = False  # reading paused: the client's socket has too much unsent
         self.idle_since = 0.0
         self._reset()
 
     def _reset(self) -> None:
-        loop = asyncio.get_running_loop()
         self.parser = httptools.HttpResponseParser(self)
-        self.head: asyncio.Future[None] = loop.create_future()
-        self.done: asyncio.Future[None] = loop.create_future()
+        self.listener: Listener | None = None
+        self.payload = b""
+        self.reused = False
         self.status = 0
-        self.reason = ""
-        self.headers: list[tuple[str, str]] = []
+        self.reason = b""
+        self.headers: list[tuple[bytes, bytes]] = []
         self.length: int | None = None
         self.chunked = False
         self.got_bytes = False
+        self.has_head = False
         self.complete = False
         self.keep_alive = False
+        self.reported = False  # on_end or on_fail was called
         self._interim = False
         self.t_first_body: float | None = None
         self.usage_body = b""
-        self._pending: list[bytes] = []
+        self._pending: list[bytes] = []  # body that came before pipe()
+        self._out: list[bytes] | None = None  # what this read writes to the sink, in one write
         self._sink: asyncio.Transport | None = None
         self._sink_chunked = False
-        self._paused = False
+        self._sink_body = True  # False for a HEAD request's answer: the head only
+
+    @property
+    def busy(self) -> bool:
+        return self.listener is not None
 
     # --- asyncio.Protocol ----------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -83,10 +98,21 @@ class Exchange(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.got_bytes = True
+        self._out = out = []
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as e:
-            self._fail(UpstreamError(f"the engine's response is not valid HTTP: {e}"))
+            self._out = None
+            self._fail(UpstreamError(f"the upstream's response is not valid HTTP: {e}"))
+            return
+        self._out = None
+        sink = self._sink
+        if out and sink is not None and not sink.is_closing():
+            sink.write(out[0] if len(out) == 1 else b"".join(out))
+        if self.complete and not self.reported:
+            self.reported = True
+            if self.listener is not None:
+                self.listener.on_end(self)
 
     def eof_received(self) -> bool:
         return False  # close our side too
@@ -94,157 +120,198 @@ class Exchange(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.relay._forget(self)
-        if self.complete or not self.busy:
-            return  # an idle pooled connection the engine closed: nothing was waiting on it
-        if self.head.done() and self.length is None and not self.chunked:
-            self._end()  # no length and not chunked: the body ends when the engine closes
+        if self.reported or self.listener is None:
+            return  # an idle pooled connection the upstream closed: nothing was waiting on it
+        if self.has_head and self.length is None and not self.chunked:
+            self.complete = True  # no length and not chunked: the body ends when the upstream closes
+            self.reported = True
+            self.listener.on_end(self)
             return
-        why = f"{type(exc).__name__}: {exc}" if exc else "the engine closed the connection"
-        self._fail(UpstreamError(why + (" before answering" if not self.head.done() else " mid-response")))
+        if self.reused and not self.got_bytes:  # a kept-alive connection the upstream had closed
+            self.relay._retry(self)
+            return
+        why = f"{type(exc).__name__}: {exc}" if exc else "the upstream closed the connection"
+        self._fail(UpstreamError(why + (" mid-response" if self.has_head else " before answering")))
 
     # --- httptools callbacks -------------------------------------------------------------------------
     def on_status(self, status: bytes) -> None:
-        self.reason += status.decode("latin-1")
+        self.reason += status
 
     def on_header(self, name: bytes, value: bytes) -> None:  # httptools joins pieces split across reads
-        self.headers.append((name.decode("latin-1"), value.decode("latin-1")))
+        self.headers.append((name, value))
 
     def on_headers_complete(self) -> None:
         self.status = self.parser.get_status_code()
         if 100 <= self.status < 200:  # an interim answer (100 Continue, 103 Early Hints): the real head follows
             self._interim = True
-            self.headers, self.reason = [], ""
+            self.headers, self.reason = [], b""
             return
         for n, v in self.headers:
             low = n.lower()
-            if low == "content-length":
+            if low == b"content-length":
                 try:
                     self.length = int(v)
                 except ValueError:
                     pass
-            elif low == "transfer-encoding" and "chunked" in v.lower():
+            elif low == b"transfer-encoding" and b"chunked" in v.lower():
                 self.chunked = True
         if self.chunked:
             self.length = None
-        if not self.head.done():
-            self.head.set_result(None)
+        self.has_head = True
+        if self.listener is not None:
+            self.listener.on_head(self)
 
     def on_body(self, body: bytes) -> None:
         if self.t_first_body is None:
             self.t_first_body = time.perf_counter()
         if b"completion_tokens" in body:  # the usage: in the last events of a stream, or the whole body
             self.usage_body = body
-        sink = self._sink
-        if sink is None:
+        if self._sink is None:
             self._pending.append(body)
-        else:
-            self._write(sink, body)
+        elif self._sink_body:
+            self._put(b"%x\r\n%b\r\n" % (len(body), body) if self._sink_chunked else body)
 
     def on_message_complete(self) -> None:
         if self._interim:
             self._interim = False
             return
         self.keep_alive = self.parser.should_keep_alive()  # asked now: llhttp forgets once the message ends
-        self._end()
+        self.complete = True
+        if self._sink is not None and self._sink_chunked and self._sink_body:
+            self._put(END_CHUNK)
 
-    # --- the handler's side --------------------------------------------------------------------------
-    def pipe(self, sink: asyncio.Transport, chunked: bool) -> None:
-        """From now on every body chunk goes straight to `sink` (the client's socket), chunk-framed
-        when `chunked`; what arrived before (with the head) goes first."""
-        self._sink, self._sink_chunked = sink, chunked
+    # --- the listener's side -------------------------------------------------------------------------
+    def pipe(self, sink: asyncio.Transport, chunked: bool, prefix: bytes = b"", body: bool = True) -> None:
+        """From now on every body piece goes to `sink` (the client's socket), chunk-framed when
+        `chunked`, after `prefix` (the client's response head) and what already arrived; with
+        `body` False (a HEAD request's answer) the body is read and dropped."""
+        self._sink, self._sink_chunked, self._sink_body = sink, chunked, body
+        if prefix:
+            self._put(prefix)
         pending, self._pending = self._pending, []
-        for body in pending:
-            self._write(sink, body)
+        for piece in pending if self._sink_body else ():
+            self._put(b"%x\r\n%b\r\n" % (len(piece), piece) if chunked else piece)
 
-    def abort(self, why: Exception | None = None) -> None:
-        """Close the engine connection now: the engine stops generating for a client that left."""
+    def pause(self) -> None:
+        if self.transport is not None and not self.closed and not self.paused:
+            self.paused = True
+            self.transport.pause_reading()
+
+    def resume(self) -> None:
+        if self.transport is not None and not self.closed and self.paused:
+            self.paused = False
+            self.transport.resume_reading()
+
+    def abort(self) -> None:
+        """Close the upstream connection now and report nothing more: the client left, so the engine
+        must stop generating."""
+        self.reported = True
+        self.listener = None
         if self.transport is not None and not self.closed:
             self.transport.abort()
         self.closed = True
         self.relay._forget(self)
-        if not self.done.done():
-            self.done.set_exception(why or UpstreamError("aborted"))
-            self.done.exception()  # retrieved: nobody may be awaiting it any more
 
     # --- inside ----------------------------------------------------------------------------------------
-    def _write(self, sink: asyncio.Transport, body: bytes) -> None:
-        if sink.is_closing():  # the client is gone (its handler is being cancelled too)
-            self.abort(ConnectionResetError("the client went away"))
-            return
-        if self._sink_chunked:  # one write, one segment: writelines() may send each piece on its own
-            sink.write(b"%x\r\n%b\r\n" % (len(body), body))
-        else:
-            sink.write(body)
-        if not self._paused and sink.get_write_buffer_size() > HIGH_WATER and self.transport is not None:
-            self._paused = True
-            self.transport.pause_reading()
-            asyncio.get_running_loop().call_later(0.005, self._maybe_resume)
+    def _put(self, b: bytes) -> None:
+        if self._out is not None:  # inside data_received: written once the read is parsed
+            self._out.append(b)
+        elif self._sink is not None and not self._sink.is_closing():
+            self._sink.write(b)
 
-    def _maybe_resume(self) -> None:
-        sink = self._sink
-        if self.closed or sink is None:
-            return
-        if sink.is_closing():
-            self.abort(ConnectionResetError("the client went away"))
-        elif sink.get_write_buffer_size() <= LOW_WATER:
-            self._paused = False
-            if self.transport is not None:
-                self.transport.resume_reading()
-        else:
-            asyncio.get_running_loop().call_later(0.005, self._maybe_resume)
-
-    def _end(self) -> None:
-        self.complete = True
-        if not self.head.done():
-            self.head.set_exception(UpstreamError("the engine's response ended before its head"))
-        if not self.done.done():
-            self.done.set_result(None)
-
-    def _fail(self, exc: Exception) -> None:
+    def _fail(self, exc: UpstreamError) -> None:
         if self.transport is not None and not self.closed:
             self.transport.abort()
         self.closed = True
-        for f in (self.head, self.done):
-            if not f.done():
-                f.set_exception(exc)
-            if not f.cancelled():
-                f.exception()  # retrieved: the handler awaiting it still gets it; one that left does not warn
-
+        self.relay._forget(self)
+        if not self.reported:
+            self.reported = True
+            if self.listener is not None:
+                self.listener.on_fail(self, exc)
 
 
 class Relay:
-    """Keep-alive connections to the engines, one pool per (host, port, tls)."""
+    """Keep-alive connections to the upstreams, one pool per (host, port, tls) or unix socket."""
 
     def __init__(self) -> None:
-        self.idle: dict[tuple[str, int, bool], deque[Exchange]] = {}
+        self.idle: dict[Key, deque[Exchange]] = {}
+        self.connecting: set[asyncio.Task] = set()
+        self._keys: dict[str, Key] = {}  # url → key: urlsplit costs more than the rest of a request's routing
         self._tls: ssl.SSLContext | None = None
 
     @staticmethod
-    def key(url: str) -> tuple[str, int, bool]:
+    def key(url: str) -> Key:
+        if url.startswith("unix:"):
+            return (url, 0, False)
         u = urlsplit(url)
         tls = u.scheme == "https"
         return (u.hostname or "127.0.0.1", u.port or (443 if tls else 80), tls)
 
-    async def _connect(self, key: tuple[str, int, bool]) -> Exchange:
+    @staticmethod
+    def host_header(key: Key) -> bytes:
         host, port, tls = key
-        if tls and self._tls is None:
-            self._tls = ssl.create_default_context()
+        if host.startswith("unix:"):
+            return b"localhost"
+        return (host if port in (80, 443) else f"{host}:{port}").encode()
+
+    def start(self, url: str, payload: bytes, listener: Listener) -> Exchange | asyncio.Task:
+        """Send `payload` (a whole request) on a pooled connection, or on a new one (a task, whose
+        cancellation is the caller's way to give up). What follows reaches `listener`."""
+        key = self._keys.get(url)
+        if key is None:
+            key = self._keys[url] = self.key(url)
+        ex = self._take_idle(key)
+        if ex is not None:
+            ex.reused = True
+            self._send(ex, payload, listener)
+            return ex
+        return self._start_connect(key, payload, listener)
+
+    def _start_connect(self, key: Key, payload: bytes, listener: Listener) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(self._connect_and_send(key, payload, listener))
+        self.connecting.add(task)
+        task.add_done_callback(self.connecting.discard)
+        return task
+
+    def _send(self, ex: Exchange, payload: bytes, listener: Listener) -> None:
+        ex.listener, ex.payload = listener, payload
+        listener.ex, listener.task = ex, None  # type: ignore[attr-defined]  # the client's side may abort it now
+        assert ex.transport is not None
+        ex.transport.write(payload)
+
+    async def _connect_and_send(self, key: Key, payload: bytes, listener: Listener) -> None:
+        host, port, tls = key
         loop = asyncio.get_running_loop()
         try:
-            _, ex = await loop.create_connection(lambda: Exchange(key, self), host, port,
-                                                 ssl=self._tls if tls else None)
+            if host.startswith("unix:"):
+                _, ex = await loop.create_unix_connection(lambda: Exchange(key, self), host[5:])
+            else:
+                if tls and self._tls is None:
+                    self._tls = ssl.create_default_context()
+                _, ex = await loop.create_connection(lambda: Exchange(key, self), host, port,
+                                                     ssl=self._tls if tls else None)
         except OSError as e:
-            raise UpstreamError(f"cannot connect to {host}:{port}: {e.strerror or e}") from None
-        return ex
+            where = host[5:] if host.startswith("unix:") else f"{host}:{port}"
+            listener.on_fail(None, UpstreamError(f"cannot connect to {where}: {e.strerror or e}"))  # type: ignore[arg-type]
+            return
+        self._send(ex, payload, listener)
 
-    def _take_idle(self, key: tuple[str, int, bool]) -> Exchange | None:
+    def _retry(self, ex: Exchange) -> None:
+        """A reused connection closed before a byte came back: once more on a fresh connection."""
+        listener, payload = ex.listener, ex.payload
+        ex.listener = None
+        if listener is not None:
+            listener.retrying(self._start_connect(ex.key, payload, listener))  # type: ignore[attr-defined]
+
+    def _take_idle(self, key: Key) -> Exchange | None:
         q = self.idle.get(key)
         now = time.monotonic()
         while q:
-            ex = q.pop()  # the most recently used: least likely to have been closed by the engine
+            ex = q.pop()  # the most recently used: least likely to have been closed by the upstream
             if not ex.closed and now - ex.idle_since < IDLE_S:
                 return ex
             if not ex.closed and ex.transport is not None:
+                ex.closed = True
                 ex.transport.close()
         return None
 
@@ -257,50 +324,21 @@ class Relay:
                 pass
 
     def release(self, ex: Exchange) -> None:
-        """After the handler is done with `ex`: pooled when the response ended cleanly and the engine
-        keeps the connection alive; closed otherwise."""
+        """After the listener is done with `ex`: pooled when the response ended cleanly and the
+        upstream keeps the connection alive; closed otherwise."""
         if ex.complete and ex.keep_alive and not ex.closed and ex._sink is not None:
-            ex.idle_since = time.monotonic()
-            ex.busy = False
+            ex.resume()  # a slow client may have paused it on the response's last read
             ex._reset()
+            ex.idle_since = time.monotonic()
             self.idle.setdefault(ex.key, deque()).append(ex)
         elif not ex.closed and ex.transport is not None:
             ex.closed = True
+            ex.listener = None
             ex.transport.close()
 
-    async def send(self, url: str, method: str, path_qs: str, headers: list[tuple[str, str]],
-                   body: bytes) -> Exchange:
-        """Write the request and wait for the response's head. A pooled connection that the engine had
-        closed (nothing came back at all) is retried once on a fresh one."""
-        key = self.key(url)
-        host_header = key[0] if key[1] in (80, 443) else f"{key[0]}:{key[1]}"
-        lines = [f"{method} {path_qs} HTTP/1.1", f"Host: {host_header}"]
-        lines += [f"{k}: {v}" for k, v in headers]
-        if body or method in ("POST", "PUT", "PATCH"):
-            lines.append(f"Content-Length: {len(body)}")
-        # aiohttp decoded the client's head as UTF-8 with surrogateescape: this gives back its very bytes
-        payload = ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8", "surrogateescape") + body
-        for attempt in (0, 1):
-            ex = self._take_idle(key) if attempt == 0 else None
-            reused = ex is not None
-            if ex is None:
-                ex = await self._connect(key)
-            ex.busy = True
-            assert ex.transport is not None
-            ex.transport.write(payload)
-            try:
-                await ex.head
-            except UpstreamError:
-                if reused and not ex.got_bytes:
-                    continue
-                raise
-            except asyncio.CancelledError:
-                ex.abort()
-                raise
-            return ex
-        raise AssertionError("unreachable")
-
     def close(self) -> None:
+        for t in list(self.connecting):
+            t.cancel()
         for q in self.idle.values():
             for ex in q:
                 if ex.transport is not None:

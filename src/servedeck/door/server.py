@@ -1,17 +1,21 @@
-"""The front door's HTTP side: OpenAI-compatible routing by the body's `model`, streaming passed
-through as it arrives, api keys, /metrics and the live page.
+"""The front door: one address for every model, OpenAI-compatible routing by the body's `model`,
+streaming passed through as it arrives, api keys, /metrics and the live page.
 
-Stack: aiohttp's server, and raw HTTP/1.1 upstream (door/relay.py: httptools parses the engine's
-response, each chunk is written to the client's socket from the engine socket's callback). Both chosen
-by measurement (`bench/door_latency.py`, docs/door.md): aiohttp's server added 1.8 ms at 1 stream and
-37 ms p50 at 64 (a busy 2-core box) where a bare Starlette/uvicorn/httpx proxy added 5.9 and 606 ms;
-aiohttp's client upstream then cost a request build per request and a coroutine wake-up per chunk.
-aiohttp's handler cancellation turns a client's disconnect into closing the engine connection, which is
-how the engines learn to stop generating.
+Three parts, chosen by measurement (`bench/door_latency.py`, docs/door.md):
+    door/front.py   the clients' HTTP/1.1 (httptools): a request for a ready model is parsed, routed and
+                    written to its engine in the read callback that brought it
+    door/relay.py   raw HTTP/1.1 to the engines on pooled keep-alive connections; each read from the
+                    engine is parsed and written to the client in one write, from that callback
+    this module     `Door`: what a request is routed by (keys, models, metrics, recent requests), and an
+                    aiohttp app, reached by the front over a private unix socket, for what is not a
+                    proxied /v1/ call: /v1/models, /metrics, the page, its events and /door/status
+aiohttp's server in front added ~55 µs of serial work per request (a task, a Request, middleware,
+router, a StreamResponse, three writes): at 64 simultaneous requests, 1.7 ms p50 / 8.8 ms p99 of added
+TTFT on the H200 host; the raw front removes that from the path that carries the traffic.
 
 Routes
     GET  /v1/models                 every model and alias, with its door state
-    POST /v1/{path}                 proxied to the model named by the JSON body's "model"
+    *    /v1/{path}                 proxied to the model named by the JSON body's "model"
     GET  /metrics                   Prometheus text (management)
     GET  /  and  /events            the live page and its server-sent events (management)
     GET  /door/status               the same snapshot as JSON (management)
@@ -26,24 +30,24 @@ import hmac
 import ipaddress
 import json
 import logging
+import os
 import re
+import shutil
+import tempfile
 import time
 from collections import deque
 from typing import Any
+from urllib.parse import parse_qs
 
 from aiohttp import web
 
+from servedeck.door.front import HOP, Answer, Front, Req, answer_refusal
 from servedeck.door.manager import Manager, Refusal
 from servedeck.door.metrics import DoorMetrics
 from servedeck.door.relay import Exchange, Relay, UpstreamError
 
 log = logging.getLogger("servedeck.door")
 
-HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
-       "transfer-encoding", "upgrade", "host", "content-length", "authorization", "x-api-key",
-       "expect"}  # the door answered the client's Expect: 100-continue itself when it read the body
-# Response headers the door sets itself (aiohttp writes its own Server/Date; length/chunking follow the stream).
-RESP_DROP = {"connection", "keep-alive", "transfer-encoding", "content-length", "server", "date"}
 USAGE_RE = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 DOOR_KEY: web.AppKey["Door"] = web.AppKey("door")
 
@@ -61,7 +65,8 @@ def is_loopback(host: str | None) -> bool:
 
 def error_body(status: int, message: str, hint: str | None = None, **extra: Any) -> dict:
     kind = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-            404: "not_found_error", 429: "rate_limit_error"}.get(status, "server_error")
+            404: "not_found_error", 413: "invalid_request_error", 429: "rate_limit_error",
+            431: "invalid_request_error"}.get(status, "server_error")
     err = {"message": message, "type": kind, "code": status}
     if hint:
         err["hint"] = hint
@@ -69,14 +74,10 @@ def error_body(status: int, message: str, hint: str | None = None, **extra: Any)
     return {"error": err}
 
 
-def refusal_response(r: Refusal) -> web.Response:
-    headers = {"Retry-After": str(int(max(1, round(r.retry_after_s))))} if r.retry_after_s else {}
-    return web.json_response(error_body(r.status, r.message, r.hint, cause=r.cause), status=r.status,
-                             headers=headers)
-
-
 class Door:
-    """One door: a manager of models, the proxy, and what the page shows."""
+    """One door: a manager of models, the proxy's decisions, and what the page shows."""
+
+    error_body = staticmethod(error_body)
 
     def __init__(self, manager: Manager, metrics: DoorMetrics, *, api_keys: list[str] = (), host: str = "127.0.0.1",
                  log_bodies: bool = False):
@@ -87,58 +88,183 @@ class Door:
         self.log_bodies = log_bodies
         self.recent: deque[dict] = deque(maxlen=50)
         self.relay = Relay()
+        self.internal_url = ""  # "unix:PATH": the aiohttp app below, set by run_door
         self.page_extra = None  # set by the app: notices and log tails for the page
+        self._hosts: dict[str, bytes] = {}
 
-    # --- the app -------------------------------------------------------------------------------------
+    # --- the management app (reached through the front) ----------------------------------------------
     def app(self) -> web.Application:
         from servedeck.door import page
 
-        app = web.Application(middlewares=[self._auth], client_max_size=256 * 1024**2)
+        app = web.Application(client_max_size=256 * 1024**2)
         app.router.add_get("/v1/models", self.models)
-        app.router.add_route("*", "/v1/{tail:.*}", self.proxy)
         app.router.add_get("/metrics", self.metrics_endpoint)
         app.router.add_get("/door/status", self.status)
         app.router.add_get("/", page.index)
         app.router.add_get("/events", page.events)
         app[DOOR_KEY] = self
-        app.on_cleanup.append(self._close)
         return app
 
-    async def _close(self, app: web.Application) -> None:
-        self.relay.close()
-
     # --- security ------------------------------------------------------------------------------------
-    def _key_ok(self, given: str | None) -> bool:
+    def _key_ok(self, given: bytes | None) -> bool:
         if not given:
             return False
-        g = given.encode()
         ok = False
         for k in self.keys:  # every key compared, in constant time: no early exit to time
-            ok |= hmac.compare_digest(g, k)
+            ok |= hmac.compare_digest(given, k)
         return ok
 
-    @web.middleware
-    async def _auth(self, request: web.Request, handler):
-        mgmt = not request.path.startswith("/v1/")
+    def admit(self, r: Req, loopback: bool) -> Answer | None:
+        """From the request's head: None when it may go on, else the answer it gets instead."""
+        mgmt = not r.path.startswith(b"/v1/")
         if self.keys:
-            auth = request.headers.get("Authorization", "")
-            given = auth[7:].strip() if auth.lower().startswith("bearer ") else request.headers.get("x-api-key")
-            if given is None and mgmt:
-                given = request.query.get("key")  # the page's EventSource cannot send headers
+            auth = r.header(b"authorization") or b""
+            given = auth[7:].strip() if auth[:7].lower() == b"bearer " else r.header(b"x-api-key")
+            if given is None and mgmt and b"?" in r.url:  # the page's EventSource cannot send headers
+                q = parse_qs(r.url.split(b"?", 1)[1].decode("latin-1")).get("key")
+                given = q[0].encode("latin-1") if q else None
             if not self._key_ok(given):
-                self.metrics.requests.labels("-", "401").inc()
-                return web.json_response(error_body(401, "missing or wrong api key",
-                                                    "send Authorization: Bearer <key> (the key given to "
-                                                    "--api-key, SERVEDECK_API_KEY or [host] api_keys)"),
-                                         status=401, headers={"WWW-Authenticate": "Bearer"})
-        elif mgmt and not is_loopback(request.remote):
-            return web.json_response(error_body(403, f"{request.path} is a management endpoint and no api key is set: "
-                                                     "it answers only on loopback",
-                                                "set --api-key / SERVEDECK_API_KEY to open it to other hosts"),
-                                     status=403)
-        return await handler(request)
+                self.count("-", 401)
+                return Answer(401, error_body(401, "missing or wrong api key",
+                                              "send Authorization: Bearer <key> (the key given to "
+                                              "--api-key, SERVEDECK_API_KEY or [host] api_keys)"),
+                              {"WWW-Authenticate": "Bearer"})
+        elif mgmt and not loopback:
+            path = r.path.decode("latin-1")
+            return Answer(403, error_body(403, f"{path} is a management endpoint and no api key is set: "
+                                               "it answers only on loopback",
+                                          "set --api-key / SERVEDECK_API_KEY to open it to other hosts"))
+        return None
 
-    # --- OpenAI routes -------------------------------------------------------------------------------
+    def count(self, model: str, status: int | str) -> None:
+        self.metrics.count(model, str(status))
+
+    # --- routing -------------------------------------------------------------------------------------
+    def payload(self, r: Req, body: bytes, url: str) -> bytes:
+        """The request as the upstream gets it: target and headers as the client sent them (hop-by-hop
+        ones and the door's own key dropped), Host the upstream's, the body's length."""
+        host = self._hosts.get(url)
+        if host is None:
+            host = self._hosts[url] = Relay.host_header(Relay.key(url))
+        method = b"GET" if r.method == b"HEAD" else r.method  # httptools cannot read a bodiless HEAD answer:
+        parts = [b"%s %s HTTP/1.1\r\nHost: %s\r\n" % (method, r.url, host)]  # GET, body dropped (front)
+        parts += [k + b": " + v + b"\r\n" for k, v in r.headers if k.lower() not in HOP]
+        if body or r.method in (b"POST", b"PUT", b"PATCH"):
+            parts.append(b"Content-Length: %d\r\n" % len(body))
+        parts.append(b"\r\n")
+        parts.append(body)
+        return b"".join(parts)
+
+    def dispatch(self, r: Req) -> None:
+        """Send `r` on its way: to its model's engine, or to the management app. Raises Answer for
+        what the door answers itself."""
+        if not r.proxied:
+            self._start(r, self.internal_url, self.payload(r, b"".join(r.body), self.internal_url))
+            return
+        body = b"".join(r.body)
+        if self.log_bodies:
+            log.info("request %s %s body=%s", r.method.decode(), r.url.decode("latin-1"),
+                     body[:4096].decode(errors="replace"))
+        name = doc = None
+        if body:
+            try:
+                doc = json.loads(body)
+                name = doc.get("model") if isinstance(doc, dict) else None
+            except ValueError:
+                pass
+        if not isinstance(name, str) or not name:
+            self.count("-", 400)
+            raise Answer(400, error_body(400, f"{r.path.decode('latin-1')}: the JSON body names no \"model\"",
+                                         "send {\"model\": NAME, ...}; GET /v1/models lists the names"))
+        mgr = self.manager
+        try:
+            model = mgr.resolve(name)
+        except Refusal as e:
+            self.count("-", 404)
+            raise answer_refusal(e, error_body) from None
+        r.model = model
+        r.entry = {"model": model, "path": r.path.decode("latin-1"), "status": None, "ttft_ms": None,
+                   "e2e_ms": None, "tokens": None, "at": time.time()}
+        self.recent.append(r.entry)
+        rep = mgr.take_ready(model)
+        if rep is None:  # not ready: wait for it (a boot or a switch) in a task
+            r.task = asyncio.get_running_loop().create_task(self._wait_then_send(r, model, name, doc, body))
+            return
+        self._send(r, rep, model, name, doc, body)
+
+    async def _wait_then_send(self, r: Req, model: str, name: str, doc: Any, body: bytes) -> None:
+        try:
+            rep = await self.manager.acquire(model)
+        except Refusal as e:
+            r.task = None
+            r.model = None  # answered here, not by finish()
+            if r.entry is not None:
+                r.entry.update(status=e.status, e2e_ms=round((time.perf_counter() - r.t0) * 1e3, 1), error=e.message)
+            self.count(model, e.status)
+            r.conn.respond(r, answer_refusal(e, error_body))
+            return
+        r.task = None
+        if r.conn.closed:  # the client left as the model became ready
+            self.manager.release(model, rep)
+            return
+        self._send(r, rep, model, name, doc, body)
+
+    def _send(self, r: Req, rep: Any, model: str, name: str, doc: Any, body: bytes) -> None:
+        r.rep = rep
+        rt = self.manager.models[model]
+        if doc is not None and name != rt.served_name and rt.managed:
+            doc["model"] = rt.served_name  # an alias: the engine knows the model by its served name
+            body = json.dumps(doc).encode()
+        self._start(r, rep.url, self.payload(r, body, rep.url))
+
+    def _start(self, r: Req, url: str, payload: bytes) -> None:
+        got = self.relay.start(url, payload, r)
+        if isinstance(got, Exchange):
+            r.ex = got
+        else:
+            r.task = got
+
+    def finish(self, r: Req, ex: Exchange | None) -> None:
+        """A proxied request is over (answered, failed or abandoned): give its replica back, count it,
+        and fill in its line on the page. Once per request; nothing for management requests."""
+        model = r.model
+        if model is None:
+            return
+        r.model = None
+        if r.rep is not None:
+            self.manager.release(model, r.rep)
+            r.rep = None
+        e2e = time.perf_counter() - r.t0
+        mm = self.metrics.of(model)
+        mm.e2e.observe(e2e)
+        self.count(model, r.status)
+        entry = r.entry
+        if ex is not None:
+            if ex.t_first_body is not None:
+                ttft = ex.t_first_body - r.t0
+                mm.ttft.observe(ttft)
+                if entry is not None:
+                    entry["ttft_ms"] = round(ttft * 1e3, 1)
+            m = USAGE_RE.findall(ex.usage_body[-4096:])
+            if entry is not None:
+                entry["tokens"] = int(m[-1]) if m else None
+        if entry is not None:
+            entry["status"] = r.status
+            entry["e2e_ms"] = round(e2e * 1e3, 1)
+
+    def upstream_failed(self, r: Req, exc: UpstreamError) -> None:
+        """The upstream failed before answering: 502, naming it."""
+        r.status = 502
+        if r.proxied:
+            url = r.rep.url if r.rep is not None else "?"
+            model = r.model
+            self.finish(r, None)
+            a = Answer(502, error_body(502, f"{model} at {url}: {exc}", f"`servedeck logs {model}` shows the engine's side"))
+        else:
+            a = Answer(502, error_body(502, f"the door's own app did not answer: {exc}"))
+        r.conn.respond(r, a)
+
+    # --- management ----------------------------------------------------------------------------------
     async def models(self, request: web.Request) -> web.Response:
         data = []
         for m in self.manager.snapshot():
@@ -148,101 +274,6 @@ class Door:
                                            "state": m["state"], "slot": m["slot"], "detail": m["detail"]}})
         return web.json_response({"object": "list", "data": data})
 
-    async def proxy(self, request: web.Request) -> web.StreamResponse:
-        t0 = time.perf_counter()
-        body = await request.read()
-        if self.log_bodies:
-            log.info("request %s %s body=%s", request.method, request.path, body[:4096].decode(errors="replace"))
-        name = None
-        doc = None
-        if body:
-            try:
-                doc = json.loads(body)
-                name = doc.get("model") if isinstance(doc, dict) else None
-            except ValueError:
-                pass
-        if not isinstance(name, str) or not name:
-            self.metrics.requests.labels("-", "400").inc()
-            return web.json_response(error_body(400, f"{request.path}: the JSON body names no \"model\"",
-                                                "send {\"model\": NAME, ...}; GET /v1/models lists the names"),
-                                     status=400)
-        mgr = self.manager
-        try:
-            model = mgr.resolve(name)
-        except Refusal as r:
-            self.metrics.requests.labels("-", "404").inc()
-            return refusal_response(r)
-        entry = {"model": model, "path": request.path, "status": None, "ttft_ms": None, "e2e_ms": None,
-                 "tokens": None, "at": time.time()}
-        self.recent.append(entry)
-        try:
-            rep = await mgr.acquire(model)
-        except Refusal as r:
-            entry.update(status=r.status, e2e_ms=round((time.perf_counter() - t0) * 1e3, 1), error=r.message)
-            self.metrics.requests.labels(model, str(r.status)).inc()
-            return refusal_response(r)
-        rt = mgr.models[model]
-        mm = self.metrics.of(model)
-        if doc is not None and name != rt.served_name and rt.managed:
-            doc["model"] = rt.served_name  # an alias: the engine knows the model by its served name
-            body = json.dumps(doc).encode()
-        headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP]
-        status = "000"
-        resp: web.StreamResponse | None = None
-        ex: Exchange | None = None
-        try:
-            ex = await self.relay.send(rep.url, request.method, request.raw_path, headers, body)
-            status = str(ex.status)
-            resp = web.StreamResponse(status=ex.status, reason=ex.reason or None)
-            for k, v in ex.headers:
-                if k.lower() not in RESP_DROP:
-                    resp.headers.add(k, v)
-            if ex.length is not None:
-                resp.content_length = ex.length
-            else:
-                resp.enable_chunked_encoding()
-            await resp.prepare(request)
-            if request.transport is None:
-                raise ConnectionResetError("the client went away")
-            ex.pipe(request.transport, chunked=ex.length is None)  # as it arrives: chunk by chunk, no buffering
-            await ex.done
-            await resp.write_eof()
-            if ex.t_first_body is not None:
-                ttft = ex.t_first_body - t0
-                mm.ttft.observe(ttft)
-                entry["ttft_ms"] = round(ttft * 1e3, 1)
-            m = USAGE_RE.findall(ex.usage_body[-4096:])
-            entry["tokens"] = int(m[-1]) if m else None
-        except asyncio.CancelledError:
-            status = "499"  # the client went away; closing the engine connection (below) stops its work
-            raise
-        except ConnectionResetError:
-            status = "499"  # the client went away while we wrote
-            raise
-        except UpstreamError as e:
-            status = "502"
-            if resp is None or not resp.prepared:
-                return web.json_response(error_body(502, f"{model} at {rep.url}: {e}",
-                                                    f"`servedeck logs {model}` shows the engine's side"),
-                                         status=502)
-            # The engine's stream broke after the headers went out: cut the client's connection too, so
-            # it sees an incomplete response instead of a clean end.
-            if request.transport is not None:
-                request.transport.close()
-            raise ConnectionResetError(f"{model}: upstream stream ended early: {e}") from None
-        finally:
-            if ex is not None:
-                if status in ("499", "502") or not ex.complete:
-                    ex.abort()
-                self.relay.release(ex)
-            mgr.release(model, rep)
-            e2e = time.perf_counter() - t0
-            mm.e2e.observe(e2e)
-            self.metrics.requests.labels(model, status).inc()
-            entry.update(status=int(status), e2e_ms=round(e2e * 1e3, 1))
-        return resp
-
-    # --- management ----------------------------------------------------------------------------------
     async def metrics_endpoint(self, request: web.Request) -> web.Response:
         body = await asyncio.to_thread(self.metrics.render)  # NVML reads may take a moment
         return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
@@ -258,14 +289,20 @@ async def run_door(door: Door, host: str, port: int, stop: asyncio.Event, ready:
     """Serve until `stop` is set. `ready(port)` is called once listening."""
     runner = web.AppRunner(door.app(), handler_cancellation=True, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, backlog=1024)
+    sockdir = tempfile.mkdtemp(prefix="servedeck-door-")  # 0700: the app behind it checks no keys
+    front = Front(door)
     try:
-        await site.start()
-        bound = site._server.sockets[0].getsockname()[1] if site._server and site._server.sockets else port
+        path = os.path.join(sockdir, "app.sock")
+        await web.UnixSite(runner, path).start()
+        door.internal_url = "unix:" + path
+        bound = await front.start(host, port)
         await door.manager.start(preload)
         if ready:
             ready(bound)
         await stop.wait()
     finally:
+        await front.close()
+        door.relay.close()
         await door.manager.close()
         await runner.cleanup()
+        shutil.rmtree(sockdir, ignore_errors=True)
