@@ -134,7 +134,10 @@ class DoorProcess:
 
 async def drive(url: str, model: str, conc: int, n: int, max_tokens: int, prompt_tokens: int) -> LoadResult:
     specs = list(synthetic_requests(prompt_tokens, max_tokens, n=n))
-    warm = list(synthetic_requests(prompt_tokens, 4, n=min(8, conc), kind="warmup"))
+    # One warm-up request per stream, all at once: the client's connections, and the door's pool of engine
+    # connections, are as many as the measured phase uses (a pool left idle past relay.IDLE_S, or smaller
+    # than the wave, pays a connect per missing connection on the first wave: docs/door.md, "cold pool").
+    warm = list(synthetic_requests(prompt_tokens, 4, n=conc, kind="warmup"))
     async with StreamingClient(ClientConfig(url, model=model)) as c:
         await c.prewarm(conc + 1)
         return await run_load(c, ClosedLoop(conc), specs, warmup=warm)

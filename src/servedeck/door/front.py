@@ -359,12 +359,13 @@ class Front:
         return self.server.sockets[0].getsockname()[1]
 
     async def _sweep(self, every_s: float = 5.0) -> None:
-        """Close client connections idle (no request in flight) for KEEPALIVE_S."""
+        """Close client connections with no request in flight that sent nothing for KEEPALIVE_S (idle
+        between requests, or stalled half-way through sending one)."""
         while True:
             await asyncio.sleep(every_s)
             now = time.monotonic()
             for c in list(self.conns):
-                if c.active is None and not c.queue and c.cur is None and now - c.last > KEEPALIVE_S:
+                if c.active is None and not c.queue and now - c.last > KEEPALIVE_S:
                     c.close()
 
     async def close(self) -> None:
