@@ -116,3 +116,45 @@ def test_management_endpoints_stay_closed_to_the_network_without_a_key(tmp_path,
     finally:
         code, err = s.stop()
     assert "without an api key" in err
+
+
+def test_a_client_that_stops_reading_pauses_the_engine_and_the_door_does_not_grow(tmp_path, config):
+    """The door never holds a response in memory: a client that stops reading pauses the engine's
+    socket (1 MiB unsent to the client at most), while the engine writes as fast as it can."""
+    import json
+
+    import psutil
+
+    from servedeck.testing.instrument_process import InstrumentProcess
+
+    home = tmp_path / "home3"
+    home.mkdir()
+    fast = InstrumentProcess("--ttft-ms", "0", "--itl-ms", "0", "--tokens", "10", "--tokens-per-chunk", "50")
+    s = ServeProcess(home, config, "--upstream", f"fast={fast.url}")
+    try:
+        s.wait_up()
+        door = psutil.Process(s.proc.pid)
+        body = json.dumps({"model": "fast", "prompt": "x", "max_tokens": 50_000_000, "stream": True}).encode()
+        with socket.socket() as c:
+            c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+            c.connect(("127.0.0.1", s.port))
+            c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: door\r\nX-Request-Id: slow-reader\r\n"
+                      b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            first = b""
+            while first.count(b"data: ") < 8:  # the head may come alone: read a few events for their size
+                got = c.recv(65536)
+                assert got, first[:300]
+                first += got
+            assert first.startswith(b"HTTP/1.1 200 "), first[:200]
+            rss0 = door.memory_info().rss
+            time.sleep(4)  # not reading
+            rss1 = door.memory_info().rss
+            chunks = len(fast.records()["slow-reader"]["chunk_t"])
+        per_event = len(first.partition(b"\r\n\r\n")[2]) / max(1, first.count(b"data: "))
+        sent_mb = chunks * per_event / 1e6  # what the instrument wrote (it does not wait for its reader)
+        assert sent_mb > 32, f"the engine side wrote only ~{sent_mb:.0f} MB: nothing to hold back"
+        assert rss1 - rss0 < 16e6, f"the door grew {(rss1 - rss0) / 1e6:.0f} MB while the engine wrote ~{sent_mb:.0f} MB"
+    finally:
+        code, err = s.stop()
+        fast.stop()
+    assert "Traceback" not in err, err
