@@ -5,7 +5,6 @@ and the session ends by checking that no engine started under a test home is sti
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
 
 import psutil
@@ -103,10 +102,7 @@ def no_orphans_at_end():
     assert not others, f"instruments or client processes left running by tests: {[p.pid for p in others]}"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from ports import free_port  # noqa: E402  (below the kernel's ephemeral range: tests/ports.py says why)
 
 
 @pytest.fixture(scope="session")

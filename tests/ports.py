@@ -1,13 +1,41 @@
-"""Free loopback ports for tests that start servers (a port may be taken again between asking and
-binding; the engines' own errors say so when that happens)."""
+"""Free loopback ports for tests that start servers.
+
+Picked below the kernel's ephemeral range (net.ipv4.ip_local_port_range), never by binding port 0: a
+port from that range, free when asked, can become the source port of any outgoing connection before
+the engine binds it (the door and the load generator open many), and the engine then fails to start.
+Outside the range only another server can take it, and the bind check below sees those."""
 
 from __future__ import annotations
 
+import random
 import socket
 
 
-def free_port() -> int:
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    low = _ephemeral_low()
+    if low > 12000:
+        for _ in range(200):
+            p = random.randrange(10000, low - 1)
+            if _bindable(p):
+                return p
+    with socket.socket() as s:  # no room below the range: the kernel's choice
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
@@ -16,10 +44,6 @@ def free_port_pair() -> int:
     """A port p with p + 1 free as well (a models.toml entry with replicas = 2 serves on both)."""
     for _ in range(50):
         p = free_port()
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", p + 1))
-            except OSError:
-                continue
-        return p
+        if _bindable(p + 1):
+            return p
     raise RuntimeError("no two consecutive free ports found")

@@ -25,7 +25,7 @@ def serve(
     """One OpenAI-compatible endpoint for the whole deck: routes by model, starts and switches on demand."""
     from servedeck.door import ServeOptions, serve as run
     from servedeck.door.serve import keys_of, parse_upstreams
-    from servedeck.door.server import is_loopback
+    from servedeck.door.front import is_loopback
 
     cfg = load_config()
     opts = ServeOptions(host=host, port=port, api_keys=[api_key] if api_key else [],

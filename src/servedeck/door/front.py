@@ -19,6 +19,7 @@ Api keys and the loopback rule for management endpoints are checked here, for ev
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import logging
 import time
@@ -48,6 +49,17 @@ REASONS = {200: b"OK", 400: b"Bad Request", 401: b"Unauthorized", 403: b"Forbidd
            413: b"Payload Too Large", 429: b"Too Many Requests", 431: b"Request Header Fields Too Large",
            499: b"Client Closed Request", 502: b"Bad Gateway", 503: b"Service Unavailable",
            504: b"Gateway Timeout"}
+
+
+def is_loopback(host: str | None) -> bool:
+    if not host:
+        return False
+    if host in ("localhost",):
+        return True
+    try:
+        return ipaddress.ip_address(host.split("%")[0]).is_loopback
+    except ValueError:
+        return False
 
 
 class Answer(Exception):
@@ -171,8 +183,6 @@ class Conn(asyncio.Protocol):
 
     # --- asyncio.Protocol ----------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        from servedeck.door.server import is_loopback
-
         self.transport = transport  # type: ignore[assignment]
         transport.set_write_buffer_limits(high=WRITE_HIGH, low=WRITE_LOW)  # type: ignore[attr-defined]
         peer = transport.get_extra_info("peername")

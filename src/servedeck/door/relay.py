@@ -47,9 +47,13 @@ class UpstreamError(Exception):
 
 
 class Listener(Protocol):
+    ex: "Exchange | None"  # set by the relay once the request is written: what to abort if the client leaves
+    task: "asyncio.Task | None"  # the connect under way, if any: what to cancel instead
+
     def on_head(self, ex: "Exchange") -> None: ...
     def on_end(self, ex: "Exchange") -> None: ...
-    def on_fail(self, ex: "Exchange", exc: UpstreamError) -> None: ...
+    def on_fail(self, ex: "Exchange | None", exc: UpstreamError) -> None: ...  # None: no connection was made
+    def retrying(self, task: asyncio.Task) -> None: ...  # a reused connection was dead: a fresh one is coming
 
 
 class Exchange(asyncio.Protocol):
@@ -87,10 +91,6 @@ class Exchange(asyncio.Protocol):
         self._sink: asyncio.Transport | None = None
         self._sink_chunked = False
         self._sink_body = True  # False for a HEAD request's answer: the head only
-
-    @property
-    def busy(self) -> bool:
-        return self.listener is not None
 
     # --- asyncio.Protocol ----------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -254,12 +254,20 @@ class Relay:
             return b"localhost"
         return (host if port in (80, 443) else f"{host}:{port}").encode()
 
-    def start(self, url: str, payload: bytes, listener: Listener) -> Exchange | asyncio.Task:
-        """Send `payload` (a whole request) on a pooled connection, or on a new one (a task, whose
-        cancellation is the caller's way to give up). What follows reaches `listener`."""
+    def _key(self, url: str) -> Key:
         key = self._keys.get(url)
         if key is None:
             key = self._keys[url] = self.key(url)
+        return key
+
+    def host_for(self, url: str) -> bytes:
+        """The Host header for a request to `url`."""
+        return self.host_header(self._key(url))
+
+    def start(self, url: str, payload: bytes, listener: Listener) -> Exchange | asyncio.Task:
+        """Send `payload` (a whole request) on a pooled connection, or on a new one (a task, whose
+        cancellation is the caller's way to give up). What follows reaches `listener`."""
+        key = self._key(url)
         ex = self._take_idle(key)
         if ex is not None:
             ex.reused = True
@@ -275,7 +283,7 @@ class Relay:
 
     def _send(self, ex: Exchange, payload: bytes, listener: Listener) -> None:
         ex.listener, ex.payload = listener, payload
-        listener.ex, listener.task = ex, None  # type: ignore[attr-defined]  # the client's side may abort it now
+        listener.ex, listener.task = ex, None  # the client's side may abort it now
         assert ex.transport is not None
         ex.transport.write(payload)
 
@@ -292,7 +300,7 @@ class Relay:
                                                      ssl=self._tls if tls else None)
         except OSError as e:
             where = host[5:] if host.startswith("unix:") else f"{host}:{port}"
-            listener.on_fail(None, UpstreamError(f"cannot connect to {where}: {e.strerror or e}"))  # type: ignore[arg-type]
+            listener.on_fail(None, UpstreamError(f"cannot connect to {where}: {e.strerror or e}"))
             return
         self._send(ex, payload, listener)
 
@@ -301,7 +309,7 @@ class Relay:
         listener, payload = ex.listener, ex.payload
         ex.listener = None
         if listener is not None:
-            listener.retrying(self._start_connect(ex.key, payload, listener))  # type: ignore[attr-defined]
+            listener.retrying(self._start_connect(ex.key, payload, listener))
 
     def _take_idle(self, key: Key) -> Exchange | None:
         q = self.idle.get(key)

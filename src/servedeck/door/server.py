@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import ipaddress
 import json
 import logging
 import os
@@ -50,17 +49,6 @@ log = logging.getLogger("servedeck.door")
 
 USAGE_RE = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 DOOR_KEY: web.AppKey["Door"] = web.AppKey("door")
-
-
-def is_loopback(host: str | None) -> bool:
-    if not host:
-        return False
-    if host in ("localhost",):
-        return True
-    try:
-        return ipaddress.ip_address(host.split("%")[0]).is_loopback
-    except ValueError:
-        return False
 
 
 def error_body(status: int, message: str, hint: str | None = None, **extra: Any) -> dict:
@@ -90,7 +78,6 @@ class Door:
         self.relay = Relay()
         self.internal_url = ""  # "unix:PATH": the aiohttp app below, set by run_door
         self.page_extra = None  # set by the app: notices and log tails for the page
-        self._hosts: dict[str, bytes] = {}
 
     # --- the management app (reached through the front) ----------------------------------------------
     def app(self) -> web.Application:
@@ -143,9 +130,7 @@ class Door:
     def payload(self, r: Req, body: bytes, url: str) -> bytes:
         """The request as the upstream gets it: target and headers as the client sent them (hop-by-hop
         ones and the door's own key dropped), Host the upstream's, the body's length."""
-        host = self._hosts.get(url)
-        if host is None:
-            host = self._hosts[url] = Relay.host_header(Relay.key(url))
+        host = self.relay.host_for(url)
         method = b"GET" if r.method == b"HEAD" else r.method  # httptools cannot read a bodiless HEAD answer:
         parts = [b"%s %s HTTP/1.1\r\nHost: %s\r\n" % (method, r.url, host)]  # GET, body dropped (front)
         parts += [k + b": " + v + b"\r\n" for k, v in r.headers if k.lower() not in HOP]
