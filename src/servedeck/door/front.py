@@ -62,6 +62,17 @@ def is_loopback(host: str | None) -> bool:
         return False
 
 
+def error_body(status: int, message: str, hint: str | None = None, **extra: Any) -> dict:
+    kind = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+            404: "not_found_error", 413: "invalid_request_error", 429: "rate_limit_error",
+            431: "invalid_request_error"}.get(status, "server_error")
+    err = {"message": message, "type": kind, "code": status}
+    if hint:
+        err["hint"] = hint
+    err.update({k: v for k, v in extra.items() if v is not None})
+    return {"error": err}
+
+
 class Answer(Exception):
     """A response the door makes itself (an error), raised where it is decided."""
 
@@ -194,14 +205,14 @@ class Conn(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
-            self._refuse_now(Answer(400, self.door.error_body(400, "the door does not upgrade connections"),
+            self._refuse_now(Answer(400, error_body(400, "the door does not upgrade connections"),
                                     close=True))
         except httptools.HttpParserError as e:
             cause = e.__context__
             if isinstance(cause, Answer):
                 self._refuse_now(cause)
             else:
-                self._refuse_now(Answer(400, self.door.error_body(400, f"not a valid HTTP/1.1 request: {e}"),
+                self._refuse_now(Answer(400, error_body(400, f"not a valid HTTP/1.1 request: {e}"),
                                         close=True))
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -245,7 +256,7 @@ class Conn(asyncio.Protocol):
     def _count_head(self, n: int) -> None:
         self.head_bytes += n
         if self.head_bytes > MAX_HEAD:
-            raise Answer(431, self.door.error_body(431, f"the request's head is over {MAX_HEAD // 1024} KiB"),
+            raise Answer(431, error_body(431, f"the request's head is over {MAX_HEAD // 1024} KiB"),
                          close=True)
 
     def on_headers_complete(self) -> None:
@@ -261,8 +272,7 @@ class Conn(asyncio.Protocol):
         r.expect = expect is not None and expect.lower() == b"100-continue"
         cl = r.header(b"content-length")
         if cl is not None and cl.strip().isdigit() and int(cl) > MAX_BODY:
-            raise Answer(413, self.door.error_body(413, f"the request body is over {MAX_BODY // 1024**2} MiB"),
-                         close=True)
+            raise too_large()
         r.answer = self.door.admit(r, self.loopback)
         if r.expect and self.active is None and not self.queue:
             if r.answer is not None:
@@ -273,8 +283,7 @@ class Conn(asyncio.Protocol):
         r = self.cur
         r.size += len(body)  # type: ignore[union-attr]
         if r.size > MAX_BODY:  # type: ignore[union-attr]
-            raise Answer(413, self.door.error_body(413, f"the request body is over {MAX_BODY // 1024**2} MiB"),
-                         close=True)
+            raise too_large()
         r.body.append(body)  # type: ignore[union-attr]
 
     def on_message_complete(self) -> None:
@@ -389,6 +398,10 @@ class Front:
         self.conns.clear()
 
 
-def answer_refusal(r: Refusal, error_body: Any) -> Answer:
+def too_large() -> Answer:
+    return Answer(413, error_body(413, f"the request body is over {MAX_BODY // 1024**2} MiB"), close=True)
+
+
+def answer_refusal(r: Refusal) -> Answer:
     headers = {"Retry-After": str(int(max(1, round(r.retry_after_s))))} if r.retry_after_s else {}
     return Answer(r.status, error_body(r.status, r.message, r.hint, cause=r.cause), headers)

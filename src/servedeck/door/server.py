@@ -40,7 +40,7 @@ from urllib.parse import parse_qs
 
 from aiohttp import web
 
-from servedeck.door.front import HOP, Answer, Front, Req, answer_refusal
+from servedeck.door.front import HOP, Answer, Front, Req, answer_refusal, error_body
 from servedeck.door.manager import Manager, Refusal
 from servedeck.door.metrics import DoorMetrics
 from servedeck.door.relay import Exchange, Relay, UpstreamError
@@ -51,21 +51,8 @@ USAGE_RE = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 DOOR_KEY: web.AppKey["Door"] = web.AppKey("door")
 
 
-def error_body(status: int, message: str, hint: str | None = None, **extra: Any) -> dict:
-    kind = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-            404: "not_found_error", 413: "invalid_request_error", 429: "rate_limit_error",
-            431: "invalid_request_error"}.get(status, "server_error")
-    err = {"message": message, "type": kind, "code": status}
-    if hint:
-        err["hint"] = hint
-    err.update({k: v for k, v in extra.items() if v is not None})
-    return {"error": err}
-
-
 class Door:
     """One door: a manager of models, the proxy's decisions, and what the page shows."""
-
-    error_body = staticmethod(error_body)
 
     def __init__(self, manager: Manager, metrics: DoorMetrics, *, api_keys: list[str] = (), host: str = "127.0.0.1",
                  log_bodies: bool = False):
@@ -166,7 +153,7 @@ class Door:
             model = mgr.resolve(name)
         except Refusal as e:
             self.count("-", 404)
-            raise answer_refusal(e, error_body) from None
+            raise answer_refusal(e) from None
         r.model = model
         r.entry = {"model": model, "path": r.path.decode("latin-1"), "status": None, "ttft_ms": None,
                    "e2e_ms": None, "tokens": None, "at": time.time()}
@@ -186,7 +173,7 @@ class Door:
             if r.entry is not None:
                 r.entry.update(status=e.status, e2e_ms=round((time.perf_counter() - r.t0) * 1e3, 1), error=e.message)
             self.count(model, e.status)
-            r.conn.respond(r, answer_refusal(e, error_body))
+            r.conn.respond(r, answer_refusal(e))
             return
         r.task = None
         if r.conn.closed:  # the client left as the model became ready
