@@ -11,7 +11,6 @@ results directory.
 from __future__ import annotations
 
 import re
-import socket
 from pathlib import Path
 from typing import Iterator
 
@@ -22,14 +21,10 @@ from servedeck.modelsfile import load
 from servedeck.deck import Deck
 from servedeck.init import render_starter
 from servedeck.supervisor.process import group_members, stop_group
+from ports import free_port  # below the kernel's ephemeral range: tests/ports.py says why
 
 TEST_MARK = "SERVEDECK_TEST_RUN"  # as tests/conftest.py: marks engines a test started (orphan check)
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 LLAMA_CONTEXT = 8192  # per request: SmolLM2's training context, so a gate near the limit is possible
 

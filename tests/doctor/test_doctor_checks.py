@@ -9,7 +9,6 @@ import hashlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import zipfile
@@ -30,6 +29,7 @@ from servedeck.gpu.nvml import Gpu, GpuProcess, Inventory
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "gpu"))
 from gguf_writer import write_gguf  # noqa: E402
+from ports import free_port  # below the kernel's ephemeral range: tests/ports.py says why
 
 GiB = 1024**3
 PIP = [sys.executable, "-m", "pip"]
@@ -93,12 +93,6 @@ port = {free_port()}
 gpu_memory_utilization = 0.95
 {extra_model}
 """)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ---------------------------------------------------------------- config

@@ -15,14 +15,9 @@ import httpx
 import pytest
 
 from servedeck.init import render_starter
+from ports import free_port  # below the kernel's ephemeral range: tests/ports.py says why
 
 KEY = "s3cret-door-key"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class ServeProcess:

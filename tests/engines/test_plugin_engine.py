@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -15,12 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from ports import free_port  # below the kernel's ephemeral range: tests/ports.py says why
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 PLUGIN = '''
 """An outside engine: llama-server under another name (a fork), registered by entry point."""

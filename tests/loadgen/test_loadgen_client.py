@@ -4,16 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 
 from servedeck.loadgen import ClientConfig, RequestRecord, RequestSpec, StreamingClient
 from servedeck.loadgen.sse import ResponseParser
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from ports import free_port  # below the kernel's ephemeral range: tests/ports.py says why
 
 
 def send_one(url: str, prompt: str = "hello", max_tokens: int = 5, **cfg) -> RequestRecord:

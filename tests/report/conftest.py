@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -30,17 +29,10 @@ from servedeck.init import default_locations, render_starter
 from servedeck.loadgen import ClosedLoop
 
 from reportkit import SEED, chromium_processes
+from ports import free_port  # below the kernel's ephemeral range: tests/ports.py says why
 
 TEST_MARK = "SERVEDECK_TEST_RUN"  # as tests/conftest.py: the root guard stops and counts engines marked so
 SESSION = str(os.getpid())
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 
 
 @dataclass

@@ -12,6 +12,7 @@ from typing import Callable
 from servedeck.config import Config
 from servedeck.modelsfile import parse
 from servedeck.watch.notices import read_notices
+from ports import free_port  # below the kernel's ephemeral range: tests/ports.py says why
 
 HERE = Path(__file__).parent
 INSTRUMENT = HERE / "stall_instrument.py"
@@ -57,14 +58,6 @@ stop_timeout_s = 5
 """
     cfg.path.write_text(text)
     return parse(text, cfg.path)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(pred: Callable[[], object], timeout: float, step: float = 0.1, what: str = "condition"):
