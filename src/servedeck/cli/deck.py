@@ -208,6 +208,10 @@ def logs(
                 pass
 
 
+# The seed's notes say `servedeck log MODEL`: the same command under that name, kept out of --help.
+app.command("log", hidden=True, help=logs.__doc__)(logs)
+
+
 @app.command()
 def restore(wait: float = WAIT) -> None:
     """After a reboot: start what desired state says should run; adopt engines that still run."""
