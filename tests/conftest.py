@@ -1,10 +1,20 @@
 """Shared fixtures. Every test gets its own SERVEDECK_HOME (no test can touch real state), and no
-engine a test started may outlive it: each test's live engines are stopped by process group after it,
-and the session ends by checking that no engine started under a test home is still running."""
+process a test started may outlive the session: each test's live engines are stopped by process
+group after it, and the session ends by checking that nothing this session started is still running.
+
+How the guard finds them: this session puts its pid in SERVEDECK_TEST_RUN in its own environment
+before the first test, so everything it starts inherits the mark, whoever starts it: an engine
+under any fixture (per test, per module or per session, as the campaign's shared servers are), the
+shim and engine that a `servedeck` CLI subprocess launches, the door (`servedeck serve`), Chromium
+and its helpers, Ray's head and nodes (gcs_server, raylet, their workers), the timing instrument and
+the load generator's client processes. A process that rebuilt its environment from nothing is still
+found if it is a descendant of this session. Marks are per session: another engineer's pytest on the
+same machine has its own, and its processes are none of this session's business."""
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import psutil
@@ -14,7 +24,16 @@ from servedeck.modelsfile import load
 from servedeck.init import default_locations, render_starter
 
 TEST_MARK = "SERVEDECK_TEST_RUN"
-SESSION = str(os.getpid())  # engines inherit it; only this session's leftovers are this session's business
+SESSION = str(os.getpid())  # every process this session starts inherits it (pytest_configure below)
+# How long the guard lets processes that are still shutting down (a Ray worker after cluster
+# shutdown, a browser's helpers) end on their own before it calls them left behind.
+GUARD_WAIT_S = float(os.environ.get("SERVEDECK_TEST_GUARD_WAIT_S", "20"))
+
+
+def pytest_configure(config):
+    # In os.environ, not per test: a session- or module-scoped fixture starts its servers before any
+    # test's monkeypatch, and subprocesses (CLI, Ray, Chromium) copy os.environ.
+    os.environ[TEST_MARK] = SESSION
 
 
 @pytest.fixture(autouse=True)
@@ -46,60 +65,86 @@ def stop_everything(home: Path) -> None:
             stop_group(rec["pgid"], 10)
 
 
-# What tests start besides engines: the front door (`servedeck serve`) and the browser its page is tested in.
-OTHER_KINDS = ("servedeck serve", "chromium")
+# Processes that belong to this session's interpreter itself and end with it, not with any test.
+INTERPRETER_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
 
 
-def engine_processes_of_tests() -> list[psutil.Process]:
-    """Engines, doors and browsers started by this session (found by the mark they inherit)."""
-    out = []
-    for p in psutil.process_iter(["pid", "cmdline"]):
+def processes_of_this_session() -> list[psutil.Process]:
+    """Every live process started by this session: marked with its SESSION, or descended from it."""
+    me = os.getpid()
+    found: dict[int, psutil.Process] = {}
+    for p in psutil.process_iter(["pid", "status"]):
+        if p.pid == me or p.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
         try:
-            if p.pid == os.getpid():
+            if p.environ().get(TEST_MARK) == SESSION:
+                found[p.pid] = p
+        except (psutil.Error, OSError):
+            continue
+    try:
+        for p in psutil.Process(me).children(recursive=True):
+            found.setdefault(p.pid, p)
+    except psutil.Error:
+        pass
+    out = []
+    for p in found.values():
+        try:
+            if p.status() == psutil.STATUS_ZOMBIE:
                 continue
-            env = p.environ()
-        except (psutil.Error, OSError):
-            continue
-        cmd = " ".join(p.info["cmdline"] or [])
-        if env.get(TEST_MARK) == SESSION and ("servedeck.supervisor.shim" in cmd or any(k in cmd for k in OTHER_KINDS)):
-            out.append(p)
-    return out
-
-
-# Other processes the tests start as this session's descendants: the timing instrument
-# (servedeck.testing.instrument) and the load generator's client processes (multiprocessing spawn).
-DESCENDANT_KINDS = ("servedeck.testing.instrument", "multiprocessing.spawn import spawn_main")
-
-
-def instruments_and_clients_left() -> list[psutil.Process]:
-    out = []
-    for p in psutil.Process(os.getpid()).children(recursive=True):
-        try:
             cmd = " ".join(p.cmdline())
-        except (psutil.Error, OSError):
+        except psutil.Error:
             continue
-        if any(k in cmd for k in DESCENDANT_KINDS):
-            out.append(p)
+        if p.ppid() == me and any(h in cmd for h in INTERPRETER_HELPERS):
+            continue
+        out.append(p)
     return out
+
+
+def describe(p: psutil.Process) -> str:
+    try:
+        return f"pid {p.pid} (group {os.getpgid(p.pid)}): {' '.join(p.cmdline())[:200]}"
+    except (psutil.Error, OSError):
+        return f"pid {p.pid} (gone while being described)"
+
+
+def kill_left(left: list[psutil.Process]) -> None:
+    """SIGKILL what was left: by process group where it has its own (an engine and its shim, a
+    Chromium and its helpers), else the process alone (never this session's own group)."""
+    mine = os.getpgid(0)
+    for p in left:
+        try:
+            pgid = os.getpgid(p.pid)
+            if pgid != mine:
+                os.killpg(pgid, 9)
+            else:
+                p.kill()
+        except (psutil.Error, OSError):
+            pass
+    psutil.wait_procs(left, timeout=10)
+
+
+def wait_for_session_processes(wait_s: float) -> list[psutil.Process]:
+    """This session's processes still running after up to `wait_s` seconds of letting them end."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        left = processes_of_this_session()
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.5)
 
 
 @pytest.fixture(scope="session", autouse=True)
 def no_orphans_at_end():
+    """Set up before any other session fixture, so torn down after all of them: the campaign's shared
+    servers, Ray clusters and browsers have been stopped by their own fixtures when this looks."""
     yield
-    left = engine_processes_of_tests()
-    for p in left:
-        try:
-            os.killpg(p.pid, 9)
-        except OSError:
-            pass
-    others = instruments_and_clients_left()
-    for p in others:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-    assert not left, f"engines, doors or browsers left running by tests: {[p.info['cmdline'] for p in left]}"
-    assert not others, f"instruments or client processes left running by tests: {[p.pid for p in others]}"
+    left = wait_for_session_processes(GUARD_WAIT_S)
+    if not left:
+        return
+    names = [describe(p) for p in left]
+    kill_left(left)
+    raise AssertionError(f"{len(left)} process(es) started by this test session were still running "
+                         f"{GUARD_WAIT_S:g} s after the last test (killed now):\n  " + "\n  ".join(names))
 
 
 from ports import free_port  # noqa: E402  (below the kernel's ephemeral range: tests/ports.py says why)

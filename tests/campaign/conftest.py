@@ -10,6 +10,7 @@ results directory.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Iterator
@@ -23,7 +24,8 @@ from servedeck.init import render_starter
 from servedeck.supervisor.process import group_members, stop_group
 from ports import free_port  # below the kernel's ephemeral range: tests/ports.py says why
 
-TEST_MARK = "SERVEDECK_TEST_RUN"  # as tests/conftest.py: marks engines a test started (orphan check)
+TEST_MARK = "SERVEDECK_TEST_RUN"  # as tests/conftest.py: the session guard finds what carries this session's pid
+SESSION = str(os.getpid())
 
 
 LLAMA_CONTEXT = 8192  # per request: SmolLM2's training context, so a gate near the limit is possible
@@ -37,7 +39,7 @@ def campaign_home(tmp_path_factory) -> Path:
 @pytest.fixture(autouse=True)
 def servedeck_home(campaign_home, tmp_path, monkeypatch) -> Iterator[Path]:
     monkeypatch.setenv("SERVEDECK_HOME", str(campaign_home))
-    monkeypatch.setenv(TEST_MARK, "1")
+    monkeypatch.setenv(TEST_MARK, SESSION)
     monkeypatch.setenv("SERVEDECK_RESULTS", str(tmp_path / "results"))
     monkeypatch.delenv("SERVEDECK_CONFIG", raising=False)
     yield campaign_home
@@ -81,7 +83,7 @@ def campaign_config(tmp_path_factory, engines_ready) -> Config:
 def _shared_server(cfg: Config, home: Path, name: str) -> Iterator[dict]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SERVEDECK_HOME", str(home))
-        mp.setenv(TEST_MARK, "1")
+        mp.setenv(TEST_MARK, SESSION)
         rec = Deck(cfg).start(name).record
         try:
             yield rec
