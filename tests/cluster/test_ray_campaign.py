@@ -3,7 +3,8 @@
 one CPU, a custom resource (`host_a` / `host_b`) and its own SERVEDECK_HOME and results dir, so each
 behaves as a separate host would: its own deck state, its own run folders. The head has no CPU for
 tasks, so every cell runs on a worker node. The campaign is run by the CLI, as a user runs it:
-`servedeck campaign run FILE --ray ADDRESS`, with real llama.cpp serving SmolLM2-135M.
+`servedeck campaign run FILE --ray ADDRESS`, with real llama.cpp serving SmolLM2-135M. One campaign
+gives the head node a's results dir, as one host (`--ray local`) shares it between head and node.
 
 Order matters: the last test kills a worker node."""
 
@@ -55,6 +56,19 @@ name = "b"
 host = "host_b"
 args = { parallel = 1, threads = 1 }
 gpus = [1]
+"""
+
+# the issue-20 campaign (two variants differing in `parallel`), one cell on each node
+SHARED = """
+[[variants]]
+name = "p1"
+host = "host_a"
+args = { parallel = 1, threads = 1 }
+
+[[variants]]
+name = "p2"
+host = "host_b"
+args = { parallel = 2, threads = 1 }
 """
 
 UNPINNED = """
@@ -201,6 +215,31 @@ def test_two_nodes_run_their_cells_at_once_and_the_folders_come_back(cluster):
     assert "| a | chat | c=1 |" in md and "| b | chat | c=1 |" in md
     assert not _shims_of_nodes(cluster["root"])
     print(f"\ntwo cells on two Ray nodes: {took:.1f} s for the whole `campaign run --ray` (CLI start to exit)")
+
+
+def test_a_node_sharing_the_heads_results_dir_leaves_one_campaign_folder_and_one_folder_per_run(cluster):
+    """As on one host (`--ray local`): the head's results dir is node a's own; node b's is elsewhere."""
+    shared = cluster["root"] / "a" / "results"
+    env = cluster["env"] | {"SERVEDECK_RESULTS": str(shared)}
+    runs_before = set(os.listdir(shared / "runs")) if (shared / "runs").exists() else set()
+    camp = _write(cluster, "shared", campaign("t-shared", SHARED))
+    r = cli(cluster["cfg"], env, "campaign", "run", str(camp), "--ray", cluster["address"])
+    assert r.returncode == 0, r.stderr[-3000:]
+    folders = sorted((shared / "campaigns").glob("t-shared__*"))
+    assert len(folders) == 1, [f.name for f in folders]  # the head's: no node writes one beside it
+    doc = json.loads((folders[0] / "campaign.json").read_text())
+    assert {c["id"]: c["state"] for c in doc["cells"]} == {"p1#1": "done", "p2#1": "done"}
+    listed = [run for c in doc["cells"] for run in c["runs"]]
+    assert len(listed) == 4  # each cell: its gate and its chat run
+    # one folder per gate and workload: node a's were written here once, node b's sent here once
+    assert sorted(set(os.listdir(shared / "runs")) - runs_before) == sorted(listed)
+    # node b, whose results dir is its own, keeps its run folders there but no campaign folder
+    assert not list((cluster["root"] / "b" / "results" / "campaigns").glob("t-shared__*"))
+    # every run names the head's campaign folder, and `servedeck runs` lists each once
+    assert {json.loads((shared / "runs" / n / "summary.json").read_text())["campaign"]["folder"]
+            for n in listed} == {folders[0].name}
+    rows = json.loads(cli(cluster["cfg"], env, "runs", "--campaign", "t-shared", "--json").stdout)
+    assert sorted(row["run"] for row in rows) == sorted(listed)
 
 
 def _wait_for(cluster: dict, name: str, pred, timeout: float = 240) -> dict:

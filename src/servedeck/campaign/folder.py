@@ -7,6 +7,8 @@
 Cell states: pending → running → done | failed | timed-out; skipped (left out by --only). A cell found
 `running` by a later `campaign run --resume` is redone: the servedeck that ran it is gone.
 Only CampaignFolder writes these files; one lock serialises writers within a process (--parallel).
+A Ray node running one of the head's cells holds the same record in memory (`held_for`) and writes no
+campaign folder: the head's is the only one, and the node's news reaches it through the task's stream.
 """
 
 from __future__ import annotations
@@ -32,10 +34,22 @@ def campaigns_root(configured: Optional[str]) -> Path:
     return paths.results_dir(configured) / "campaigns"
 
 
+def _new_doc(camp: Campaign, cells: list[Cell], model: str) -> dict[str, Any]:
+    return {"schema": SCHEMA, "name": camp.name, "file": str(camp.path), "model": model, "started": now_iso(),
+            "updated": now_iso(), "host": socket.gethostname(),
+            "variants": {v.name: {"overrides": v.overrides(), "replicas": v.replicas, "knobs": camp.knobs.get(v.name, {})}
+                         for v in camp.variants},
+            "base_variant": camp.base_variant, "reference": camp.head.reference,
+            "cells": [{"id": c.id, "variant": c.variant, "repeat": c.repeat, "state": "pending", "runs": [],
+                       "reason": None, "signature": None, "started": None, "ended": None, "node": None}
+                      for c in cells]}
+
+
 class CampaignFolder:
-    def __init__(self, path: Path, doc: dict[str, Any]):
+    def __init__(self, path: Path, doc: dict[str, Any], written: bool = True):
         self.path = path
         self.doc = doc
+        self.written = written  # False: a record held in memory for a folder another process writes
         self._lock = threading.Lock()
 
     @classmethod
@@ -47,17 +61,16 @@ class CampaignFolder:
             raise RunError(f"cannot create a campaign folder under {root}: {e.strerror}",
                            hint="set [host] results_dir in models.toml or SERVEDECK_RESULTS to a writable place") from None
         atomic_write_text(path / "campaign.toml", camp.text)
-        doc = {"schema": SCHEMA, "name": camp.name, "file": str(camp.path), "model": model, "started": now_iso(),
-               "updated": now_iso(), "host": socket.gethostname(),
-               "variants": {v.name: {"overrides": v.overrides(), "replicas": v.replicas, "knobs": camp.knobs.get(v.name, {})}
-                            for v in camp.variants},
-               "base_variant": camp.base_variant, "reference": camp.head.reference,
-               "cells": [{"id": c.id, "variant": c.variant, "repeat": c.repeat, "state": "pending", "runs": [],
-                          "reason": None, "signature": None, "started": None, "ended": None, "node": None}
-                         for c in cells]}
-        folder = cls(path, doc)
+        folder = cls(path, _new_doc(camp, cells, model))
         folder.save()
         return folder
+
+    @classmethod
+    def held_for(cls, head_folder: str, camp: Campaign, cells: list[Cell], model: str) -> "CampaignFolder":
+        """The record of the head's campaign folder `head_folder` (its name), as a Ray node running some of its
+        cells keeps it: the same cells and states, in memory only. Nothing is written: the head writes its
+        folder from what the node's task sends, so no second campaign folder exists for readers to find."""
+        return cls(Path(head_folder), _new_doc(camp, cells, model), written=False)
 
     @classmethod
     def open(cls, path: Path) -> "CampaignFolder":
@@ -90,14 +103,16 @@ class CampaignFolder:
 
     def _save_locked(self) -> None:
         self.doc["updated"] = now_iso()
-        atomic_write_json(self.path / "campaign.json", self.doc)
+        if self.written:
+            atomic_write_json(self.path / "campaign.json", self.doc)
 
     @property
     def finished(self) -> bool:
         return all(c["state"] in DONE_STATES for c in self.doc["cells"])
 
     def write_markdown(self, text: str) -> None:
-        atomic_write_text(self.path / "campaign.md", text)
+        if self.written:
+            atomic_write_text(self.path / "campaign.md", text)
 
 
 def list_campaigns(root: Path) -> list[Path]:

@@ -111,7 +111,10 @@ def check_host(camp: Campaign, cells: list[C.Cell]) -> None:
 class Runner:
     checks_host = True  # the CPU sets must exist here (not so for a head dispatching to Ray nodes)
 
-    def __init__(self, cfg: Config, camp: Campaign, opts: RunOptions, reporter: Optional[CampaignReporter] = None):
+    def __init__(self, cfg: Config, camp: Campaign, opts: RunOptions, reporter: Optional[CampaignReporter] = None,
+                 head_folder: Optional[str] = None):
+        """`head_folder`: the name of a campaign folder another process keeps (a Ray node runs a cell of the
+        head's campaign): the record is held in memory, and no campaign folder is written here."""
         self.user_cfg = cfg
         self.opts = opts
         self.rep = reporter or QuietCampaignReporter()
@@ -135,8 +138,12 @@ class Runner:
                                   hint="variants: " + ", ".join(v.name for v in camp.variants))
         self.deck = Deck(self.derived.cfg)
         self.ours = {n for names in self.derived.models.values() for n in names}
-        self.folder = CampaignFolder.open(found) if opts.resume else \
-            CampaignFolder.create(root, camp, self.cells, self.derived.base)
+        if head_folder is not None:
+            self.folder = CampaignFolder.held_for(head_folder, camp, self.cells, self.derived.base)
+        elif opts.resume:
+            self.folder = CampaignFolder.open(found)
+        else:
+            self.folder = CampaignFolder.create(root, camp, self.cells, self.derived.base)
         self.runs_root = runs_root(cfg.deck.host.results_dir)
         self.durations: list[float] = []
         self.interrupted = threading.Event()
@@ -254,6 +261,8 @@ class Runner:
         return sum(c["state"] in C.DONE_STATES for c in self.folder.doc["cells"])
 
     def _render(self) -> None:
+        if not self.folder.written:
+            return
         try:
             self.folder.write_markdown(render_markdown(self.folder.doc, self.runs_root))
         except Exception as e:  # campaign.json is the record; a rendering bug must not stop the campaign

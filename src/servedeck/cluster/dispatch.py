@@ -5,18 +5,21 @@
                 item named before anything starts; a variant's `host` that no node offers is refused too
     run         one task per cell, all submitted at once: Ray queues each until a node has its GPUs,
                 CPUs and host; each cell's files come back into this head's results dir as they are
-                written (runs/NAME/…), and campaign.json says which node ran it
+                written (runs/NAME/…), unless the node's results dir is this one (it found this
+                campaign's token in it): then its run folders are already here and only their names
+                come; campaign.json says which node ran it
     node lost   the cell is recorded failed, "node lost", with whatever run folders had arrived; it is
                 tried again on another alive node that fits, `retries` times (campaign file, default 1)
     Ctrl-C      every running task is cancelled: each node stops its cell's engines by process group
                 and the cell goes back to pending for `--resume`
 
-Run folder names are made on the nodes; one that collides here with another cell's is renamed with a
-suffix (campaign.json lists the name it has here).
+Run folder names are made on the nodes; one sent here that collides with another cell's is renamed
+with a suffix (campaign.json lists the name it has here). A folder written in place keeps its name.
 """
 
 from __future__ import annotations
 
+import secrets
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -60,6 +63,9 @@ class ClusterRunner(Runner):
         self.names_lock = threading.Lock()
         self.lost: set[str] = set()  # Ray node ids lost during this campaign
         self.where: dict[str, str] = {}  # cell → the Ray node id running it now
+        # written into campaign.json: a node that finds it in its own results dir shares this one
+        self.results_token = secrets.token_hex(8)
+        self.in_place: dict[str, bool] = {}  # cell → its node writes its run folders in this results dir
 
     # --- before anything starts ---------------------------------------------------------------
     def nodes(self) -> list[dict[str, Any]]:
@@ -133,6 +139,7 @@ class ClusterRunner(Runner):
                                hint="install what is missing on those nodes (servedeck, the builds, the weights), "
                                     "or fix the variant's host; `servedeck hosts` shows every node")
         self.folder.doc["cluster"] = {"address": getattr(self.ray.get_runtime_context(), "gcs_address", None),
+                                      "results_token": self.results_token,
                                       "nodes": [{k: f[k] for k in ("host", "ray_node_id", "cpus", "servedeck", "doctor")}
                                                 | {"gpus": len(f["gpus"])} for f in seen]}
         self.folder.save()
@@ -191,7 +198,8 @@ class ClusterRunner(Runner):
     def _payload(self, cell: C.Cell, attempt: int) -> dict[str, Any]:
         return {"models_toml": self.models_toml, "models_path": str(self.user_cfg.path),
                 "campaign_toml": self.camp.text, "campaign_path": str(self.camp.path), "cell": cell.id,
-                "evict": self.opts.evict, "head_folder": self.folder.path.name, "attempt": attempt}
+                "evict": self.opts.evict, "head_folder": self.folder.path.name,
+                "results_token": self.results_token, "attempt": attempt}
 
     def run_cell(self, cell: C.Cell) -> str:
         prior = self.folder.cell(cell.id)
@@ -254,6 +262,7 @@ class ClusterRunner(Runner):
                 if msg["kind"] == "started":
                     info.update(msg)
                     self.where[cell.id] = msg["ray_node_id"]
+                    self.in_place[cell.id] = bool(msg.get("runs_in_place"))
                     self.folder.set_cell(cell.id, node=msg["host"], ray_node_id=msg["ray_node_id"],
                                          node_gpus=msg["gpus"] or None)
                     self.rep.phase(cell.id, f"on {msg['host']} ({msg['ray_node_id'][:8]})")
@@ -304,11 +313,16 @@ class ClusterRunner(Runner):
                 self.folder.add_run(cell.id, here)
 
     def _name_here(self, cell: C.Cell, run: str) -> str:
+        """The run folder's name in this results dir: its own when its node wrote it here, else a folder made
+        here for what the node sends (suffixed when another cell's has that name)."""
         with self.names_lock:
             key = (cell.id, run)
             if key not in self.names:
-                self.runs_root.mkdir(parents=True, exist_ok=True)
-                self.names[key] = unique_dir(self.runs_root, run).name
+                if self.in_place.get(cell.id):
+                    self.names[key] = run
+                else:
+                    self.runs_root.mkdir(parents=True, exist_ok=True)
+                    self.names[key] = unique_dir(self.runs_root, run).name
             return self.names[key]
 
     def _mark_unfinished(self, cell_id: str, reason: str) -> None:

@@ -1,11 +1,15 @@
 """What runs on a Ray node: one campaign cell, and the node's facts for `servedeck hosts`/preflight.
 
 A cell task is servedeck's own Runner.run_cell on this node, with this node's SERVEDECK_HOME (deck
-state, locks) and results dir; the models.toml and campaign file arrive as text in the payload. It
-is a streaming generator: while the cell runs it yields what changed in the cell's run folders
-(file contents, so no shared filesystem is needed) and the cell's phases; the head writes them into
-its own results dir as they come, so a node that dies mid-cell leaves the head everything it had
-sent. Its last item is the cell's record (state, reason, runs).
+state, locks) and results dir; the models.toml and campaign file arrive as text in the payload. The
+campaign's record stays the head's: the node holds its cell's entry in memory and writes no campaign
+folder. The task is a streaming generator: while the cell runs it yields the cell's run folder names
+and phases, and, when this node's results dir is not the head's, what changed in those folders (file
+contents, so no shared filesystem is needed); the head writes them into its own results dir as they
+come, so a node that dies mid-cell leaves the head everything it had sent. When the node's results dir
+is the head's (one host, or a shared filesystem: the node finds the head's campaign folder there with
+this campaign's token), its run folders already are where the head's readers look and only their
+names travel. Its last item is the cell's record (state, reason, runs).
 
 GPUs: the task asks Ray for the cell's GPU count; Ray sets CUDA_VISIBLE_DEVICES for the worker and
 `ray.get_gpu_ids()` names the physical GPUs it granted. A variant's `gpus` are positions within that
@@ -21,6 +25,7 @@ the worker dies without stopping it (node lost, worker killed).
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import threading
@@ -31,6 +36,7 @@ from typing import Any, Iterator, Optional
 from servedeck import __version__, paths
 from servedeck.campaign import cells as C
 from servedeck.campaign.file import parse as parse_campaign
+from servedeck.campaign.folder import campaigns_root
 from servedeck.campaign.runner import RunOptions, Runner
 from servedeck.config import Config
 from servedeck.deck import Deck
@@ -100,6 +106,17 @@ def place_gpus(runner: Runner, cell: C.Cell, granted: list[int]) -> C.Cell:
     return replace(cell, gpus=frozenset(g for n in cell.models for g in models[n].gpus))
 
 
+def shares_head_results(results_dir: Optional[str], head_folder: str, token: str) -> bool:
+    """Whether this node's results dir is the head's own: the head's campaign folder is in it, carrying
+    this campaign's token (a folder of the same name on another disk does not). Then every run folder the
+    node writes is already where the head's readers look."""
+    try:
+        doc = json.loads((campaigns_root(results_dir) / head_folder / "campaign.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(token) and (doc.get("cluster") or {}).get("results_token") == token
+
+
 def _changed(root: Path, runs: list[str], sent: dict[str, tuple[int, int]]) -> dict[str, dict[str, bytes]]:
     """Files of these run folders that are new or changed since the last call (whole contents)."""
     out: dict[str, dict[str, bytes]] = {}
@@ -125,7 +142,8 @@ def _changed(root: Path, runs: list[str], sent: dict[str, tuple[int, int]]) -> d
 
 def run_cell(payload: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """The Ray task body (dispatch.py wraps it in ray.remote). Payload: models_toml, models_path,
-    campaign_toml, campaign_path, cell, evict, head_folder."""
+    campaign_toml, campaign_path, cell, evict, head_folder (the name of the head's campaign folder),
+    results_token (what the head wrote in it, to know it again)."""
     import ray
 
     me = identity()
@@ -136,12 +154,13 @@ def run_cell(payload: dict[str, Any]) -> Iterator[dict[str, Any]]:
         os.environ["SERVEDECK_RESULTS"] = str(paths.home() / "results")
     camp = parse_campaign(payload["campaign_toml"], Path(payload["campaign_path"]))
     rep = _NodeReporter()
-    runner = Runner(cfg, camp, RunOptions(evict=bool(payload.get("evict"))), rep)
+    runner = Runner(cfg, camp, RunOptions(evict=bool(payload.get("evict"))), rep, head_folder=payload["head_folder"])
     runner.node = dict(me)
+    in_place = shares_head_results(cfg.deck.host.results_dir, payload["head_folder"], payload.get("results_token", ""))
     cell = next(c for c in runner.cells if c.id == payload["cell"])
     granted = [int(g) for g in ray.get_gpu_ids()]
     cell = place_gpus(runner, cell, granted)
-    yield {"kind": "started", **me, "gpus": granted, "pid": os.getpid(), "node_folder": str(runner.folder.path),
+    yield {"kind": "started", **me, "gpus": granted, "pid": os.getpid(), "runs_in_place": in_place,
            "models": {n: list(runner.derived.cfg.models[n].gpus) for n in cell.models}}
     box: dict[str, Any] = {}
 
@@ -152,18 +171,24 @@ def run_cell(payload: dict[str, Any]) -> Iterator[dict[str, Any]]:
             box["error"] = f"{type(e).__name__}: {e}"
 
     sent: dict[str, tuple[int, int]] = {}
+
+    def to_send(runs: list[str]) -> dict[str, dict[str, bytes]]:
+        return {} if in_place else _changed(runner.runs_root, runs, sent)
+
+    told: list[str] = []
     t = threading.Thread(target=work, name=f"cell {cell.id}", daemon=True)
     try:
         t.start()
         while t.is_alive():
             t.join(SYNC_S)
-            files = _changed(runner.runs_root, runner.folder.cell(cell.id).get("runs") or [], sent)
+            runs = list(runner.folder.cell(cell.id).get("runs") or [])
+            files = to_send(runs)
             items = rep.drain()
-            if files or items:
-                yield {"kind": "sync", "files": files, "items": items,
-                       "runs": list(runner.folder.cell(cell.id).get("runs") or [])}
+            if files or items or runs != told:
+                told = runs
+                yield {"kind": "sync", "files": files, "items": items, "runs": runs}
         record = dict(runner.folder.cell(cell.id))
-        yield {"kind": "sync", "files": _changed(runner.runs_root, record.get("runs") or [], sent),
+        yield {"kind": "sync", "files": to_send(record.get("runs") or []),
                "items": rep.drain(), "runs": list(record.get("runs") or [])}
         yield {"kind": "end", "cell": record, "error": box.get("error")}
     except BaseException:
