@@ -242,6 +242,16 @@ def test_a_node_sharing_the_heads_results_dir_leaves_one_campaign_folder_and_one
     assert sorted(row["run"] for row in rows) == sorted(listed)
 
 
+def test_ray_local_starts_its_own_cluster_even_with_another_one_named_in_ray_address(cluster):
+    # Ray's own ray.init() (no address) joins the cluster in RAY_ADDRESS or the last `ray start` here
+    env = cluster["env"] | {"RAY_ADDRESS": cluster["address"]}
+    r = cli(cluster["cfg"], env, "hosts", "--ray", "local", "--model", "smollm2", "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    nodes = json.loads(r.stdout)["nodes"]
+    assert len(nodes) == 1, [n["ray_node_id"] for n in nodes]  # this machine, one node: not the test's three
+    assert nodes[0]["ray_node_id"] not in {n.node_id for n in cluster["nodes"].values()}
+
+
 def _wait_for(cluster: dict, name: str, pred, timeout: float = 240) -> dict:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -1,7 +1,8 @@
 """`--ray ADDRESS`: connect this process to a Ray cluster for the length of a command.
 
     auto      the cluster already running on this machine (`ray start --head` here, or a node of it)
-    local     start a one-machine cluster for this command and stop it afterwards
+    local     start a one-machine cluster for this command and stop it afterwards (its own, even when
+              RAY_ADDRESS names a cluster or one was started here with `ray start`)
     ADDRESS   host:port of a cluster's head (GCS), or ray://host:10001 through Ray Client
 
 SERVEDECK_RAY_ADDRESS gives the address when the option is left out.
@@ -33,7 +34,8 @@ def connected(address: str) -> Iterator[None]:
     kw = dict(logging_level=logging.WARNING, log_to_driver=False, namespace="servedeck")
     try:
         if address == "local":
-            ray.init(include_dashboard=False, **kw)
+            # "local", not None: None joins the cluster in RAY_ADDRESS or the last `ray start` here
+            ray.init(address="local", include_dashboard=False, **kw)
         else:
             ray.init(address=address, **kw)
     except (ConnectionError, ValueError, RuntimeError) as e:
