@@ -3,7 +3,9 @@
 servedeck grows no cluster manager of its own: each campaign cell becomes one Ray task that asks for
 the cell's GPUs and CPUs (and its variant's `host`), and runs servedeck's own cell code on the node
 that got them: deck launch, gate, workloads, stop, exactly as `campaign run` does on one host. The
-run folders travel back to the head's results dir through Ray as they are written.
+run folders travel back to the head's results dir through Ray as they are written, unless the node's
+results dir is the head's (one host, a shared filesystem): then they are written there once. The
+campaign folder is the head's alone.
 
     connect.py   --ray auto | local | ADDRESS (or SERVEDECK_RAY_ADDRESS) → a connected driver
     node.py      what runs on a node: one cell (a streaming generator of files and phases), node facts
