@@ -60,6 +60,19 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def status_markdown(view: dict[str, Any]) -> str:
+    """`campaign status` for a pipe or a file: the cells and the figures as markdown tables, whole lines
+    (a terminal gets rich's tables; text written elsewhere must not be cut at 80 columns)."""
+    lines = [f"campaign {view.get('name')} ({view.get('folder')})", "", "| cell | state | runs | reason |",
+             "|---|---|---|---|"]
+    for c in view.get("cells") or []:
+        reason = (c.get("reason") or "").replace("|", "\\|").replace("\n", " ")
+        lines.append(f"| {c['id']} | {c['state']} | {len(c.get('runs') or [])} | {reason} |")
+    if view.get("points"):
+        lines += ["", *table(view["points"])]
+    return "\n".join(lines) + "\n"
+
+
 def render_markdown(doc: dict[str, Any], runs_root: Path) -> str:
     lines = [f"# Campaign {doc.get('name')}", "",
              f"File `{doc.get('file')}`, model `{doc.get('model')}`, host `{doc.get('host')}`; "

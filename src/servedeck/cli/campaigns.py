@@ -15,7 +15,7 @@ from rich.table import Table
 from servedeck.campaign.file import load as load_campaign
 from servedeck.campaign.folder import CampaignFolder, campaigns_root, find_campaign
 from servedeck.campaign.runner import RunOptions, plan_campaign, run_campaign
-from servedeck.campaign.summary import status_view, table
+from servedeck.campaign.summary import status_markdown, status_view, table
 from servedeck.cli.app import app, console, err_console, load_config, print_json
 from servedeck.errors import ConfigError
 from servedeck.runs.folder import runs_root
@@ -154,6 +154,9 @@ def status(folder: Optional[str] = typer.Argument(None, help="campaign folder, i
 
 
 def _render_status(view: dict[str, Any]) -> None:
+    if not console.is_terminal:  # a pipe or a file: whole lines, not rich's tables wrapped at 80 columns
+        console.file.write(status_markdown(view))
+        return
     t = Table(title=f"campaign {view['name']} ({view['folder']})")
     for col in ("cell", "state", "runs", "reason"):
         t.add_column(col)

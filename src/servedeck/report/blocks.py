@@ -2,7 +2,8 @@
 
 Sections build blocks; a cell or a line may carry links (to run folders and their files), so every
 table row and figure says where its numbers came from. Links are absolute paths until rendering,
-which makes them relative to the report's folder.
+which makes them relative to the report's folder; `moved` (a run folder → its copy inside the report's
+folder, see build.py) sends a link to the copy instead.
 """
 
 from __future__ import annotations
@@ -58,42 +59,49 @@ class Section:
     blocks: list[Block]
 
 
-def _rel(target: Path, base: Path) -> str:
+Moved = dict[Path, Path]  # a folder the report links into → where its copy is
+
+
+def _rel(target: Path, base: Path, moved: Optional[Moved] = None) -> str:
+    for src, copy in (moved or {}).items():
+        if target == src or src in target.parents:
+            target = copy / target.relative_to(src)
+            break
     return os.path.relpath(target, base)
 
 
-def _md_cell(c: Cell, base: Path) -> str:
+def _md_cell(c: Cell, base: Path, moved: Optional[Moved] = None) -> str:
     if isinstance(c, Link):
-        return f"[{c.text}]({_rel(c.target, base)})"
+        return f"[{c.text}]({_rel(c.target, base, moved)})"
     if isinstance(c, list):
-        return " ".join(_md_cell(x, base) for x in c)
+        return " ".join(_md_cell(x, base, moved) for x in c)
     return str(c).replace("|", "\\|").replace("\n", " ")
 
 
-def markdown(title: str, sections: list[Section], base: Path) -> str:
+def markdown(title: str, sections: list[Section], base: Path, moved: Optional[Moved] = None) -> str:
     out = [f"# {title}", ""]
     out += [f"- [{s.title}](#{s.id})" for s in sections] + [""]
     for s in sections:
         out += [f"## {s.title}", ""]
         for b in s.blocks:
             if isinstance(b, Para):
-                out += ["".join(_md_cell(p, base) for p in b.parts), ""]
+                out += ["".join(_md_cell(p, base, moved) for p in b.parts), ""]
             elif isinstance(b, Table):
                 out.append("| " + " | ".join(b.head) + " |")
                 out.append("|" + "|".join("---" for _ in b.head) + "|")
-                out += ["| " + " | ".join(_md_cell(c, base) for c in row) + " |" for row in b.rows]
+                out += ["| " + " | ".join(_md_cell(c, base, moved) for c in row) + " |" for row in b.rows]
                 out.append("")
             elif isinstance(b, Figure):
                 out += [f"*Figure: {b.caption}* (drawn in report.html) — sources: "
-                        + ", ".join(_md_cell(x, base) for x in b.sources), ""]
+                        + ", ".join(_md_cell(x, base, moved) for x in b.sources), ""]
             elif isinstance(b, Pre):
-                out += (["from " + _md_cell(b.source, base) + ":"] if b.source else []) + ["```", b.text, "```", ""]
+                out += (["from " + _md_cell(b.source, base, moved) + ":"] if b.source else []) + ["```", b.text, "```", ""]
     return "\n".join(out).rstrip() + "\n"
 
 
-def html_cell(c: Cell, base: Path) -> Markup:
+def html_cell(c: Cell, base: Path, moved: Optional[Moved] = None) -> Markup:
     if isinstance(c, Link):
-        return Markup('<a href="{}">{}</a>').format(_rel(c.target, base), c.text)
+        return Markup('<a href="{}">{}</a>').format(_rel(c.target, base, moved), c.text)
     if isinstance(c, list):
-        return Markup(" ").join(html_cell(x, base) for x in c)
+        return Markup(" ").join(html_cell(x, base, moved) for x in c)
     return escape(str(c))

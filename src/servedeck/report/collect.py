@@ -32,6 +32,9 @@ class Run:
     variant: str = ""
     repeat: int = 1
     cell: Optional[str] = None
+    # the knobs the campaign's user set for this run's variant (campaign.json `knobs`, e.g.
+    # {"args.parallel": 8}; {} for a base that sets none); None for loose runs, which have no declaration
+    declared: Optional[dict[str, Any]] = None
 
     @property
     def name(self) -> str:
@@ -44,6 +47,13 @@ class Run:
     @property
     def workload(self) -> str:
         return str((self.view.get("workload") or {}).get("workload") or "")
+
+    @property
+    def workload_key(self) -> str:
+        """One `[[workloads]]` entry: two chat entries of one campaign (c=1, then c=8 and c=32) are two
+        workloads, and a repeat of either is the same one again."""
+        w = self.view.get("workload") or {}
+        return f"{self.workload} {','.join(str(p) for p in w.get('points') or [])}"
 
     @property
     def gate(self) -> str:
@@ -187,6 +197,7 @@ def from_campaign(folder: Path) -> Collection:
                 continue
             r = _read(p)
             r.variant, r.repeat, r.cell = str(cell.get("variant")), int(cell.get("repeat") or 1), cell.get("id")
+            r.declared = dict(((doc.get("variants") or {}).get(r.variant) or {}).get("knobs") or {})
             made.append(r)
             if r.view.get("status") == "failed":
                 fails.append(failure_of(r))

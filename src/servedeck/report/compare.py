@@ -18,6 +18,7 @@ from typing import Any, Optional
 from servedeck.fsio import read_jsonl
 from servedeck.loadgen.records import RequestRecord
 from servedeck.loadgen.stats import tpot
+from servedeck.report.attribution import Attribution, attribute, sentence
 from servedeck.report.collect import Run
 from servedeck.report.knobs import NOT_CONFIG, WORKLOAD_PREFIX, changed
 from servedeck.report.stats import NOISE, Verdict, judge
@@ -46,25 +47,24 @@ class Comparison:
     points: list[PointComparison]
     only_a: list[str]
     only_b: list[str]
+    att: Attribution  # by the campaign's knobs where both sides carry them (report/attribution.py)
 
     @property
     def attribution(self) -> str:
-        n = len(self.config_changes)
         asked = [c[0] for c in self.changes if c[0].startswith(WORKLOAD_PREFIX)]
         if asked:
             return (f"the workloads differ ({', '.join(asked)}): the two sides measured different things, "
                     "so no difference can be attributed to the configuration")
-        if n == 0:
-            return "same configuration: any difference is run-to-run noise"
-        if n == 1:
-            return f"one knob changed ({self.config_changes[0][0]}): a difference can be credited to it"
-        return (f"{n} knobs changed ({', '.join(c[0] for c in self.config_changes)}): a difference cannot be "
-                "attributed to any one of them")
+        return sentence(self.att)
 
     def to_json(self) -> dict[str, Any]:
         return {"a": [r.name for r in self.a], "b": [r.name for r in self.b],
                 "changes": [{"knob": n, "a": x, "b": y} for n, x, y in self.changes],
-                "config_changes": [n for n, _, _ in self.config_changes], "attribution": self.attribution,
+                "config_changes": [n for n, _, _ in self.config_changes],
+                "knobs": [{"knob": n, "a": x, "b": y} for n, x, y in self.att.knobs],
+                "knobs_from": "campaign.json" if self.att.declared else "the rendered launches",
+                "consequences": [{"knob": n, "a": x, "b": y} for n, x, y in self.att.consequences],
+                "attribution": self.attribution,
                 "points": [p.to_json() for p in self.points], "only_a": self.only_a, "only_b": self.only_b,
                 "noise_threshold": NOISE}
 
@@ -147,18 +147,35 @@ def _point(label: str, a_runs: list[Run], b_runs: list[Run], a_recs: list[dict[s
 
 
 def compare(a: list[Run], b: list[Run], noise: float = NOISE) -> Comparison:
-    """A and B: one run each, or each side's repeats (same configuration)."""
+    """A and B: one run each, or each side's runs of one configuration: its repeats, and its workloads
+    (runs of one `[[workloads]]` entry are repeats of each other; two chat entries are two workloads)."""
     ka, kb = a[0].knobs, b[0].knobs
     changes = changed(ka, kb)
     config = [c for c in changes if not c[0].startswith(NOT_CONFIG)]
-    a_recs = [_records(r) for r in a]
-    b_recs = [_records(r) for r in b]
-    la = [str(p.get("label")) for p in a[0].view.get("points") or []]
-    lb = {str(p.get("label")) for r in b for p in r.view.get("points") or []}
-    common = [x for x in la if x in lb]
-    points = [_point(label, a, b, a_recs, b_recs, noise) for label in common]
-    return Comparison(a, b, changes, config, points, [x for x in la if x not in lb],
-                      sorted(lb - set(la)))
+    keys = [k for k in dict.fromkeys(r.workload_key for r in a) if any(x.workload_key == k for x in b)]
+    points: list[PointComparison] = []
+    only_a: list[str] = []
+    only_b: list[str] = []
+    labels_seen: set[str] = set()
+    for key in keys:
+        ra = [r for r in a if r.workload_key == key]
+        rb = [r for r in b if r.workload_key == key]
+        a_recs, b_recs = [_records(r) for r in ra], [_records(r) for r in rb]
+        la = [str(p.get("label")) for p in ra[0].view.get("points") or []]
+        lb = {str(p.get("label")) for r in rb for p in r.view.get("points") or []}
+        for label in la:
+            if label in lb:
+                pc = _point(label, ra, rb, a_recs, b_recs, noise)
+                if label in labels_seen:  # the same load point in two workloads: say which
+                    pc.label = f"{key}: {label}"
+                labels_seen.add(label)
+                points.append(pc)
+        only_a += [x for x in la if x not in lb]
+        only_b += sorted(lb - set(la))
+    if not keys:  # no workload in common: say what each side has
+        only_a = [str(p.get("label")) for r in a for p in r.view.get("points") or []]
+        only_b = sorted({str(p.get("label")) for r in b for p in r.view.get("points") or []})
+    return Comparison(a, b, changes, config, points, only_a, only_b, attribute(a[0], b[0], config))
 
 
 def text(c: Comparison) -> str:
@@ -168,6 +185,9 @@ def text(c: Comparison) -> str:
         out.append("  nothing: same build, flags, env, host, versions and workload")
     for n, x, y in c.changes:
         out.append(f"  {n}: {x} → {y}")
+    if c.att.declared:
+        out.append("The campaign's knobs (campaign.json):")
+        out += [f"  {n}: {x} → {y}" for n, x, y in c.att.knobs] or ["  none differ"]
     out += ["", c.attribution[0].upper() + c.attribution[1:] + ".", ""]
     for p in c.points:
         out.append(f"{p.label} ({p.pairing}):")

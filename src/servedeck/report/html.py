@@ -4,11 +4,12 @@ jinja2 renders it because the page nests sections, tables and figures and must e
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 from jinja2 import Environment, select_autoescape
 from markupsafe import Markup
 
-from servedeck.report.blocks import Figure, Para, Pre, Section, Table, html_cell
+from servedeck.report.blocks import Figure, Moved, Para, Pre, Section, Table, html_cell
 
 TEMPLATE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
@@ -43,23 +44,23 @@ nav ul { columns: 2; }
 """
 
 
-def render(title: str, sections: list[Section], base: Path) -> str:
+def render(title: str, sections: list[Section], base: Path, moved: Optional[Moved] = None) -> str:
     env = Environment(autoescape=select_autoescape(default=True))
     view = []
     for s in sections:
         blocks = []
         for b in s.blocks:
             if isinstance(b, Para):
-                blocks.append({"kind": "para", "html": Markup("").join(html_cell(p, base) for p in b.parts)})
+                blocks.append({"kind": "para", "html": Markup("").join(html_cell(p, base, moved) for p in b.parts)})
             elif isinstance(b, Table):
                 blocks.append({"kind": "table", "head": b.head,
-                               "rows": [[html_cell(c, base) for c in row] for row in b.rows]})
+                               "rows": [[html_cell(c, base, moved) for c in row] for row in b.rows]})
             elif isinstance(b, Figure):
                 # our own matplotlib output, not user text: safe to place as markup
                 blocks.append({"kind": "figure", "svg": Markup(b.svg), "caption": b.caption,
-                               "sources": Markup(", ").join(html_cell(x, base) for x in b.sources)})
+                               "sources": Markup(", ").join(html_cell(x, base, moved) for x in b.sources)})
             elif isinstance(b, Pre):
                 blocks.append({"kind": "pre", "text": b.text,
-                               "source": html_cell(b.source, base) if b.source else None})
+                               "source": html_cell(b.source, base, moved) if b.source else None})
         view.append({"id": s.id, "title": s.title, "blocks": blocks})
     return env.from_string(TEMPLATE).render(title=title, sections=view)

@@ -105,6 +105,26 @@ def launch_of(path: Path, summary: dict[str, Any]) -> tuple[list[str], dict[str,
     return list(summary.get("command") or []), env, "summary.json"
 
 
+def _each(values: list[str]) -> str:
+    """One value when every GPU has it, else each GPU's in index order."""
+    return values[0] if len(set(values)) == 1 else ", ".join(values)
+
+
+def gpu_facts(gpus: dict[str, Any]) -> dict[str, str]:
+    """Driver, memory and power limit of the host's GPUs (summary.json `gpus`, read through NVML when the
+    run opened): facts that change what a GPU can do, so "what changed" names them. None on a CPU host."""
+    if not gpus.get("available") or not gpus.get("gpus"):
+        return {}
+    each = gpus["gpus"]
+    driver = str(gpus.get("driver_version") or "-")
+    if gpus.get("cuda_driver_version"):
+        driver += f" (CUDA {gpus['cuda_driver_version']})"
+    mem = [f"{g['memory_total'] / 2**30:.1f} GiB" if isinstance(g.get("memory_total"), (int, float)) else "-"
+           for g in each]
+    power = [f"{g['power_limit_w']:.0f} W" if isinstance(g.get("power_limit_w"), (int, float)) else "-" for g in each]
+    return {"GPU driver": driver, "GPU memory": _each(mem), "GPU power limit": _each(power)}
+
+
 def knobs_of(path: Path, summary: dict[str, Any]) -> dict[str, str]:
     """Every knob of one run, as text (a missing fact reads "-")."""
     def s(v: Any) -> str:
@@ -128,6 +148,7 @@ def knobs_of(path: Path, summary: dict[str, Any]) -> dict[str, str]:
         "host": s(host.get("hostname")),
         "CPUs": f"{s(host.get('cpus_usable') or host.get('cpus'))} × {s(host.get('cpu_model'))}",
         "GPUs": ", ".join(str(g.get("name")) for g in gpus.get("gpus", [])) if gpus.get("available") else "none",
+        **gpu_facts(gpus),
     }
     where = address_flags(str(summary.get("engine") or ""))
     for name, value in flags_of(argv).items():
