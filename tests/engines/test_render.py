@@ -77,7 +77,8 @@ def test_llamacpp_argv():
     spec = Deck(cfg()).render("smollm2")
     assert spec.argv == [
         "/opt/llama/bin/llama-server", "-m", "/models/smollm2.gguf", "--host", "127.0.0.1", "--port", "8081",
-        "--alias", "smollm2", "-c", "16384", "--metrics", "--parallel", "4", "--flash-attn", "on", "-ngl", "99",
+        "--alias", "smollm2", "-c", "16384", "--metrics", "--log-verbosity", "4",
+        "--parallel", "4", "--flash-attn", "on", "-ngl", "99",
     ]
     assert spec.env == {"CUDA_VISIBLE_DEVICES": "1"}
 
@@ -167,6 +168,17 @@ def test_a_flag_in_any_spelling_is_rendered_once():
         assert len(slots) == 1, (spelling, argv)
         assert argv[argv.index("-c") + 1] == "4096", (spelling, argv)  # 4 slots × 1024
     assert _argv('"--metrics" = true').count("--metrics") == 1
+
+
+def test_llamacpp_log_verbosity_is_raised_unless_the_user_set_one():
+    """Placement (devices, offloaded layers, buffers per device) is logged only at --log-verbosity 4."""
+    assert _argv("")[-2:] == ["--log-verbosity", "4"]
+    for spelling in ('"-lv" = 2', "log-verbosity = 3", "verbose = true", "verbosity = 3"):
+        argv = _argv(spelling)
+        said = [a for a in argv if a in ("-lv", "--log-verbosity", "--verbosity", "--verbose")]
+        assert len(said) == 1, (spelling, argv)  # the user's own, and none added
+    env = parse(LLAMA_ONLY + 'env = { LLAMA_ARG_LOG_VERBOSITY = "3" }\n', Path("/etc/models.toml"))
+    assert "--log-verbosity" not in Deck(env).render("m").argv
 
 
 def test_two_spellings_of_one_flag_are_refused():

