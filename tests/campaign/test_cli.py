@@ -54,7 +54,9 @@ def test_inputs_that_do_not_fit_the_context_are_refused(campaign_config, llama):
 def test_gate_runs_show_from_the_command_line(campaign_config, llama):
     r = _cli(campaign_config.path, "gate", "smol", "--context", "768", "--depths", "0.5", "--repeats", "2", "--json")
     view = json.loads(r.stdout)
-    assert r.returncode == (0 if view["gate"]["status"] == "passed" else 1), r.stderr
+    # SmolLM2 finds the code at 1.8K tokens every time (ENGINES.md: 9/9): at 768 the gate passes
+    assert view["gate"]["status"] == "passed", view["gate"]
+    assert r.returncode == 0, r.stderr
     assert view["gate"]["result"]["probes"] == 2 and view["gate"]["result"]["depths"] == [0.5]
     assert "GATE" not in r.stdout.split("{", 1)[0]  # --json: stdout is JSON only; progress went to stderr
     assert "probe key=1 depth=0.5" in r.stderr

@@ -79,8 +79,9 @@ def test_unit_verifies_and_runs_the_model_through_the_deck(deck_config, tmp_path
         wait_for(lambda: status(cfg).get("smollm2", {}).get("state") == "ready", 120, "smollm2 ready")
         row = status(cfg)["smollm2"]
         assert row["desired"] is True and row["pid"]
-        logs = sd(cfg, "logs", "smollm2", "-n", "50").stdout
-        assert "llama" in logs.lower() or "server" in logs.lower()
+        assert len(sd(cfg, "logs", "smollm2", "-n", "50").stdout.splitlines()) == 50  # the log is longer than that
+        port = deck_config.models["smollm2"].port
+        assert f"llama_server: listening on http://127.0.0.1:{port}" in sd(cfg, "logs", "smollm2", "-n", "1000").stdout
         fg.send_signal(signal.SIGTERM)  # systemctl stop
         assert fg.wait(60) == 0, fg.stderr.read()
         assert "smollm2" not in status(cfg)  # stopped through the deck, out of desired state

@@ -128,9 +128,15 @@ def test_hints_quote_the_commands_they_name():
     assert not bare, "hints naming a command without backticks:\n" + "\n".join(bare)
 
 
-def test_the_collector_finds_commands():
+def test_the_collector_finds_commands_in_every_kind_of_source():
     found = named_commands()
-    assert len(found) > 20 and "servedeck doctor MODEL" not in () and any(c.startswith("servedeck start") for c in found)
+    assert len(found) > 20
+    # a hint in a plain string literal, and the same command in the crash signatures
+    assert {"src/servedeck/gpu/modelplan.py", "src/servedeck/doctor/signatures.toml"} <= found["servedeck doctor MODEL"]
+    # an f-string's placeholder is read as MODEL (campaign/target.py: f"`servedeck start {name}`")
+    assert "src/servedeck/campaign/target.py" in found["servedeck start MODEL"]
+    # the docs: inline code and fenced blocks
+    assert any("README.md" in where for where in found.values())
 
 
 @pytest.mark.parametrize("cmd", sorted(named_commands()))

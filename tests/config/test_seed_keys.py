@@ -86,7 +86,9 @@ def test_n_predict_in_args_is_refused_in_favour_of_the_key(tmp_path):
 
 
 @pytest.mark.engine
-def test_real_llamacpp_caps_output_and_status_shows_the_keys(deck_config, tmp_path):
+def test_real_llamacpp_max_output_tokens_is_the_default_length_and_status_shows_the_keys(deck_config, tmp_path):
+    """max_output_tokens renders as llama.cpp's -n: the length of a request that names none (not a cap on
+    one that asks for more); servedeck's own requests are refused above it; status shows both keys."""
     text = deck_config.path.read_text().replace("args = { parallel = 4 }",
                                                 "args = { parallel = 4 }\nmax_output_tokens = 6\nvision = false", 1)
     deck_config.path.write_text(text)
@@ -94,7 +96,8 @@ def test_real_llamacpp_caps_output_and_status_shows_the_keys(deck_config, tmp_pa
     d = Deck(c)
     rec = d.start("smollm2").record
     try:
-        assert "-n" in rec.spec["argv"]
+        argv = rec.spec["argv"]
+        assert argv[argv.index("-n") + 1] == "6"
         # llama.cpp's -n is the length of a request that names none (it does not cut a request that asks
         # for more: measured on 11434, -n 6 with max_tokens 50 gave 50; docs/config.md says so)
         r = httpx.post(rec.base_url + "/v1/completions", timeout=180,

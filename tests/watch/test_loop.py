@@ -1,5 +1,6 @@
 """The watch loop on a real llama-server: relaunch with notices, give up with evidence, adopt and
-reap after a restart, refuse a corrupt desired.json, report a stalled engine."""
+reap after a restart, refuse a corrupt desired.json. The stall report runs on a timing instrument
+(stall_instrument.py: it answers readiness, then no completion), not on llama-server."""
 
 from __future__ import annotations
 
@@ -136,7 +137,8 @@ def test_corrupt_desired_json_is_an_error_naming_the_file_and_nothing_starts(dec
 
 
 @pytest.mark.parametrize("moving", [False, True])
-def test_stalled_engine_is_reported_within_the_configured_time(deck_config, tmp_path, moving):
+def test_a_stalled_instrument_is_reported_within_the_configured_time(deck_config, tmp_path, moving):
+    """On stall_instrument.py, whose counters freeze (stalled) or grow without our request (slow)."""
     cfg = with_host(deck_config, liveness_interval_s=1.0, stall_after_s=2.0)
     cfg = add_instrument(cfg, tmp_path, free_port(), *(["--moving"] if moving else []))
     rec = Deck(cfg).start("stuck").record  # answers the readiness completion, then never another
