@@ -9,6 +9,9 @@ script's random-weight llama of 8 blocks; SmolLM2-135M, here, has 30.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +24,7 @@ from ports import free_port
 
 CUDA = Path(__file__).parent.parent / "data" / "llamacpp-11434-cuda"
 SMOLLM2_LAYERS = 30  # SmolLM2-135M's n_layer (ENGINES.md)
+SERVEDECK = str(Path(sys.executable).with_name("servedeck"))
 
 
 def _captured(name: str) -> str:
@@ -134,6 +138,9 @@ def test_cpu_launch_records_zero_layers_offloaded_on_cpu_with_the_models_layer_c
         assert boot["placement"] == f"all {SMOLLM2_LAYERS} layers on CPU"
         [row] = [s.to_json() for s in deck.status()]  # what `servedeck status --json` shows
         assert row["boot"]["placement"] == boot["placement"]
+        table = subprocess.run([SERVEDECK, "--config", str(tmp_path / "models.toml"), "status"], text=True,
+                               capture_output=True, timeout=60, env={**os.environ, "COLUMNS": "300"}).stdout
+        assert f"placement=all {SMOLLM2_LAYERS} layers on CPU" in table
     finally:
         deck.stop(None)
 

@@ -154,7 +154,7 @@ def status(as_json: bool = typer.Option(False, "--json")) -> None:
     for r in rows:
         boot = r.get("boot") or {}
         facts = ", ".join(f"{k}={boot[k]}" for k in ("kv_tokens", "slots", "ctx_per_slot", "init_engine_s",
-                                                      "max_concurrency") if k in boot)
+                                                      "max_concurrency", "placement") if k in boot)
         colour = {"ready": "green", "crashed": "red", "failed": "red", "absent": "yellow",
                   "unhealthy": "red", "stalled": "red"}.get(r["state"], "")
         state = f"[{colour}]{r['state']}[/]" if colour else r["state"]
