@@ -126,6 +126,8 @@ def stop(
     for r in Deck(cfg).stop(names, wait_s=wait, grace_s=grace):
         if r["outcome"] == "not-running":
             console.print(f"{r['model']}: not running")
+        elif r.get("orphaned"):
+            console.print(f"{r['model']}: stopped; {r['detail']}", markup=False, highlight=False, soft_wrap=True)
         else:
             how = "SIGKILL after grace" if r.get("killed") else "SIGTERM"
             console.print(f"{r['model']}: stopped ({how}, {r.get('took_s')} s)")
@@ -156,7 +158,7 @@ def status(as_json: bool = typer.Option(False, "--json")) -> None:
         facts = ", ".join(f"{k}={boot[k]}" for k in ("kv_tokens", "slots", "ctx_per_slot", "init_engine_s",
                                                       "max_concurrency", "placement") if k in boot)
         colour = {"ready": "green", "crashed": "red", "failed": "red", "absent": "yellow",
-                  "unhealthy": "red", "stalled": "red"}.get(r["state"], "")
+                  "unhealthy": "red", "stalled": "red", "orphaned": "red"}.get(r["state"], "")
         state = f"[{colour}]{r['state']}[/]" if colour else r["state"]
         detail = r["detail"] or ""
         if r.get("cause") and r["cause"].get("summary"):

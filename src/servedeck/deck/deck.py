@@ -11,6 +11,12 @@ owners of a loop (watch, soak, campaigns, the front door) do several steps under
         ops.start(name, cfg, reason="relaunch") / ops.stop(name, rec, reason=...) / ops.reap_orphan(...)
 
 `Deck.running()` is a pure query: the live records whose process is alive; it writes nothing.
+
+A shim killed from outside (SIGKILL, the OOM killer) leaves its engine running with nobody to record
+its end: `settle_dead` stops such an engine's process group, then settles the launch as crashed
+(docs/deck.md says why it stops rather than adopts). `status` shows it as `orphaned` and leaves
+it; every operation that changes the deck (start, switch, stop, restore, the watch loop, the door)
+settles first, so none of them starts a model over it or reports it "not running".
 """
 
 from __future__ import annotations
@@ -148,13 +154,16 @@ class Ending:
     exit: Optional[dict]
     cause: Optional[dict]
     tail: str
+    left_behind: Optional[dict] = None  # its shim died first: the engine it left, and how the deck stopped it
 
     @property
     def detail(self) -> str:
+        if self.left_behind:
+            return self.left_behind["detail"]
         return describe_exit(self.exit)
 
 
-def ending_of(rec: LiveRecord) -> Ending:
+def ending_of(rec: LiveRecord, left_behind: dict | None = None) -> Ending:
     """Pure but for reading the launch folder: what a dead launch became and why."""
     d = Path(rec.launch_dir)
     exit_info = R.read_exit(d)
@@ -162,11 +171,32 @@ def ending_of(rec: LiveRecord) -> Ending:
     state = LaunchState.after_death(rec.state)
     ended = (exit_info or {}).get("ended_at") or time.time()
     cause = classify(tail, exit_info, ended, rec.engine) if state != LaunchState.STOPPED else None
-    return Ending(state, exit_info, cause, tail)
+    if left_behind and cause and cause.get("id") == "unknown":  # nothing in the log or the kernel's: say what is known
+        cause = {**cause, "id": "supervisor-killed", "family": "supervisor",
+                 "summary": "its supervisor shim was killed from outside (a SIGKILL, or the OOM killer) while the "
+                            "engine ran; the engine was stopped so that a new supervisor can start it",
+                 "action": "if the kernel log shows the OOM killer, give the host more memory or the model less"}
+    return Ending(state, exit_info, cause, tail, left_behind)
 
 
 def alive(rec: LiveRecord) -> bool:
     return P.alive(rec.pid, rec.create_time)
+
+
+def left_behind(rec: LiveRecord) -> list[int]:
+    """The processes of `rec`'s group still running though its shim is gone: its engine, unsupervised.
+    The shim's recorded start time guards against a reused pid (supervisor/process.py)."""
+    return P.left_in_group(rec.pgid, rec.create_time)
+
+
+def engine_named(rec: LiveRecord, left: list[int]) -> str:
+    """The engine of a launch in words: its own pid (from the live record, or engine.json while it was
+    still starting), and how many processes its group still holds when there are more."""
+    pid = rec.engine_pid or _read_json(Path(rec.launch_dir) / "engine.json").get("engine_pid")
+    if pid not in left:
+        pid = left[0] if left else pid
+    more = f", {len(left)} processes in its group" if len(left) > 1 else ""
+    return f"pid {pid}{more}"
 
 
 class Deck:
@@ -228,13 +258,18 @@ class Deck:
     def stop(self, names: list[str] | None, *, wait_s: float = 0.0, grace_s: float | None = None) -> list[dict]:
         """Stop the named models (all running ones when names is None) and drop them from desired state."""
         with self.locked("stop " + (" ".join(names) if names else "--all"), wait_s) as ops:
-            ops.settle_dead()
+            # an engine whose shim was killed is stopped here, by its group, and reported as stopped
+            settled = {m: end.left_behind for m, (_, end) in ops.settle_dead().items() if end.left_behind}
             running = ops.running()
-            targets = list(running) if names is None else \
+            targets = [*running, *settled] if names is None else \
                 [m for n in names for m in (self.cfg.members(n) if self.cfg else (n,))]
             out = []
             for name in targets:
                 S.set_desired(name, None)
+                if name in settled:
+                    S.journal("stop", name, "stopped", reason="stop", detail=settled[name]["detail"])
+                    out.append({"model": name, "outcome": "stopped", "orphaned": True, **settled[name]})
+                    continue
                 if name not in running:
                     S.journal("stop", name, "not-running")
                     out.append({"model": name, "outcome": "not-running"})
@@ -251,7 +286,7 @@ class Deck:
         if any(not alive(r) for r in S.all_live().values()):  # take the lock only when there is work for it
             try:
                 with self.locked("status: settle dead launches") as ops:
-                    ended = ops.settle_dead()
+                    ended = ops.settle_dead(stop_left_behind=False)  # a query does not stop a serving engine
             except BusyError:
                 pass
         desired = S.read_desired()["models"]
@@ -262,6 +297,13 @@ class Deck:
         live = S.all_live()
         for model, rec in live.items():
             if not alive(rec):
+                left = left_behind(rec)
+                if left:
+                    out.append(Status(model, "orphaned", rec, model in desired,
+                                      f"shim pid {rec.pid} is gone; its engine ({engine_named(rec, left)}) still runs "
+                                      f"on port {rec.port}, unsupervised: `servedeck stop {model}` stops it, "
+                                      f"`servedeck start {model}` (or the watch loop) replaces it"))
+                    continue
                 end = ending_of(rec)
                 out.append(Status(model, end.state, rec, model in desired, end.detail, cause=end.cause,
                                   exit=end.exit))
@@ -330,23 +372,44 @@ class DeckOps:
     def running(self) -> dict[str, LiveRecord]:
         return self.deck.running()
 
-    def settle_dead(self) -> dict[str, tuple[LiveRecord, Ending]]:
+    def settle_dead(self, *, stop_left_behind: bool = True) -> dict[str, tuple[LiveRecord, Ending]]:
         """Every live record whose process is gone: say what it died of, keep the evidence (launch.json,
-        journal), clear the record. Returns what was settled, by model."""
+        journal), clear the record. Returns what was settled, by model.
+
+        A shim that died before its engine (killed from outside) left the engine running on the model's
+        port: its process group is stopped first (SIGTERM, the model's grace, SIGKILL; then the port and
+        the GPUs are waited for), and the ending says so. With `stop_left_behind=False` (status) such a
+        launch is left as it is, still recorded live."""
         out = {}
         for model, rec in S.all_live().items():
             if alive(rec):
                 continue
-            end = ending_of(rec)
+            left = left_behind(rec)
+            if left and not stop_left_behind:
+                continue
+            end = ending_of(rec, self._stop_left_behind(rec, left) if left else None)
             L.update_launch(Path(rec.launch_dir), state=end.state.value, ended_at=S.now_iso(), exit=end.exit,
-                            cause=end.cause, end_detail=end.detail)
+                            cause=end.cause, end_detail=end.detail,
+                            **({"left_behind": end.left_behind} if end.left_behind else {}))
             S.clear_live(model)
             if end.state != LaunchState.STOPPED:
                 event = "start" if end.state == LaunchState.FAILED else "crash"
                 S.journal(event, model, end.state.value, launch_dir=rec.launch_dir, exit=end.exit, cause=end.cause,
-                          detail=end.detail, log_tail=end.tail.splitlines()[-10:])
+                          detail=end.detail, log_tail=end.tail.splitlines()[-10:],
+                          **({"left_behind": end.left_behind} if end.left_behind else {}))
             out[model] = (rec, end)
         return out
+
+    def _stop_left_behind(self, rec: LiveRecord, left: list[int]) -> dict:
+        """Stop the engine a dead shim left, as `stop` would; what was done, in a sentence and as data."""
+        engine = engine_named(rec, left)
+        ended = _end_group(rec, rec.stop_timeout_s)
+        how = "SIGKILL after grace" if ended.get("killed") else "SIGTERM"
+        detail = (f"its supervisor (shim pid {rec.pid}) died and left its engine ({engine}) running "
+                  f"unsupervised on port {rec.port}: stopped it ({how}, {ended.get('took_s')} s)")
+        if not ended["port_free"]:
+            detail += f"; port {rec.port} is still held"
+        return {"detail": detail, "pids": left, "shim_pid": rec.pid, **ended}
 
     # --- start ------------------------------------------------------------------------------
     def start_all(self, members: tuple[str, ...], cfg: Config, *, reason: str, evict_slot: bool = False,
@@ -540,19 +603,24 @@ class DeckOps:
         S.write_live(rec)
         L.update_launch(d, state=LaunchState.STOPPING.value)
         S.set_desired(name, None)
-        grace = rec.stop_timeout_s if grace_s is None else grace_s
-        members = set(P.group_members(rec.pgid))  # before they go: NVML lists them by pid
-        result = P.stop_group(rec.pgid, grace)
-        _cleanup_container(rec)
-        port_free = P.wait_port_free(rec.port, 30.0)
-        gpu = _wait_gpu_released(members)
+        ended = _end_group(rec, rec.stop_timeout_s if grace_s is None else grace_s)
+        result = {k: v for k, v in ended.items() if k not in ("port_free", "gpu_released")}
         exit_info = R.read_exit(d)
         L.update_launch(d, state=LaunchState.STOPPED.value, ended_at=S.now_iso(), exit=exit_info, stop=result,
                         end_detail=f"stopped ({reason})")
         S.clear_live(name)
         S.journal("stop", name, "stopped", reason=reason, launch_dir=str(d), killed=result.get("killed"),
-                  took_s=result.get("took_s"), port_free=port_free, gpu_released=gpu)
-        return {"model": name, "outcome": "stopped", **result, "port_free": port_free, "gpu_released": gpu}
+                  took_s=result.get("took_s"), port_free=ended["port_free"], gpu_released=ended["gpu_released"])
+        return {"model": name, "outcome": "stopped", **ended}
+
+
+def _end_group(rec: LiveRecord, grace_s: float) -> dict:
+    """SIGTERM to the launch's process group, grace, SIGKILL; its container removed; then wait until
+    its port is free and NVML lists none of the group's pids."""
+    members = set(P.group_members(rec.pgid))  # before they go: NVML lists them by pid
+    result = P.stop_group(rec.pgid, grace_s)
+    _cleanup_container(rec)
+    return {**result, "port_free": P.wait_port_free(rec.port, 30.0), "gpu_released": _wait_gpu_released(members)}
 
 
 def _cleanup_container(rec: LiveRecord) -> None:

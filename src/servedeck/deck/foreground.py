@@ -11,7 +11,8 @@ this process waits until the engine ends.
                                systemd's Restart=on-failure sees a failure as one
     `servedeck stop MODEL`     the model leaves desired state; this process exits 0 (no restart)
 
-Only the deck's public start / stop / status are used: the deck's lock keeps one owner.
+Only the deck's public operations are used (start, stop, status, and `settle_dead` under its lock):
+the deck's lock keeps one owner.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Callable, Iterable, Iterator
 
 from servedeck.deck.deck import Deck
 from servedeck.deck.records import StartResult
+from servedeck.errors import BusyError
 from servedeck.supervisor import process as P
 from servedeck.supervisor import ready as R
 
@@ -77,7 +79,13 @@ def run_foreground(deck: Deck, name: str, *, on_started: Callable[[StartResult],
             if stop.wait(poll_s):
                 deck.stop([name], wait_s=stop_wait_s)
                 return 0
-    # the engine is gone: status settles the launch (crashed, its cause, the journal line)
+    # the shim is gone: settle the launch (crashed, its cause, the journal line); an engine the shim left
+    # running (the shim was killed from outside) is stopped there, so this process leaves nothing behind
+    try:
+        with deck.locked(f"start {name} --foreground: settle", wait_s=stop_wait_s) as ops:
+            ops.settle_dead()
+    except BusyError:
+        pass  # whoever holds the lock settles it
     wanted = any(s.model == name and s.desired for s in deck.status())
     if not wanted:
         return 0  # stopped through the deck (`servedeck stop`): not a failure, nothing to restart

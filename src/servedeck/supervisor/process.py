@@ -82,6 +82,31 @@ def group_members(pgid: int) -> list[int]:
     return out
 
 
+def left_in_group(pgid: int, leader_create_time: float | None) -> list[int]:
+    """The processes still in the group of a leader (a shim) that is gone: an engine its killed shim left
+    running. Empty while the leader lives, and whenever the group may not be the one that leader led:
+    its pid now names another process (the number was reused), a member is older than the leader was
+    (the leader cannot have started it), or the leader's start time was never recorded."""
+    if leader_create_time is None:
+        return []
+    _reap(pgid)
+    try:
+        leader = psutil.Process(pgid)
+        if abs(leader.create_time() - leader_create_time) > 0.05 or leader.status() != psutil.STATUS_ZOMBIE:
+            return []  # another process has the number, or the leader itself still runs
+    except psutil.NoSuchProcess:
+        pass
+    members = []
+    for pid in group_members(pgid):
+        try:
+            if psutil.Process(pid).create_time() < leader_create_time - 0.05:
+                return []
+        except psutil.NoSuchProcess:
+            continue
+        members.append(pid)
+    return members
+
+
 def descendants(pid: int) -> list[int]:
     try:
         return [c.pid for c in psutil.Process(pid).children(recursive=True)]

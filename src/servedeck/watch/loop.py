@@ -4,7 +4,8 @@ Each tick:
   1. read desired.json (corrupt → StateError naming the file; the loop reports it once and acts on
      nothing until it is readable again: nothing is started or reaped blindly);
   2. under the deck lock (skipped this tick when a start/switch/stop holds it):
-       - settle engines found dead (the deck records the crash and its classified cause) → notice
+       - settle engines found dead (the deck records the crash and its classified cause; an engine
+         whose shim was killed is stopped by the deck first, so the relaunch finds its port free) → notice
        - adopt running engines that desired state wants (a restarted loop starts no duplicate)
        - reap engines nothing wants: not in desired state, or orphaned while `starting`
        - relaunch wanted-but-absent models: try 1 at once, then `relaunch_spacing_s` after each
@@ -173,7 +174,7 @@ class Watcher:
         if cause.get("summary"):
             why += f" — {cause['summary']}"
         self.note("crashed", name, f"{name} {state}: {why}", launch_dir=rec.launch_dir, exit=end.exit,
-                  cause=cause, log_tail=tail)
+                  cause=cause, log_tail=tail, **({"left_behind": end.left_behind} if end.left_behind else {}))
         inc = self.incidents.get(name)
         if inc is not None and inc.get("state") == "relaunching":
             inc["evidence"].append({"try": inc["tries"], "outcome": f"{state} after relaunch", "detail": why,
