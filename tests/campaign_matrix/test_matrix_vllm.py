@@ -96,9 +96,10 @@ def test_report_of_the_vllm_campaign_has_its_sections_and_compare_names_the_flag
     for section in ("## What was measured", "## The gate", "## Throughput against latency (Pareto)",
                     "## TTFT and TPOT against load", "## One knob at a time: attribution", "## Sources"):
         assert section in md, (section, md[:3000])
-    # each variant has its own port and is labelled by its name: neither is a knob, so the flag alone is
-    # credited (a real campaign folder showed "3 knobs differ (layout, flag --port, flag --max-num-seqs)")
-    assert "| flag --max-num-seqs: 1 → 4 | max-num-seqs=4 | chat c=4 | TPOT p50 |" in md, md[md.find("## One knob"):][:2000]
+    # each variant has its own port and is labelled by its name: neither is a knob, so the campaign's one
+    # knob is credited (a real campaign folder showed "3 knobs differ (layout, flag --port, flag --max-num-seqs)"),
+    # and the flag it renders is its consequence (issue 20, item 5)
+    assert "| args.max-num-seqs: 1 → 4 | max-num-seqs=4 | chat c=4 | TPOT p50 |" in md, md[md.find("## One knob"):][:2000]
     assert "| vllm | 0.32.0 |" in md
     html = Path(out["report_html"]).read_text()
     assert html.count("<img") + html.count("<svg") >= 2  # the plots are in the page
@@ -106,6 +107,6 @@ def test_report_of_the_vllm_campaign_has_its_sections_and_compare_names_the_flag
     assert r.returncode == 0, r.stderr[-3000:]
     doc = json.loads(r.stdout)
     assert doc["config_changes"] == ["flag --max-num-seqs"]
-    assert doc["attribution"].startswith("one knob changed (flag --max-num-seqs)")
+    assert doc["attribution"].startswith("one knob changed (args.max-num-seqs; it renders as flag --max-num-seqs: 1 → 4)")
     assert [p["label"] for p in doc["points"]] == ["c=1", "c=4"]
     print("\n" + cli(cfg, env, "compare", "max-num-seqs=1", "max-num-seqs=4", "--campaign", str(folder)).stdout)

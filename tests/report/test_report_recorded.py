@@ -252,3 +252,18 @@ def test_the_cell_begun_on_a_busy_host_is_flagged_and_only_it(report_md, results
     assert busy == ["default#1"]  # the cell that began right after the CUDA build (load 11.2 against 4.7)
     flagged = re.findall(r"HOST BUSY: cell (\S+):", report_md)
     assert flagged == busy
+
+
+def test_a_difference_no_campaign_knob_explains_still_counts_as_a_knob(folder):
+    """A cell resumed under another servedeck version: the campaign changed one knob, but two things changed."""
+    from dataclasses import replace
+
+    from servedeck.report.compare import compare
+
+    coll = from_campaign(folder)
+    base = [r for r in coll.runs if r.variant == "default" and r.workload == "long-prompt"]
+    p8 = [replace(r, knobs={**r.knobs, "servedeck version": "0.2.0"})
+          for r in coll.runs if r.variant == "p8" and r.workload == "long-prompt"]
+    c = compare(base, p8)
+    assert [k[0] for k in c.att.knobs] == ["args.parallel", "servedeck version"]
+    assert c.attribution.startswith("2 knobs changed (args.parallel, servedeck version")

@@ -4,10 +4,13 @@
     collect.py   run folders / a campaign folder → variants, repeats, failures
     knobs.py     what a run was made with, flat, for "what changed"
     stats.py     paired/unpaired bootstrap, intervals across repeats, drift
+    attribution.py  which knob a difference is credited to: a campaign's own, its rendered consequences
     compare.py   A vs B: changes, attribution, verdicts
+    caveats.py   not a result, a busy host at a launch's start, the runs' own warnings
     pareto.py    load points across repeats, the frontier
     plots.py     matplotlib → inline SVG
     sections.py  the report's sections (one function each) → blocks.py → report.md / html.py
+    build.py     writes both; copies the sources in when the report sits outside their results tree
 """
 
 from servedeck.report.render import banner, gate_cell, headline_cell, list_row, markdown

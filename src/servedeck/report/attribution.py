@@ -43,10 +43,8 @@ class Attribution:
         return self.asked + self.unasked
 
     def consequences_of(self) -> str:
-        """"renders as flag --parallel: 32 → 8, flag -c: 131072 → 32768", or ""."""
-        if not self.consequences:
-            return ""
-        return "renders as " + ", ".join(f"{n}: {x} → {y}" for n, x, y in self.consequences)
+        """"flag -c: 131072 → 32768, flag --parallel: 32 → 8", or ""."""
+        return ", ".join(f"{n}: {x} → {y}" for n, x, y in self.consequences)
 
 
 def _text(v: Any) -> str:
@@ -89,7 +87,7 @@ def sentence(att: Attribution) -> str:
     if n == 0:
         return "same configuration: any difference is run-to-run noise"
     if n == 1:
-        tail = f"; it {att.consequences_of()}" if att.consequences else ""
+        tail = f"; it renders as {att.consequences_of()}" if att.consequences else ""
         return f"one knob changed ({names}{tail}): a difference can be credited to it"
-    tail = f"; they {att.consequences_of()}" if att.consequences else ""
+    tail = f"; they render as {att.consequences_of()}" if att.consequences else ""
     return f"{n} knobs changed ({names}{tail}): a difference cannot be attributed to any one of them"

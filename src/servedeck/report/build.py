@@ -4,13 +4,12 @@ Where the links go. A report written inside the results tree its runs live in (t
 folder, or `<results>/reports/<stamp>/`) links to the run folders where they are, relative to the
 report's folder: the two travel together with `results/`. A report written anywhere else (`--out
 /elsewhere`) is made self-contained: the run folders it links to (and the campaign's files) are copied
-into `sources/` beside report.md (hard links where the filesystem allows), and every link points there,
-so the folder can be copied, zipped or served on its own.
+into `sources/` beside report.md (plain copies: a hard link would let an edit of the copy change the
+run), and every link points there, so the folder can be copied, zipped or served on its own.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 from typing import Optional
@@ -33,27 +32,19 @@ def results_root(coll: Collection) -> Optional[Path]:
     return roots.pop() if len(roots) == 1 else None
 
 
-def _link_or_copy(src: str, dst: str) -> object:
-    try:
-        os.link(src, dst)
-        return dst
-    except OSError:  # another filesystem, or links not allowed: a plain copy
-        return shutil.copy2(src, dst)
-
-
 def _copy_sources(coll: Collection, out: Path) -> Moved:
     """Copy every run folder (and the campaign folder's files) under out/sources/; what went where."""
     moved: Moved = {}
     for r in coll.runs:
         dst = out / SOURCES / "runs" / r.name
-        shutil.copytree(r.path, dst, copy_function=_link_or_copy, dirs_exist_ok=True)
+        shutil.copytree(r.path, dst, dirs_exist_ok=True)
         moved[r.path] = dst
     if coll.folder is not None:
         dst = out / SOURCES / "campaign"
         dst.mkdir(parents=True, exist_ok=True)
         for f in coll.folder.iterdir():
             if f.is_file() and f.name not in ("report.md", "report.html") and not (dst / f.name).exists():
-                _link_or_copy(str(f), str(dst / f.name))
+                shutil.copy2(f, dst / f.name)
         moved[coll.folder] = dst
     return moved
 

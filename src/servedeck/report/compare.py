@@ -183,10 +183,11 @@ def text(c: Comparison) -> str:
     out = [f"A: {', '.join(r.name for r in c.a)}", f"B: {', '.join(r.name for r in c.b)}", "", "What changed:"]
     if not c.changes:
         out.append("  nothing: same build, flags, env, host, versions and workload")
+    follows = {n for n, _, _ in c.att.consequences}
     for n, x, y in c.changes:
-        out.append(f"  {n}: {x} → {y}")
+        out.append(f"  {n}: {x} → {y}" + ("  (follows from the campaign's knob)" if n in follows else ""))
     if c.att.declared:
-        out.append("The campaign's knobs (campaign.json):")
+        out.append("The campaign's knobs (campaign.json), and what changed that none of them explains:")
         out += [f"  {n}: {x} → {y}" for n, x, y in c.att.knobs] or ["  none differ"]
     out += ["", c.attribution[0].upper() + c.attribution[1:] + ".", ""]
     for p in c.points:

@@ -330,7 +330,7 @@ def attribution(coll: Collection) -> Optional[Section]:
         if v == base or not bench or not base_runs:
             continue
         att = attribute(base_runs[0], bench[0], changed(config_knobs(base_runs[0].knobs), config_knobs(bench[0].knobs)))
-        renders = f" ({att.consequences_of()})" if att.consequences else ""
+        renders = f" (renders as {att.consequences_of()})" if att.consequences else ""
         if len(att.knobs) != 1:
             notes.append(Para([f"{v}: {len(att.knobs)} knobs differ from {base} "
                                f"({', '.join(d[0] for d in att.knobs) or 'none'}){renders}: its effect cannot be "
@@ -345,13 +345,12 @@ def attribution(coll: Collection) -> Optional[Section]:
             b = [r for r in bench if r.workload_key == key]
             if not b:
                 continue
-            hot = standing(a + b, busy).partition("; ")[2]
-            bits = ([f"NOT A RESULT: {why}"] if why else []) + ([hot] if hot else [])
-            label = v + (f" ({'; '.join(bits)})" if bits else "")
+            hot = standing(a + b, busy).partition("; ")[2] or "-"
+            label = v + (f" ({why}: not a result)" if why else "")
             for pc in compare(a, b).points:
                 for verdict in pc.verdicts:
                     rows.append([f"{knob}: {was} → {now}", label, f"{a[0].workload} {pc.label}", verdict.figure,
-                                 verdict.text, _runs_cell(a) + ["vs"] + _runs_cell(b)])
+                                 verdict.text, hot, _runs_cell(a) + ["vs"] + _runs_cell(b)])
     if not rows and not notes:
         return None
     blocks: list[Block] = [Para([f"Each variant against the base variant {base}. "
@@ -362,7 +361,8 @@ def attribution(coll: Collection) -> Optional[Section]:
                                    "same prompts."])]
     blocks += notes
     if rows:
-        blocks.append(Table(["knob", "variant", "point", "figure", "effect", "sources (base vs variant)"], rows))
+        blocks.append(Table(["knob", "variant", "point", "figure", "effect", "host", "sources (base vs variant)"],
+                            rows))
     return Section("attribution", "One knob at a time: attribution", blocks)
 
 
