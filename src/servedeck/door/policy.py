@@ -1,7 +1,9 @@
 """The front door's swap policy: pure decisions, no processes, no clocks read here.
 
 `decide` answers "a request wants model T: what now?" from a snapshot of what the door knows
-(`View` per model) and the time `now`. `pick_replica` answers "which replica takes this request".
+(`View` per model) and the time `now`; its `why` is the reason a waiting request gives for its wait
+(`Waited` adds those up into the `x-servedeck-waited` header). `pick_replica` answers "which replica
+takes this request".
 The effects (deck start/switch/stop, waiting, answering 429/502/503) are carried out by
 door/manager.py, which asks again after every change.
 
@@ -20,6 +22,13 @@ from dataclasses import dataclass, field
 
 STOPPED, STARTING, READY, DRAINING, STOPPING, FAILED = "stopped", "starting", "ready", "draining", "stopping", "failed"
 HOLDING = {STARTING, READY, DRAINING, STOPPING}  # states that occupy a slot
+
+# Why a request waited for its model, in the words of the x-servedeck-waited header and the page.
+WHY_START = "start"  # its model was booting, in a free slot (or started outside the door)
+WHY_SWITCH = "switch"  # the slot's holder was being stopped and its model booted in its place
+WHY_DRAIN = "drain"  # the holder's in-flight requests were finishing before the switch
+WHY_RESIDENCY = "min-residency"  # the holder was in use and had held the slot for less than min_residency_s
+WHY_SLOT = "slot-busy"  # another model's start, stop or switch in the slot came first
 
 
 @dataclass(frozen=True)
@@ -59,15 +68,18 @@ class Action:
     until: float | None = None
     reason: str = ""
     status: int | None = None
+    why: str = ""  # one of the WHY_ words: what a request waiting for the target waits on now
 
 
 def holders_of(target: View, views: dict[str, View]) -> list[View]:
     return [v for v in views.values() if v.name != target.name and v.slot == target.slot and v.state in HOLDING]
 
 
-def has_traffic(v: View, now: float, window_s: float) -> bool:
-    """A model is in use when requests run or wait for it, or one arrived within the window."""
-    return v.inflight > 0 or v.queued > 0 or (v.last_request is not None and now - v.last_request < window_s)
+def in_use(v: View) -> bool:
+    """Contention for the slot: requests run or wait for the holder. A request that finished is no
+    claim on it, however recent: one user alternating two models would otherwise wait out
+    min_residency at every switch (issue 20). What is in flight is served before a switch (drain)."""
+    return v.inflight > 0 or v.queued > 0
 
 
 def decide(target: str, views: dict[str, View], now: float, settings: Settings,
@@ -77,9 +89,10 @@ def decide(target: str, views: dict[str, View], now: float, settings: Settings,
     if t.state == READY:
         return Action("serve")
     if t.state == STARTING:
-        return Action("wait", reason=f"{target} is starting")
+        return Action("wait", reason=f"{target} is starting", why=WHY_START)
     if t.state in (DRAINING, STOPPING):
-        return Action("wait", reason=f"{target} is being switched out; the request queues behind the switch")
+        return Action("wait", reason=f"{target} is being switched out; the request queues behind the switch",
+                      why=WHY_SLOT)
     if t.retry_at is not None and now < t.retry_at:
         if t.state == FAILED:
             return Action("fail", until=t.retry_at, status=502,
@@ -88,29 +101,60 @@ def decide(target: str, views: dict[str, View], now: float, settings: Settings,
                       reason=f"the deck refused to start {target}; the next try is not before the refusal's Retry-After")
     holders = holders_of(t, views)
     if not holders:
-        return Action("start")
+        return Action("start", reason=f"slot {t.slot!r} is free", why=WHY_START)
     busy = [h for h in holders if h.state in (STARTING, STOPPING)]
     if busy:  # another start or stop in this slot is under way: its outcome changes the picture
-        return Action("wait", reason=f"slot {t.slot!r}: {', '.join(h.name for h in busy)} is {busy[0].state}")
-    # No thrash: a holder that became ready less than min_residency ago and still has traffic stays.
+        return Action("wait", reason=f"slot {t.slot!r}: {', '.join(h.name for h in busy)} is {busy[0].state}",
+                      why=WHY_SLOT)
+    # No thrash on a truly contended slot: a holder that became ready less than min_residency ago
+    # and is in use keeps the slot (and keeps taking requests) until the residency has passed.
     young = [h for h in holders if h.ready_since is not None and now - h.ready_since < settings.min_residency_s
-             and has_traffic(h, now, settings.min_residency_s)]
+             and in_use(h)]
     if young and drain_started is None:
         until = max(h.ready_since for h in young) + settings.min_residency_s  # type: ignore[operator]
-        return Action("wait", until=until,
+        return Action("wait", until=until, why=WHY_RESIDENCY,
                       reason=f"slot {t.slot!r} switched to {', '.join(h.name for h in young)} less than "
-                             f"min_residency ({settings.min_residency_s:g} s) ago and it still has traffic")
+                             f"min_residency ({settings.min_residency_s:g} s) ago and it has requests in flight")
     evict = tuple(sorted(h.name for h in holders))
     inflight = [h for h in holders if h.inflight > 0]
     if inflight:
         start = drain_started if drain_started is not None else now
         deadline = start + settings.drain_timeout_s
         if now < deadline:
-            return Action("drain", evict=evict, until=deadline,
+            return Action("drain", evict=evict, until=deadline, why=WHY_DRAIN,
                           reason=f"waiting for {sum(h.inflight for h in inflight)} in-flight request(s) of "
                                  f"{', '.join(h.name for h in inflight)} (drain_timeout {settings.drain_timeout_s:g} s)")
-        return Action("switch", evict=evict, reason="drain_timeout passed with requests still in flight")
-    return Action("switch", evict=evict, reason=f"slot {t.slot!r} held by {', '.join(evict)}")
+        return Action("switch", evict=evict, reason="drain_timeout passed with requests still in flight",
+                      why=WHY_SWITCH)
+    return Action("switch", evict=evict, reason=f"slot {t.slot!r} held by {', '.join(evict)}", why=WHY_SWITCH)
+
+
+@dataclass
+class Waited:
+    """How long one request waited for its model, by reason, in the order the reasons came.
+
+    The waiting request calls `note(now, why)` at every look (each wake-up, and once at the end with
+    whatever held then); the time since its previous look goes to the reason that held at that look,
+    and the time before the first reason was known goes to the first one."""
+
+    since: float
+    why: str = ""
+    parts: list[tuple[str, float]] = field(default_factory=list)
+
+    def note(self, now: float, why: str) -> None:
+        held = self.why or why
+        if held:
+            spent = now - self.since
+            if self.parts and self.parts[-1][0] == held:
+                self.parts[-1] = (held, self.parts[-1][1] + spent)
+            else:
+                self.parts.append((held, spent))
+            self.since = now
+        self.why = why or self.why
+
+    def text(self) -> str:
+        """`28.2s min-residency, 2.0s switch`: the x-servedeck-waited header and the page's column."""
+        return ", ".join(f"{s:.1f}s {why}" for why, s in self.parts)
 
 
 @dataclass
