@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 from pathlib import Path
 
@@ -40,12 +41,17 @@ queue_max = 8
 """
 
 
-def door_config(tmp: Path, engines: dict[str, str]) -> Path:
-    """The starter models.toml on free ports, plus side models for ttl, fit and boot-failure tests."""
+def door_config(tmp: Path, engines: dict[str, str], **host: object) -> Path:
+    """The starter models.toml on free ports, plus side models for ttl, fit and boot-failure tests.
+    `host` overrides keys of HOST_KEYS (`min_residency_s=30`)."""
     text = render_starter()
     for old in ("8081", "8091", "8082"):
         text = text.replace(f"port = {old}", f"port = {free_port()}")
-    text = text.replace("[host]\n", HOST_KEYS, 1)
+    keys = HOST_KEYS
+    for k, v in host.items():
+        keys, n = re.subn(rf"^{k} = .*$", f"{k} = {v}", keys, flags=re.M)
+        assert n == 1, f"{k} is not a key of HOST_KEYS"
+    text = text.replace("[host]\n", keys, 1)
     broken = tmp / "broken.gguf"
     broken.write_bytes(b"GGUF" + b"\0" * 60)  # a header and nothing else: llama-server refuses to load it
     text += f"""

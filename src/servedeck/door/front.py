@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import httptools
 
 from servedeck.door.manager import Refusal
-from servedeck.door.relay import Exchange, UpstreamError
+from servedeck.door.relay import END_CHUNK, Exchange, UpstreamError
 
 if TYPE_CHECKING:
     from servedeck.door.server import Door
@@ -85,7 +85,7 @@ class Req:
 
     __slots__ = ("conn", "t0", "method", "url", "headers", "body", "size", "keep_alive", "http11", "expect",
                  "proxied", "answer", "model", "rep", "ex", "task", "entry", "status", "head_sent",
-                 "chunked", "finished")
+                 "chunked", "finished", "waited")
 
     def __init__(self, conn: Conn) -> None:
         self.conn = conn
@@ -109,6 +109,7 @@ class Req:
         self.head_sent = False
         self.chunked = False
         self.finished = False
+        self.waited = b""  # the x-servedeck-waited header line, for a request that waited for its model
 
     @property
     def path(self) -> bytes:
@@ -142,6 +143,8 @@ class Req:
             lines.append(b"Connection: close\r\n")
         elif not self.http11:
             lines.append(b"Connection: keep-alive\r\n")
+        if self.waited:
+            lines.append(self.waited)
         lines.append(b"\r\n")
         self.head_sent = True
         # the head leaves with the first body piece
@@ -162,11 +165,35 @@ class Req:
         if not self.head_sent:
             self.conn.door.upstream_failed(self, exc)  # answers 502
             return
-        # The stream broke after the head went out: cut the client's connection too, so it sees an
-        # incomplete response instead of a clean end.
+        if self.proxied:
+            self.conn.door.stream_broke(self, ex, exc)  # an event stream ends with an error event
+            return
+        # The management app's answer broke after its head went out: cut the client's connection too,
+        # so it sees an incomplete response instead of a clean end.
         self.status = 502
-        self.conn.door.finish(self, None)
         self.conn.close()
+
+    def can_end_with_an_event(self, ex: Exchange) -> bool:
+        """An event stream whose body the door frames (chunked, or ended by close): one more event
+        can still be said before its end. Asked only when a response broke, never per chunk."""
+        if self.method == b"HEAD" or ex.length is not None or not (self.chunked or not self.keep_alive):
+            return False
+        return any(k.lower() == b"content-type" and v.lower().startswith(b"text/event-stream")
+                   for k, v in ex.headers)
+
+    def end_stream(self, error: dict) -> None:
+        """End an event stream its engine broke off as OpenAI-compatible servers end a stream that
+        failed: `data: {"error": ...}`, then `data: [DONE]`, then the body's proper end (the last
+        chunk, or the close for an HTTP/1.0 client). The connection then goes on as after any answer."""
+        if self.finished:
+            return
+        conn = self.conn
+        # A blank line first: it ends an event the cut left half-written (which then fails to parse on
+        # its own instead of swallowing the error event); SSE parsers skip a blank line otherwise.
+        events = b"\n\ndata: %b\n\ndata: [DONE]\n\n" % json.dumps(error).encode()
+        if conn.transport is not None and not conn.closed:
+            conn.transport.write(b"%x\r\n%b\r\n%b" % (len(events), events, END_CHUNK) if self.chunked else events)
+        conn.finished(self)
 
     def retrying(self, task: asyncio.Task) -> None:
         self.task = task

@@ -21,14 +21,17 @@ from typing import Any, Callable
 
 from servedeck.config import Config
 from servedeck.deck import state as S
-from servedeck.deck.deck import Deck
+from servedeck.deck.deck import Deck, alive, ending_of
 from servedeck.deck.records import LaunchState, LiveRecord
 from servedeck.door import policy as Pol
 from servedeck.door.metrics import DoorMetrics
 from servedeck.errors import BusyError, LaunchError, RefusedError, ServedeckError
+from servedeck.supervisor import process as P
 
 DECK_LOCK_WAIT_S = 120.0  # a deck call waits this long for the lock (the watch loop or a CLI command holds it)
 REFUSED_RETRY_S = 10.0  # a start refused for memory or port: new requests get 503 for this long
+STREAM_END_WAIT_S = 3.0  # a broken stream: how long to wait for its engine's shim to record how it ended
+ENGINE_STILL_UP_S = 0.5  # ... and how long an engine still running is given to be found dying after all
 
 
 @dataclass
@@ -68,6 +71,8 @@ class ModelRuntime:
     port: int | None = None
     detail: str = ""
     members: tuple[str, ...] = ()  # the deck's models behind this name: itself, or a replicated entry's replicas
+    waiting_for: str = ""  # why its waiting requests wait now (a policy WHY_ word; set by the slot worker)
+    records: dict[str, LiveRecord] = field(default_factory=dict)  # replica url → the launch behind it
 
     def view(self) -> Pol.View:
         retry = self.refusal.until if self.refusal else None
@@ -140,9 +145,10 @@ class Manager:
                           hint="GET /v1/models lists every model and alias") from None
 
     # --- requests -----------------------------------------------------------------------------------
-    async def acquire(self, name: str) -> Pol.Replica:
+    async def acquire(self, name: str, waited: Pol.Waited | None = None) -> Pol.Replica:
         """A replica of `name` to send one request to, starting or switching the model first when
-        needed. Raises Refusal (429 queue full, 502 failed boot, 503 cannot start now, 504 waited too long)."""
+        needed. Raises Refusal (429 queue full, 502 failed boot, 503 cannot start now, 504 waited too long).
+        `waited` is told, at every look, why the request still waits (its x-servedeck-waited header)."""
         rt = self.models[name]
         now = self.clock()
         rt.last_request = now
@@ -165,6 +171,8 @@ class Manager:
             deadline = now + self.request_wait_s
             try:
                 while True:
+                    if waited is not None:
+                        waited.note(self.clock(), rt.waiting_for)
                     if rt.state == Pol.READY:
                         return self._take(rt)
                     if rt.last_error and rt.last_error[0] > mark:
@@ -182,6 +190,7 @@ class Manager:
                 rt.queued -= 1
                 if rt.queued == 0:
                     rt.want_since = None
+                    rt.waiting_for = ""
                 self._gauge(rt)
 
     def take_ready(self, name: str) -> Pol.Replica | None:
@@ -211,8 +220,8 @@ class Manager:
         rt.inflight -= 1
         rt.last_request = self.clock()
         self.metrics.of(rt.name).inflight.set(rt.inflight)
-        if rt.inflight == 0 and rt.state == Pol.DRAINING:
-            self._wake()
+        if rt.inflight == 0 and (rt.state == Pol.DRAINING or rt.slot in self.workers):
+            self._wake()  # a drain, or a wait on the residency of a holder in use, may end now
 
     def _wake(self) -> None:
         async def poke() -> None:
@@ -229,6 +238,7 @@ class Manager:
     def _set_state(self, rt: ModelRuntime, state: str, detail: str = "") -> None:
         if state == Pol.READY and rt.state != Pol.READY:
             rt.ready_since = self.clock()
+            rt.waiting_for = ""
         rt.state, rt.detail = state, detail
         self.metrics.set_state(rt.name, state)
 
@@ -255,6 +265,8 @@ class Manager:
                 now = self.clock()
                 act = Pol.decide(target.name, {n: r.view() for n, r in self.models.items()}, now, self.settings,
                                  drain_started)
+                for rt in wanting:  # the others wait for the target's turn in the slot
+                    self._waiting(rt, act.why if rt is target else Pol.WHY_SLOT)
                 if act.kind in ("wait", "drain", "fail", "serve"):
                     if act.kind == "drain":
                         drain_started = drain_started if drain_started is not None else now
@@ -282,6 +294,12 @@ class Manager:
                     self._set_state(self.models[n], Pol.STOPPING, f"evicted by a switch to {target.name}")
                 self.cond.notify_all()
             await self._boot(target, act)
+
+    def _waiting(self, rt: ModelRuntime, why: str) -> None:
+        """Say why `rt`'s requests wait now; they look (and count the time so far) when it changes."""
+        if why and why != rt.waiting_for:
+            rt.waiting_for = why
+            self.cond.notify_all()
 
     async def _boot(self, target: ModelRuntime, act: Pol.Action) -> None:
         t0 = self.clock()
@@ -346,6 +364,36 @@ class Manager:
                 self.notify(f"door-{kind}-{outcome}", target.name, err.message, status=err.status, cause=err.cause)
             self.cond.notify_all()
 
+    def why_stream_broke(self, name: str, url: str, what: str) -> tuple[str, dict | None]:
+        """Why the server at `url` broke off a response of `name`'s, as a message and the classified
+        cause where there is one. Blocking (a short wait for the process to be gone, then the launch
+        folder's exit record and log tail): run in a thread. An engine that exited is described by the
+        deck (how it ended, doctor's catalogue); one that still runs, or an outside server, by what
+        the connection did."""
+        rt = self.models.get(name)
+        rec = rt.records.get(url) if rt else None
+        if rec is None:
+            return f"{name} at {url} broke off the response: {what}", None
+        # The kernel closes a dying process's sockets just before it is reaped, and the shim writes
+        # how its engine ended just after: look for a moment, not for a whole relaunch's worth.
+        def engine_up() -> bool:
+            return P.alive(rec.engine_pid) if rec.engine_pid else alive(rec)
+
+        t0 = time.monotonic()
+        while alive(rec) and time.monotonic() - t0 < STREAM_END_WAIT_S:
+            if engine_up() and time.monotonic() - t0 > ENGINE_STILL_UP_S:
+                break
+            time.sleep(0.05)
+        if engine_up():
+            return f"{name} at {url} broke off the response ({what}); its engine is still running", None
+        end = ending_of(rec)
+        cause = end.cause or {}
+        summary = cause.get("summary")
+        msg = f"{name}'s engine exited mid-stream: {end.detail}" + (f"; classified cause: {summary}" if summary else "")
+        brief = {k: cause[k] for k in ("id", "family", "summary", "action", "matched_line", "source", "exit")
+                 if k in cause}
+        return msg, brief or None
+
     # --- what really runs -----------------------------------------------------------------------------
     def _read_live(self) -> dict[str, LiveRecord]:
         """Live records whose process is alive (a query: settling the dead is the deck's and the loop's)."""
@@ -361,6 +409,7 @@ class Manager:
         if [r.url for r in rt.replicas] != urls:
             known = {r.url: r for r in rt.replicas}
             rt.replicas = [known.get(u) or Pol.Replica(u) for u in urls]
+        rt.records = dict(zip(urls, recs))
         rt.port = recs[0].port
         rt.served_name = recs[0].served_name or rt.served_name
 

@@ -66,6 +66,10 @@ class DoorMetrics:
                               buckets=LATENCY_BUCKETS, registry=r)
         self.e2e = Histogram("servedeck_door_e2e_seconds", "request arrival to the last byte sent", ["model"],
                              buckets=LATENCY_BUCKETS, registry=r)
+        self.upstream_failures = Counter("servedeck_door_upstream_failures", "engine connections that failed, by "
+                                         "when: before-response (the client got 502) or mid-stream (the stream "
+                                         "ended with an error event, or was cut when it was not an event stream)",
+                                         ["model", "when"], registry=r)
         self.swaps = Counter("servedeck_door_swaps", "switches made by the door, by outcome", ["model", "outcome"],
                              registry=r)
         self.swap_seconds = Histogram("servedeck_door_swap_seconds", "a switch: eviction, memory release and the "

@@ -83,8 +83,8 @@ pre{background:#f6f6f6;padding:.4em;margin:.2em 0;font-size:12px;white-space:pre
 <table id="models"><thead><tr><th>model</th><th>aliases</th><th>slot</th><th>state</th><th>in flight</th>
 <th>queued</th><th>port</th><th>detail</th></tr></thead><tbody></tbody></table>
 <h2>Recent requests</h2>
-<table id="recent"><thead><tr><th>model</th><th>path</th><th>status</th><th>TTFT ms</th><th>E2E ms</th>
-<th>tokens</th></tr></thead><tbody></tbody></table>
+<table id="recent"><thead><tr><th>model</th><th>path</th><th>status</th><th>waited</th><th>TTFT ms</th><th>E2E ms</th>
+<th>tokens</th><th>error</th></tr></thead><tbody></tbody></table>
 <h2>Switches</h2>
 <table id="swaps"><thead><tr><th>at</th><th>model</th><th>kind</th><th>evicted</th><th>took s</th><th>outcome</th>
 </tr></thead><tbody></tbody></table>
@@ -104,7 +104,8 @@ function draw(s){
     (t,m)=>cell(t,m.inflight), (t,m)=>cell(t,m.queued), (t,m)=>cell(t,m.port),
     (t,m)=>cell(t,m.refusal?m.refusal.status+": "+m.refusal.message:m.detail)]);
   fill("recent", s.recent, [(t,r)=>cell(t,r.model),(t,r)=>cell(t,r.path),(t,r)=>cell(t,r.status===null?"…":r.status),
-    (t,r)=>cell(t,r.ttft_ms),(t,r)=>cell(t,r.e2e_ms),(t,r)=>cell(t,r.tokens)]);
+    (t,r)=>cell(t,r.waited),(t,r)=>cell(t,r.ttft_ms),(t,r)=>cell(t,r.e2e_ms),(t,r)=>cell(t,r.tokens),
+    (t,r)=>cell(t,r.error)]);
   fill("swaps", s.swaps, [(t,r)=>cell(t,r.at),(t,r)=>cell(t,r.model),(t,r)=>cell(t,r.kind),
     (t,r)=>cell(t,r.evicted.join(", ")),(t,r)=>cell(t,r.took_s),(t,r)=>cell(t,r.outcome)]);
   fill("notices", s.notices.slice().reverse(), [(t,n)=>cell(t,n.ts),(t,n)=>cell(t,n.kind),(t,n)=>cell(t,n.model),

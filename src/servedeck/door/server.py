@@ -40,6 +40,7 @@ from urllib.parse import parse_qs
 
 from aiohttp import web
 
+from servedeck.door import policy as Pol
 from servedeck.door.front import HOP, Answer, Front, Req, answer_refusal, error_body
 from servedeck.door.manager import Manager, Refusal
 from servedeck.door.metrics import DoorMetrics
@@ -48,6 +49,7 @@ from servedeck.door.relay import Exchange, Relay, UpstreamError
 log = logging.getLogger("servedeck.door")
 
 USAGE_RE = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
+WAITED_HEADER = "x-servedeck-waited"  # `28.2s min-residency, 2.0s switch`: how long and why a request waited
 DOOR_KEY: web.AppKey["Door"] = web.AppKey("door")
 
 
@@ -156,7 +158,7 @@ class Door:
             raise answer_refusal(e) from None
         r.model = model
         r.entry = {"model": model, "path": r.path.decode("latin-1"), "status": None, "ttft_ms": None,
-                   "e2e_ms": None, "tokens": None, "at": time.time()}
+                   "e2e_ms": None, "tokens": None, "waited": None, "at": time.time()}
         self.recent.append(r.entry)
         rep = mgr.take_ready(model)
         if rep is None:  # not ready: wait for it (a boot or a switch) in a task
@@ -165,17 +167,28 @@ class Door:
         self._send(r, rep, model, name, doc, body)
 
     async def _wait_then_send(self, r: Req, model: str, name: str, doc: Any, body: bytes) -> None:
+        waited = Pol.Waited(since=self.manager.clock())
         try:
-            rep = await self.manager.acquire(model)
+            rep = await self.manager.acquire(model, waited)
         except Refusal as e:
             r.task = None
             r.model = None  # answered here, not by finish()
+            a = answer_refusal(e)
+            why = waited.text()
+            if why:
+                a.headers[WAITED_HEADER] = why
             if r.entry is not None:
-                r.entry.update(status=e.status, e2e_ms=round((time.perf_counter() - r.t0) * 1e3, 1), error=e.message)
+                r.entry.update(status=e.status, e2e_ms=round((time.perf_counter() - r.t0) * 1e3, 1), error=e.message,
+                               waited=why or None)
             self.count(model, e.status)
-            r.conn.respond(r, answer_refusal(e))
+            r.conn.respond(r, a)
             return
         r.task = None
+        why = waited.text()
+        if why:  # said in the response's head and on the page: why this request did not start at once
+            r.waited = b"%s: %s\r\n" % (WAITED_HEADER.encode(), why.encode())
+            if r.entry is not None:
+                r.entry["waited"] = why
         if r.conn.closed:  # the client left as the model became ready
             self.manager.release(model, rep)
             return
@@ -230,11 +243,37 @@ class Door:
         if r.proxied:
             url = r.rep.url if r.rep is not None else "?"
             model = r.model
+            self.metrics.upstream_failures.labels(model or "-", "before-response").inc()
             self.finish(r, None)
             a = Answer(502, error_body(502, f"{model} at {url}: {exc}", f"`servedeck logs {model}` shows the engine's side"))
         else:
             a = Answer(502, error_body(502, f"the door's own app did not answer: {exc}"))
         r.conn.respond(r, a)
+
+    def stream_broke(self, r: Req, ex: Exchange | None, exc: UpstreamError) -> None:
+        """The engine broke off a response after its head went out: the request is counted now (502,
+        an upstream failure mid-stream) and its replica given back. An event stream ends once the
+        cause is known (the engine's own ending, read in a thread) with an error event naming it; any
+        other body cannot say more, so the client's connection is cut (an incomplete body, not a clean end)."""
+        model = r.model or "-"
+        url = r.rep.url if r.rep is not None else "?"
+        r.status = 502
+        self.metrics.upstream_failures.labels(model, "mid-stream").inc()
+        self.finish(r, ex)
+        if ex is not None and r.can_end_with_an_event(ex):
+            r.task = asyncio.get_running_loop().create_task(self._end_broken_stream(r, model, url, exc))
+        else:
+            r.conn.close()
+
+    async def _end_broken_stream(self, r: Req, model: str, url: str, exc: UpstreamError) -> None:
+        try:
+            message, cause = await asyncio.to_thread(self.manager.why_stream_broke, model, url, str(exc))
+        except Exception as e:  # the stream must still end properly
+            message, cause = f"{model} at {url} broke off the response: {exc} (and reading why failed: {e})", None
+        r.task = None
+        if r.entry is not None:
+            r.entry["error"] = message
+        r.end_stream(error_body(502, message, f"`servedeck logs {model}` shows the engine's side", cause=cause))
 
     # --- management ----------------------------------------------------------------------------------
     async def models(self, request: web.Request) -> web.Response:
