@@ -113,3 +113,28 @@ def test_a_reused_pid_is_never_taken_for_the_shims_group(deck_config, groups):
     assert other.poll() is None  # still running
     other.kill()
     other.wait()
+
+
+def test_start_foreground_whose_shim_is_killed_exits_as_a_failure_and_leaves_no_engine(deck_config, groups):
+    """What a systemd unit runs: its shim killed, it exits non-zero (Restart=on-failure restarts it)
+    and stops the engine first, so the restarted unit finds the port free."""
+    fg = subprocess.Popen([sys.executable, "-m", "servedeck", "--config", str(deck_config.path), "start", "smollm2",
+                           "--foreground"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        rec = None
+        while time.monotonic() < deadline and fg.poll() is None:
+            rec = S.read_live("smollm2")
+            if rec and rec.state == LaunchState.READY:
+                break
+            time.sleep(0.2)
+        assert rec is not None and rec.state == LaunchState.READY, "start --foreground did not get smollm2 ready"
+        groups.append(rec.pgid)
+        kill_shim(rec)
+        assert fg.wait(60) == 1
+        assert not alive(rec.engine_pid)
+        assert port_holder(rec.port) is None
+    finally:
+        if fg.poll() is None:
+            fg.kill()
+            fg.wait()
