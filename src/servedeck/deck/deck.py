@@ -173,8 +173,7 @@ def ending_of(rec: LiveRecord, left_behind: dict | None = None) -> Ending:
     cause = classify(tail, exit_info, ended, rec.engine) if state != LaunchState.STOPPED else None
     if left_behind and cause and cause.get("id") == "unknown":  # nothing in the log or the kernel's: say what is known
         cause = {**cause, "id": "supervisor-killed", "family": "supervisor",
-                 "summary": "its supervisor shim was killed from outside (a SIGKILL, or the OOM killer) while the "
-                            "engine ran; the engine was stopped so that a new supervisor can start it",
+                 "summary": "the supervisor shim was killed from outside (a SIGKILL, or the OOM killer)",
                  "action": "if the kernel log shows the OOM killer, give the host more memory or the model less"}
     return Ending(state, exit_info, cause, tail, left_behind)
 
