@@ -166,7 +166,8 @@ def test_report_of_a_campaign_folder(real_runs, tmp_path):
     md = md_path.read_text()
     assert "## Repeats" in md and "## Failures" in md and "cell big-batch#1" in md and "bad-flag" in md
     # attribution: one knob per variant against the base, with an effect per figure and point
-    assert "| flag --threads: 2 → 1 | one-thread | chat c=1 | TTFT p50 |" in md
+    # by the campaign's own knob (campaign.json args.threads), its base value from the base's models.toml entry
+    assert "| args.threads: 2 → 1 | one-thread | chat c=1 | TTFT p50 |" in md
     assert "flag --rope-freq-base: (absent) → 10" in md
     r = _cli(["compare", "base", "one-thread", "--campaign", str(folder), "--json"], real_runs.results)
     assert r.returncode == 0, r.stderr
