@@ -267,3 +267,12 @@ def test_a_difference_no_campaign_knob_explains_still_counts_as_a_knob(folder):
     c = compare(base, p8)
     assert [k[0] for k in c.att.knobs] == ["args.parallel", "servedeck version"]
     assert c.attribution.startswith("2 knobs changed (args.parallel, servedeck version")
+
+
+def test_compare_of_two_runs_of_a_campaign_credits_the_campaign_knob(results):
+    """Runs named one by one (not --campaign) still carry their campaign's knobs (summary.json campaign.folder)."""
+    runs = results / "runs"
+    r = _cli(["compare", str(runs / "r8b__default__4k__llamacpp__1201-094832"),
+              str(runs / "r8b__p8__4k__llamacpp__1201-094953"), "--json"], results)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["knobs"] == [{"knob": "args.parallel", "a": "32", "b": "8"}]

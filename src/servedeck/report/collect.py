@@ -126,9 +126,25 @@ def failure_of(run: Run) -> Failure:
                    excerpt="\n".join(lines), source=log if tail else None)
 
 
+def declared_knobs(run: Run) -> Optional[dict[str, Any]]:
+    """The campaign knobs of a run a campaign made, read from that campaign's campaign.json (summary.json
+    `campaign.folder` under the same results tree), or None: a run given on its own still credits what
+    its campaign's user changed."""
+    c = run.view.get("campaign") or {}
+    if not c.get("folder") or not c.get("variant"):
+        return None
+    try:
+        doc = json.loads((run.path.parent.parent / "campaigns" / str(c["folder"]) / "campaign.json").read_text())
+        return dict((doc["variants"][c["variant"]] or {}).get("knobs") or {})
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def from_runs(paths: list[Path]) -> Collection:
     """Loose run folders: variants by configuration, repeats in time order."""
     runs = [_read(p) for p in paths]
+    for r in runs:
+        r.declared = declared_knobs(r)
     groups: list[tuple[dict[str, str], list[Run]]] = []
     for r in runs:
         cfg = config_knobs(r.knobs)
