@@ -276,3 +276,12 @@ def test_compare_of_two_runs_of_a_campaign_credits_the_campaign_knob(results):
               str(runs / "r8b__p8__4k__llamacpp__1201-094953"), "--json"], results)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["knobs"] == [{"knob": "args.parallel", "a": "32", "b": "8"}]
+
+
+def test_a_runs_own_summary_names_the_gpus_driver_memory_and_power_limit(results):
+    from servedeck.report.render import markdown
+    from servedeck.runs.read import load
+
+    line = next(ln for ln in markdown(load(results / "runs" / "r8b__default__4k__llamacpp__1201-094803")).splitlines()
+                if ln.startswith("- GPUs:"))
+    assert line == "- GPUs: 0: NVIDIA H200; driver 580.159.04 (CUDA 13.0); memory 140.4 GiB; power limit 700 W"

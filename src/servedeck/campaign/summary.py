@@ -69,7 +69,7 @@ def status_markdown(view: dict[str, Any]) -> str:
         reason = (c.get("reason") or "").replace("|", "\\|").replace("\n", " ")
         lines.append(f"| {c['id']} | {c['state']} | {len(c.get('runs') or [])} | {reason} |")
     if view.get("points"):
-        lines += ["", *table(view["points"])]
+        lines += ["", *table(view["points"]), "", "A figure whose gate is not `passed` is recorded but is not a result."]
     return "\n".join(lines) + "\n"
 
 

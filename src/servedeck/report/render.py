@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from servedeck.report.knobs import gpu_facts
 from servedeck.report.workloads import outputs_section, ramp_section, speculation_section
 
 NOT_A_RESULT = {
@@ -209,7 +210,9 @@ def _where(view: dict[str, Any]) -> list[str]:
     v = view.get("versions") or {}
     h = view.get("host") or {}
     g = view.get("gpus") or {}
+    facts = gpu_facts(g)
     gpus = (", ".join(f"{x.get('index')}: {x.get('name')}" for x in g.get("gpus", []))
+            + "".join(f"; {k.removeprefix('GPU ')} {v}" for k, v in facts.items())
             if g.get("available") else f"none ({g.get('reason', 'not read')})")
     launch = view.get("launch") or {}
     out = ["## Where and with what", "",
