@@ -17,7 +17,7 @@ TEMPLATE = """<!doctype html>
 <style>
 body { font: 14px/1.45 system-ui, sans-serif; max-width: 1100px; margin: 1.5em auto; padding: 0 1em; color: #222; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; border-bottom: 1px solid #ccc; margin-top: 1.8em; }
-table { border-collapse: collapse; margin: .6em 0; font-size: 12.5px; }
+table { border-collapse: collapse; margin: .6em 0; font-size: 12.5px; display: block; overflow-x: auto; }
 th, td { border: 1px solid #ddd; padding: 3px 7px; text-align: left; vertical-align: top; overflow-wrap: break-word; }
 th { background: #f4f4f4; } td.num { text-align: right; }
 figure { margin: 1em 0; } figure svg { max-width: 100%; height: auto; }

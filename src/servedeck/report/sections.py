@@ -172,7 +172,7 @@ def gate(coll: Collection) -> Optional[Section]:
         r = next((m for m in members if m.name == key), members[0])
         g = r.view.get("gate") or {}
         res = g.get("result") or {}
-        covered = [run_link(m, m.workload or m.name) for m in members if m.kind == "bench"]
+        covered = [run_link(m, m.workload_key) for m in members if m.kind == "bench"]
         gate_run: Cell = run_link(r) if r.name == key else [f"{key} (not in this report)"]
         rows.append([variant, str(r.repeat), gate_run, g.get("status", "not run"),
                      num(res.get("score"), 2) if "score" in res else "-",
