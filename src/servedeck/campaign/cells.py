@@ -9,11 +9,13 @@ launch of a variant (variant × repeat); its GPU/CPU sets decide which cells may
     cell_list(campaign, derived) → [Cell]   ("VARIANT#R", repeats round-robin so drift spreads evenly)
     next_cells(pending, running, parallel) → cells to start now
     to_run(state, ...)           → whether `campaign run` (re)does a cell
+    CellState, moved(old, new)   → a cell's states and the moves between them (campaign.json keeps the values)
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Iterable, Optional
 
 from servedeck.campaign.file import Campaign, Variant
@@ -22,8 +24,54 @@ from servedeck.config.load import cross_check, replica_name
 from servedeck.config.schema import Deck as DeckModel, Model
 from servedeck.errors import ConfigError
 
-DONE_STATES = ("done", "failed", "timed-out")
-STATES = ("pending", "running", "done", "failed", "timed-out", "skipped")
+
+class CellState(str, Enum):
+    """Where a cell stands; campaign.json keeps the value. The runner is the only one that moves a cell
+    (CampaignFolder.move_cell checks each move against MOVES)."""
+
+    PENDING = "pending"  # not begun, or interrupted (Ctrl-C): `campaign run --resume` does it
+    RUNNING = "running"  # its engines are launched or being measured; found so by a later run: redone
+    DONE = "done"  # every workload ran (a failed gate marks the figures but is not a failure)
+    FAILED = "failed"  # a replica did not boot, a server died, a node was lost; --retry-failed redoes it
+    TIMED_OUT = "timed-out"  # cell_timeout passed: its engines were stopped, what finished is kept
+    SKIPPED = "skipped"  # left out by --only; a later run without it does it
+
+    @property
+    def finished(self) -> bool:
+        """Counted as done by progress, ETA and `finished`: the campaign does not come back to it alone."""
+        return self in FINISHED
+
+
+FINISHED = frozenset({CellState.DONE, CellState.FAILED, CellState.TIMED_OUT})
+
+_P, _R, _D, _F, _T, _S = CellState  # the table below, in short
+MOVES: dict[CellState, frozenset[CellState]] = {
+    _P: frozenset({_R, _S}),
+    _S: frozenset({_R}),
+    # a cell ends once, in one of four ways; RUNNING again: the servedeck that ran it is gone (a redo), or
+    # another attempt at it begins (its Ray node was lost)
+    _R: frozenset({_D, _F, _T, _P, _R}),
+    _F: frozenset({_R}),  # --retry-failed
+    _T: frozenset({_R}),  # --retry-failed
+    _D: frozenset(),  # a done cell is never redone: a new campaign measures again
+}
+
+
+class CellMoveError(ValueError):
+    """A move MOVES does not allow: a servedeck bug, never a user's mistake."""
+
+
+def moved(old: str | CellState, new: str | CellState) -> CellState:
+    """The state a cell moves to, or CellMoveError naming both ends when MOVES does not allow it."""
+    try:
+        a, b = CellState(old), CellState(new)
+    except ValueError:
+        raise CellMoveError(f"cell state {old!r} → {new!r}: not a cell state "
+                            f"({', '.join(s.value for s in CellState)})") from None
+    if b not in MOVES[a]:
+        raise CellMoveError(f"cell state {a.value} → {b.value} is not a move a cell makes "
+                            f"(from {a.value}: {', '.join(sorted(s.value for s in MOVES[a])) or 'none'})")
+    return b
 
 
 @dataclass(frozen=True)
@@ -31,9 +79,6 @@ class Derived:
     cfg: Config  # the user's models.toml plus one entry per (variant, replica)
     models: dict[str, tuple[str, ...]]  # variant → its derived model names, one per replica
     base: str  # the base model's name in models.toml
-
-    def variant_of(self, model: str) -> Optional[str]:
-        return next((v for v, names in self.models.items() if model in names), None)
 
 
 def derived_name(base: str, variant: str, replica: int, replicas: int) -> str:
@@ -163,14 +208,15 @@ def next_cells(pending: Iterable[Cell], running: Iterable[Cell], parallel: bool)
     return picked
 
 
-def to_run(state: str, variant: str, only: Optional[set[str]], retry_failed: bool) -> bool:
+def to_run(state: str | CellState, variant: str, only: Optional[set[str]], retry_failed: bool) -> bool:
     """Whether this invocation (re)does a cell: pending/skipped/running ones (a `running` cell's
     servedeck was stopped mid-cell: redo it), failed and timed-out ones with --retry-failed."""
     if only is not None and variant not in only:
         return False
-    if state in ("pending", "skipped", "running"):
+    state = CellState(state)
+    if state in (CellState.PENDING, CellState.SKIPPED, CellState.RUNNING):
         return True
-    return retry_failed and state in ("failed", "timed-out")
+    return retry_failed and state in (CellState.FAILED, CellState.TIMED_OUT)
 
 
 def holders_in_the_way(cell: Cell, running: dict[str, dict[str, Any]], ours: set[str]) -> list[str]:

@@ -4,9 +4,11 @@
     campaign.json   every cell: state, run folders, reason, signature, timings; written atomically
     campaign.md     the same for a person, with a variant × point table rebuilt from the run folders
 
-Cell states: pending → running → done | failed | timed-out; skipped (left out by --only). A cell found
-`running` by a later `campaign run --resume` is redone: the servedeck that ran it is gone.
-Only CampaignFolder writes these files; one lock serialises writers within a process (--parallel).
+Cell states (cells.CellState, its values on disk): pending → running → done | failed | timed-out;
+skipped (left out by --only). A cell found `running` by a later `campaign run --resume` is redone: the
+servedeck that ran it is gone. A state changes only through `move_cell`, which refuses a move
+cells.MOVES does not list. Only CampaignFolder writes these files; one lock serialises writers within a
+process (--parallel).
 A Ray node running one of the head's cells holds the same record in memory (`held_for`) and writes no
 campaign folder: the head's is the only one, and the node's news reaches it through the task's stream.
 """
@@ -21,7 +23,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from servedeck import paths
-from servedeck.campaign.cells import DONE_STATES, Cell
+from servedeck.campaign.cells import Cell, CellState, moved
 from servedeck.campaign.file import Campaign
 from servedeck.deck.state import now_iso
 from servedeck.errors import RunError
@@ -40,7 +42,7 @@ def _new_doc(camp: Campaign, cells: list[Cell], model: str) -> dict[str, Any]:
             "variants": {v.name: {"overrides": v.overrides(), "replicas": v.replicas, "knobs": camp.knobs.get(v.name, {})}
                          for v in camp.variants},
             "base_variant": camp.base_variant, "reference": camp.head.reference,
-            "cells": [{"id": c.id, "variant": c.variant, "repeat": c.repeat, "state": "pending", "runs": [],
+            "cells": [{"id": c.id, "variant": c.variant, "repeat": c.repeat, "state": CellState.PENDING.value, "runs": [],
                        "reason": None, "signature": None, "started": None, "ended": None, "node": None}
                       for c in cells]}
 
@@ -85,7 +87,20 @@ class CampaignFolder:
     def cell(self, cell_id: str) -> dict[str, Any]:
         return next(c for c in self.doc["cells"] if c["id"] == cell_id)
 
+    def state(self, cell_id: str) -> CellState:
+        return CellState(self.cell(cell_id)["state"])
+
+    def move_cell(self, cell_id: str, to: CellState, **changes: Any) -> None:
+        """The one way a cell's state changes (with the fields that go with the move, saved together)."""
+        with self._lock:
+            rec = self.cell(cell_id)
+            rec.update(changes, state=moved(rec["state"], to).value)
+            self._save_locked()
+
     def set_cell(self, cell_id: str, **changes: Any) -> None:
+        """A cell's other fields (node, runs, attempts); its state moves through `move_cell`."""
+        if "state" in changes:
+            raise ValueError(f"cell {cell_id}: set_cell does not change a state; move_cell does")
         with self._lock:
             self.cell(cell_id).update(changes)
             self._save_locked()
@@ -108,11 +123,19 @@ class CampaignFolder:
 
     @property
     def finished(self) -> bool:
-        return all(c["state"] in DONE_STATES for c in self.doc["cells"])
+        return all(CellState(c["state"]).finished for c in self.doc["cells"])
 
     def write_markdown(self, text: str) -> None:
         if self.written:
             atomic_write_text(self.path / "campaign.md", text)
+
+
+def _finished(state: Any) -> bool:
+    """A state read from any campaign.json on disk (one this servedeck did not write may hold anything)."""
+    try:
+        return CellState(state).finished
+    except ValueError:
+        return False
 
 
 def list_campaigns(root: Path) -> list[Path]:
@@ -132,7 +155,7 @@ def newest_unfinished(root: Path, camp: Campaign) -> Optional[Path]:
             continue
         if doc.get("name") != camp.name or doc.get("file") != str(camp.path):
             continue
-        if any(c.get("state") not in DONE_STATES for c in doc.get("cells", [])):
+        if any(not _finished(c.get("state")) for c in doc.get("cells", [])):
             return p
     return None
 

@@ -176,8 +176,8 @@ class Runner:
             if C.to_run(rec["state"], cell.variant, set(self.opts.only) if self.opts.only else None,
                         self.opts.retry_failed):
                 out.append(cell)
-            elif self.opts.only and cell.variant not in self.opts.only and rec["state"] == "pending":
-                self.folder.set_cell(cell.id, state="skipped", reason="left out by --only")
+            elif self.opts.only and cell.variant not in self.opts.only and rec["state"] == C.CellState.PENDING.value:
+                self.folder.move_cell(cell.id, C.CellState.SKIPPED, reason="left out by --only")
         return out
 
     def _running(self) -> dict[str, dict[str, Any]]:
@@ -242,7 +242,7 @@ class Runner:
         def outputs_run(c: dict[str, Any]) -> Optional[Path]:
             return next((self.runs_root / r for r in c.get("runs") or []
                          if (self.runs_root / r / "outputs.jsonl").exists()), None)
-        done = [c for c in self.folder.doc["cells"] if c["state"] == "done"]
+        done = [c for c in self.folder.doc["cells"] if c["state"] == C.CellState.DONE.value]
         base = next((outputs_run(c) for c in done if c["variant"] == ref and outputs_run(c)), None)
         result: dict[str, Any] = {"reference": ref, "cells": {}}
         if base is None:
@@ -258,7 +258,7 @@ class Runner:
         self.folder.save()
 
     def _done_count(self) -> int:
-        return sum(c["state"] in C.DONE_STATES for c in self.folder.doc["cells"])
+        return sum(C.CellState(c["state"]).finished for c in self.folder.doc["cells"])
 
     def _render(self) -> None:
         if not self.folder.written:
@@ -278,40 +278,40 @@ class Runner:
     def run_cell(self, cell: C.Cell) -> str:
         prior = self.folder.cell(cell.id)
         earlier = prior.get("earlier_runs", []) + prior.get("runs", [])
-        self.folder.set_cell(cell.id, state="running", runs=[], earlier_runs=earlier, reason=None, signature=None,
-                             started=S.now_iso(), ended=None, **self._node_fields())
+        self.folder.move_cell(cell.id, C.CellState.RUNNING, runs=[], earlier_runs=earlier, reason=None,
+                              signature=None, started=S.now_iso(), ended=None, **self._node_fields())
         t0 = time.monotonic()
         timer = threading.Timer(self.camp.head.cell_timeout_s, self._expire, args=(cell,))
         timer.daemon = True
         timer.start()
-        state, reason, signature = "done", None, None
+        state, reason, signature = C.CellState.DONE, None, None
         try:
             state, reason, signature = self._cell_work(cell)
         except KeyboardInterrupt:
-            state, reason = "pending", "interrupted (Ctrl-C); `servedeck campaign run FILE --resume` redoes this cell"
+            state, reason = C.CellState.PENDING, "interrupted (Ctrl-C); `servedeck campaign run FILE --resume` redoes this cell"
             raise
         except ServedeckError as e:
-            state, reason = "failed", e.message
+            state, reason = C.CellState.FAILED, e.message
         except Exception as e:  # a servedeck bug in one cell must not lose the others
-            state, reason = "failed", f"servedeck failed: {type(e).__name__}: {e}"
+            state, reason = C.CellState.FAILED, f"servedeck failed: {type(e).__name__}: {e}"
         finally:
             timer.cancel()
-            if self.interrupted.is_set() and state != "done":
-                state, reason = "pending", "interrupted (Ctrl-C); `servedeck campaign run FILE --resume` redoes this cell"
-            elif cell.id in self.expired and state != "done":
-                state = "timed-out"
+            if self.interrupted.is_set() and state != C.CellState.DONE:
+                state, reason = C.CellState.PENDING, "interrupted (Ctrl-C); `servedeck campaign run FILE --resume` redoes this cell"
+            elif cell.id in self.expired and state != C.CellState.DONE:
+                state = C.CellState.TIMED_OUT
                 reason = f"cell_timeout {self.camp.head.cell_timeout} passed; engines stopped" + \
                     (f" ({reason})" if reason else "")
             self._stop(cell)
-            self.folder.set_cell(cell.id, state=state, reason=reason, signature=signature, ended=S.now_iso())
-            if state in C.DONE_STATES:
+            self.folder.move_cell(cell.id, state, reason=reason, signature=signature, ended=S.now_iso())
+            if state.finished:
                 self.durations.append(time.monotonic() - t0)
             done = self._done_count()
-            remaining = sum(c["state"] not in C.DONE_STATES for c in self.folder.doc["cells"])
-            self.rep.cell_end(cell.id, state, reason, done, len(self.cells),
+            remaining = sum(not C.CellState(c["state"]).finished for c in self.folder.doc["cells"])
+            self.rep.cell_end(cell.id, state.value, reason, done, len(self.cells),
                               C.eta_s(self.durations, remaining))
             self._render()
-        return state
+        return state.value
 
     def _node_fields(self) -> dict[str, Any]:
         return {"node": self.node["host"], **({"ray_node_id": self.node["ray_node_id"]}
@@ -334,7 +334,7 @@ class Runner:
                              "repeat": cell.repeat, "cell": cell.id},
                 **layout_facts(ms), "node": dict(self.node)}
 
-    def _cell_work(self, cell: C.Cell) -> tuple[str, Optional[str], Optional[str]]:
+    def _cell_work(self, cell: C.Cell) -> tuple[C.CellState, Optional[str], Optional[str]]:
         head = self.camp.head
         held = C.holders_in_the_way(cell, self._running(), self.ours) if self.opts.evict else []
         if held:
@@ -350,11 +350,11 @@ class Runner:
             except LaunchError as e:
                 run = self._failed_launch(cell, name, e, extra)
                 self.folder.add_run(cell.id, run)
-                return "failed", e.message, (e.cause or {}).get("signature") or (e.cause or {}).get("id")
+                return C.CellState.FAILED, e.message, (e.cause or {}).get("signature") or (e.cause or {}).get("id")
             targets.append(Target(name, self.derived.cfg, rec, launched=True, run_model=self.derived.base,
                                   run_layout=cell.variant, extra=extra))
             if self.interrupted.is_set() or cell.id in self.expired:
-                return "failed", "stopped while launching", None
+                return C.CellState.FAILED, "stopped while launching", None
         main = targets[0]
         main.peers = targets[1:]
         gate_ctx = head.gate.context if head.gate else 0
@@ -383,7 +383,7 @@ class Runner:
             finally:
                 if out.folder is not None:
                     self.folder.add_run(cell.id, out.folder.name)
-        return "done", None, None
+        return C.CellState.DONE, None, None
 
     def _failed_launch(self, cell: C.Cell, name: str, err: LaunchError, extra: dict[str, Any]) -> str:
         """A launch that never came up is a result too: a run folder with its engine log and the cause."""

@@ -33,6 +33,7 @@ from servedeck.config import Config
 from servedeck.deck import state as S
 from servedeck.errors import RefusedError
 from servedeck.fsio import atomic_write_bytes, unique_dir
+from servedeck.runs.folder import RunFolder
 
 HOST_SHARE = 0.001  # a variant's `host` as a custom resource: a sliver of it, so cells can share the host
 CANCEL_WAIT_S = 180.0  # after Ctrl-C, how long the head waits for nodes to stop their engines
@@ -206,33 +207,35 @@ class ClusterRunner(Runner):
         earlier = prior.get("earlier_runs", []) + prior.get("runs", [])
         attempts: list[dict[str, Any]] = []
         t0 = time.monotonic()
-        state, reason, signature = "failed", None, None
+        state, reason, signature = C.CellState.FAILED, None, None
         for attempt in range(1 + self.camp.head.retries):
             if self.interrupted.is_set():
                 break
-            self.folder.set_cell(cell.id, state="running", runs=[], earlier_runs=earlier, reason=None, signature=None,
+            self.folder.move_cell(cell.id, C.CellState.RUNNING, runs=[], earlier_runs=earlier, reason=None, signature=None,
                                  started=S.now_iso(), ended=None, node=None, ray_node_id=None, attempts=attempts)
             state, reason, signature, info = self._attempt(cell, attempt)
             attempts.append({"node": info.get("host"), "ray_node_id": info.get("ray_node_id"), "state": state,
                              "reason": reason, "runs": list(self.folder.cell(cell.id).get("runs") or [])})
-            if state == "failed" and info.get("lost") and attempt < self.camp.head.retries:
+            if state == C.CellState.FAILED and info.get("lost") and attempt < self.camp.head.retries:
                 earlier = earlier + attempts[-1]["runs"]
                 self.rep.note(f"{cell.id}: {reason}; retrying on another node in {RETRY_PAUSE_S:.0f} s")
                 if self.interrupted.wait(RETRY_PAUSE_S):
                     break
                 continue
             break
-        if self.interrupted.is_set() and state != "done":
-            state, reason = "pending", "interrupted (Ctrl-C); `servedeck campaign run FILE --ray … --resume` redoes this cell"
-        self.folder.set_cell(cell.id, state=state, reason=reason, signature=signature, ended=S.now_iso(),
-                             attempts=attempts, earlier_runs=earlier)
-        if state in C.DONE_STATES:
+        if not attempts:  # Ctrl-C came before its first attempt: the cell never began, its record stays
+            return self.folder.state(cell.id).value
+        if self.interrupted.is_set() and state != C.CellState.DONE:
+            state, reason = C.CellState.PENDING, "interrupted (Ctrl-C); `servedeck campaign run FILE --ray … --resume` redoes this cell"
+        self.folder.move_cell(cell.id, state, reason=reason, signature=signature, ended=S.now_iso(),
+                              attempts=attempts, earlier_runs=earlier)
+        if state.finished:
             self.durations.append(time.monotonic() - t0)
-        remaining = sum(c["state"] not in C.DONE_STATES for c in self.folder.doc["cells"])
-        self.rep.cell_end(cell.id, state, reason, self._done_count(), len(self.cells),
+        remaining = sum(not C.CellState(c["state"]).finished for c in self.folder.doc["cells"])
+        self.rep.cell_end(cell.id, state.value, reason, self._done_count(), len(self.cells),
                           C.eta_s(self.durations, remaining, max(1, len(self.inflight))))
         self._render()
-        return state
+        return state.value
 
     def _options(self, cell: C.Cell) -> dict[str, Any]:
         opts: dict[str, Any] = {"num_cpus": self.cpus_of(cell), "num_gpus": self.gpus_of(cell)}
@@ -248,7 +251,7 @@ class ClusterRunner(Runner):
                 opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(fits[0]["NodeID"], soft=False)
         return opts
 
-    def _attempt(self, cell: C.Cell, attempt: int) -> tuple[str, Optional[str], Optional[str], dict[str, Any]]:
+    def _attempt(self, cell: C.Cell, attempt: int) -> tuple[C.CellState, Optional[str], Optional[str], dict[str, Any]]:
         from ray import exceptions as X
 
         payload = self._payload(cell, attempt)
@@ -271,11 +274,11 @@ class ClusterRunner(Runner):
                 elif msg["kind"] == "end":
                     rec = msg["cell"]
                     if msg.get("error"):
-                        return "failed", f"servedeck failed on {info.get('host')}: {msg['error']}", None, info
-                    return rec["state"], rec.get("reason"), rec.get("signature"), info
-            return "failed", f"the task on {info.get('host')} ended without a result", None, info
+                        return C.CellState.FAILED, f"servedeck failed on {info.get('host')}: {msg['error']}", None, info
+                    return C.CellState(rec["state"]), rec.get("reason"), rec.get("signature"), info
+            return C.CellState.FAILED, f"the task on {info.get('host')} ended without a result", None, info
         except X.TaskCancelledError:
-            return "pending", "cancelled", None, info
+            return C.CellState.PENDING, "cancelled", None, info
         except Exception as e:
             if _is_node_loss(e):
                 node = info.get("ray_node_id") or "?"
@@ -283,12 +286,12 @@ class ClusterRunner(Runner):
                 info["lost"] = True
                 self._mark_unfinished(cell.id, f"node lost: {info.get('host')} (Ray node {node[:12]}) died while "
                                                 "this run was being written; what it had sent is kept")
-                return ("failed", f"node lost: {info.get('host', '?')} (Ray node {node[:12]}) died mid-cell; "
+                return (C.CellState.FAILED, f"node lost: {info.get('host', '?')} (Ray node {node[:12]}) died mid-cell; "
                         f"partial run folders kept", None, info)
             if isinstance(e, X.RayTaskError) and isinstance(e.cause, (KeyboardInterrupt, X.TaskCancelledError)):
-                return "pending", "cancelled", None, info
+                return C.CellState.PENDING, "cancelled", None, info
             msg = getattr(getattr(e, "cause", None), "message", None) if isinstance(e, X.RayTaskError) else None
-            return "failed", f"on {info.get('host', 'a node')}: {msg or f'{type(e).__name__}: {e}'}"[:2000], None, info
+            return C.CellState.FAILED, f"on {info.get('host', 'a node')}: {msg or f'{type(e).__name__}: {e}'}"[:2000], None, info
         finally:
             self.inflight.pop(cell.id, None)
             if not self.interrupted.is_set():
@@ -327,17 +330,10 @@ class ClusterRunner(Runner):
 
     def _mark_unfinished(self, cell_id: str, reason: str) -> None:
         """A run folder the node never closed (its copy here still says running) says why it stops there."""
-        import json
-
         for run in self.folder.cell(cell_id).get("runs") or []:
-            path = self.runs_root / run / "summary.json"
-            try:
-                doc = json.loads(path.read_text())
-            except (OSError, ValueError):
-                continue
-            if doc.get("status") == "running":
-                doc.update(status="failed", reason=reason, finished_at=S.now_iso())
-                atomic_write_bytes(path, (json.dumps(doc, indent=1) + "\n").encode())
+            folder = RunFolder.open(self.runs_root / run)
+            if folder is not None:
+                folder.finish("failed", reason)
 
 
 def run_on_ray(cfg: Config, camp: Campaign, opts: RunOptions, address: str,

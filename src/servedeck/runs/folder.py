@@ -11,11 +11,14 @@
         summary.md      the same for a person (rendered from the files above)
 
 States of a folder (summary.json "status"): running (opened; `pid` is the servedeck process
-writing it) → ok | failed (with `reason`). Only RunFolder moves it; `finish` is idempotent.
+writing it) → ok | failed (with `reason`). Only RunFolder moves it; `finish` is idempotent. A folder
+whose writer is gone (a Ray node lost mid-run; its files were sent to the head) is closed by
+`RunFolder.open(path).finish(...)` in the process that holds the copy.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from datetime import datetime
@@ -80,6 +83,15 @@ class RunFolder:
         folder = cls(path, doc)
         folder._write_summary()
         return folder
+
+    @classmethod
+    def open(cls, path: Path) -> "RunFolder | None":
+        """A folder written before, to close it from here; None when it has no readable summary.json."""
+        try:
+            summary = json.loads((path / "summary.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return cls(path, summary) if isinstance(summary, dict) else None
 
     def attach_launch(self, launch_dir: str | None, whole_log: bool) -> None:
         """Copy the launch's cmd.sh and boot.json now; remember where its log stands for server.log."""
