@@ -1,17 +1,21 @@
 """Issue 10's workloads on real llama.cpp: real-text prompts sized by the server, speculation figures
-from the engine's own account, identical greedy output (and a difference between two models), the
-conversation ramp to SmolLM2's 8K context, and long requests: no timeout, a timeout, four full prompts
-at once, and one stalled on purpose (SIGSTOP on the engine, always resumed). On vLLM's CPU build:
-real text sized by vLLM's tokenizer and the ramp to its 4K context."""
+from the engine's own account, the output check (it finds a divergence made on purpose, at the token
+where it begins, and reports speculating against plain launches as it finds them), a conversation
+ramp to 4K (`--max-context`, below SmolLM2's 8K), and long requests: no timeout, a timeout, four full
+prompts at once, and one stalled on purpose (SIGSTOP on the engine, always resumed). On vLLM's CPU
+build: real text sized by vLLM's tokenizer and the ramp to its 4K context."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
+import random
 import signal
 import threading
-from typing import Any
+from typing import Any, Optional
 
+import httpx
 import pytest
 
 from campaignkit import run_bench as bench
@@ -25,6 +29,25 @@ pytestmark = [pytest.mark.engine, pytest.mark.llamacpp]
 
 def _measured(folder) -> list[dict[str, Any]]:
     return [ln for ln in read_jsonl(folder / "requests.jsonl") if ln["kind"] == "measured"]
+
+
+def _token_ids(folder) -> dict[int, list[int]]:
+    """Each output-check answer's token ids, as the run saved them in outputs.jsonl."""
+    return {ln["index"]: ln["token_ids"] for ln in read_jsonl(folder / "outputs.jsonl")}
+
+
+def _first_difference(a: list[int], b: list[int]) -> Optional[int]:
+    """The first index where two answers differ (a shorter answer differs where it ends); None if equal."""
+    for i in range(min(len(a), len(b))):
+        if a[i] != b[i]:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def _with_request(cfg, name: str, request: dict[str, Any]):
+    """The config with models.NAME.request replaced: the same running server, asked differently."""
+    model = cfg.models[name].model_copy(update={"request": request})
+    return dataclasses.replace(cfg, deck=cfg.deck.model_copy(update={"models": {**cfg.models, name: model}}))
 
 
 @pytest.mark.parametrize("content", ["prose", "code", "random"])
@@ -55,21 +78,31 @@ def test_speculation_figures_and_identical_output(campaign_config, llama, llama_
     s = view["points"][0]["figures"]["speculation"]
     assert s["configured"] == {"method": "ngram-simple", "draft_max": "4"}
     assert s["source"].startswith("engine counters") and s["counters"]["generation_tokens"] >= 64
-    assert 0 <= s["accepted_tokens"] <= s["draft_tokens"]
-    if s["draft_tokens"]:
-        assert s["acceptance_rate"] == s["accepted_tokens"] / s["draft_tokens"]
-    else:  # n-gram drafting found nothing to propose: said, not estimated (seen here on raw code slices)
-        assert s["acceptance_rate"] is None and "no tokens were drafted" in s["absent"]["acceptance_rate"]
-    assert s["tokens_per_step"] == s["generated_tokens"] / (s["generated_tokens"] - s["accepted_tokens"])
+    # How much n-gram drafting proposes depends on how far an answer repeats its context (0 tokens on prose
+    # and code in bench/results/workloads.json, 18 in one run of this test): so the figures are checked
+    # against llama.cpp's second account of the same requests, each response's timings.draft_n and
+    # draft_n_accepted, summed here from requests.jsonl. The server served nothing else meanwhile.
+    # (llama.cpp leaves draft_n out of a response's timings when it drafted nothing for it)
+    measured = [ln for ln in _measured(spec_run) if ln["status"] == "ok"]
+    assert len(measured) == 2 and all(ln["timings"]["predicted_n"] == 32 for ln in measured)
+    drafted = sum(ln["timings"].get("draft_n", 0) for ln in measured)
+    accepted = sum(ln["timings"].get("draft_n_accepted", 0) for ln in measured)
+    assert (s["draft_tokens"], s["accepted_tokens"]) == (drafted, accepted)
+    assert s["acceptance_rate"] == (accepted / drafted if drafted else None)
     assert "one draft round per request" in s["note"]
     assert view["outputs"]["status"] == "ok" and view["outputs"]["unit"] == "token"
     plain = bench(campaign_config, "smollm2", BenchSpec(workload="chat", shapes=(ClosedLoop(1),), input_tokens=64,
                                                         output_tokens=4, requests=1, warmup=0, **small),
                   gate_mode=False).folder
     assert load(plain)["points"][0]["figures"]["speculation"] is None  # not speculating: nothing to say
+    # whether n-gram speculation keeps greedy output is what the check measures, not what this test assumes
+    # (bench/results/workloads.json: 8 prompts of 128 tokens, prompts 3 and 7 differ from tokens 69 and 109)
     same = compare_runs(spec_run, plain)
-    assert same["verdict"] == "identical", same
-    assert same["identical"] == 2
+    a, b = _token_ids(spec_run), _token_ids(plain)
+    expected = {i: _first_difference(a[i], b[i]) for i in a}
+    assert {r["index"]: r.get("position") for r in same["rows"]} == expected, same
+    assert same["identical"] == sum(pos is None for pos in expected.values())
+    assert same["verdict"] == ("identical" if same["identical"] == len(expected) else "differs")
     other = bench(campaign_config, "gemma", BenchSpec(workload="chat", shapes=(ClosedLoop(1),), input_tokens=64,
                                                        output_tokens=4, requests=1, warmup=0, **small),
                   gate_mode=False).folder
@@ -79,9 +112,41 @@ def test_speculation_figures_and_identical_output(campaign_config, llama, llama_
     assert isinstance(row["position"], int) and row["a"] != row["b"]
 
 
+BANNED = " the"  # chosen before any run: the commonest English word, likely in a 32-token answer
+
+
+def test_the_output_check_reports_a_divergence_made_on_purpose_at_its_first_token(campaign_config, llama):
+    """The same server answers the output check twice, the second time with BANNED forbidden (llama.cpp's
+    logit_bias): greedy decoding then picks the same tokens up to where the first answer says BANNED, and
+    another one there. Prefix caching is off in both runs so nothing else differs between them. The check
+    must report, for every prompt, the first diverging index computed here from the two saved
+    outputs.jsonl, and that index must be where the first answer first says BANNED."""
+    small = {"check_outputs": True, "check_prompts": 4, "check_tokens": 32}
+    spec = BenchSpec(workload="chat", shapes=(ClosedLoop(1),), input_tokens=64, output_tokens=4, requests=1,
+                     warmup=0, **small)
+    (banned,) = httpx.post(llama.base_url + "/tokenize", json={"content": BANNED}, timeout=60).json()["tokens"]
+    fresh = {"cache_prompt": False}
+    plain = bench(_with_request(campaign_config, "smollm2", fresh), "smollm2", spec, gate_mode=False).folder
+    other = bench(_with_request(campaign_config, "smollm2", {**fresh, "logit_bias": [[banned, False]]}), "smollm2",
+                  spec, gate_mode=False).folder
+    a, b = _token_ids(plain), _token_ids(other)
+    expected = {i: _first_difference(a[i], b[i]) for i in a}
+    # the reason, checked on the saved outputs: each answer forks exactly where the plain one first says BANNED
+    assert expected == {i: a[i].index(banned) if banned in a[i] else None for i in a}, (a, b)
+    assert any(pos is not None for pos in expected.values()), "no answer said the banned word: nothing to find"
+    got = compare_runs(plain, other)
+    assert got["verdict"] == "differs"
+    assert {r["index"]: r.get("position") for r in got["rows"]} == expected, got
+    for r in got["rows"]:
+        assert r["verdict"] == ("identical" if expected[r["index"]] is None else "differs"), r
+        if r["verdict"] == "differs":
+            assert r["unit"] == "token" and r["a"].startswith(BANNED), r  # the plain side goes on with BANNED
+
+
 def test_ramp_to_a_context_limit(campaign_config, llama):
-    # --max-context below the server's 8K: the same ramp in half the prefill (the 8K ramp itself is
-    # bench/vllm_workloads.py; the server's own limit is the vLLM ramp test's cutoff)
+    # --max-context 4096, below the server's 8K: the same ramp in half the prefill (the ramp to 8K on
+    # llama.cpp is bench/workloads.py, bench/results/workloads.json; the server's own limit is the vLLM ramp
+    # test's cutoff)
     spec = RampSpec(turn_tokens=900, answer_tokens=16, needle_every=2, max_context=4096, content="prose", seed=7)
     out = Outcome()
     with measured(campaign_config, "smollm2", False, out) as target:
@@ -95,8 +160,14 @@ def test_ramp_to_a_context_limit(campaign_config, llama):
     # from turn 2 on, the whole previous prompt comes from the cache (the server's own count)
     assert all(t["cached_tokens"] >= p["context_tokens"] for p, t in zip(turns, turns[1:]))
     assert not any(t.get("cache_note") for t in turns)
-    needles = [t["needle"] for t in turns if t["needle"]]
-    assert len(needles) == len(turns) // 2 and all("found" in n for n in needles)
+    # the code planted in turn 1 comes from the seed; a needle is found when the answer holds it (SmolLM2 often
+    # misses: bench/results/workloads.json found it in 0 of 2 at 3K and 6K), and the summary counts the same
+    code = str(random.Random(7).randrange(10**6, 10**7))
+    assert view["ramp"]["code"] == code
+    asked = [t for t in turns if t["needle"]]
+    assert [t["turn"] for t in asked] == [t["turn"] for t in turns if t["turn"] % 2 == 0]
+    assert [t["needle"]["found"] for t in asked] == [code in t["answer"] for t in asked]
+    assert view["ramp"]["needle_found"] == sum(code in t["answer"] for t in asked)
     r = view["ramp"]
     assert r["cutoff"]["reason"].startswith("context limit") and r["cutoff"]["turn"] == len(turns)
     assert view["status"] == "ok" and "## Ramp" in (folder / "summary.md").read_text()
@@ -178,8 +249,11 @@ def test_real_text_and_the_ramp_on_vllm(campaign_config, vllm):
     for prev, t in zip(turns, turns[1:]):  # the previous prompt, less its last partial block, from the cache
         assert prev["context_tokens"] - 128 < t["cached_tokens"] <= prev["context_tokens"] + prev["completion_tokens"]
     assert not any(t.get("cache_note") for t in turns)
-    needles = [t["needle"] for t in turns if t["needle"]]
-    assert len(needles) == len(turns) // 2 and all(n["asked"] and "found" in n for n in needles)
+    code = str(random.Random(7).randrange(10**6, 10**7))
+    asked = [t for t in turns if t["needle"]]
+    assert [t["turn"] for t in asked] == [t["turn"] for t in turns if t["turn"] % 2 == 0]
+    assert [t["needle"]["found"] for t in asked] == [code in t["answer"] for t in asked]
+    needles = [t["needle"] for t in asked]
     assert all(t["completion_tokens"] >= 1 for t in turns)
     assert view["ramp"]["cutoff"]["reason"].startswith("context limit") and view["status"] == "ok"
     print(f"\nvLLM ramp: contexts {ctx}, TTFT {[t['ttft_s'] for t in turns]} s, "
