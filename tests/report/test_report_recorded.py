@@ -285,3 +285,27 @@ def test_a_runs_own_summary_names_the_gpus_driver_memory_and_power_limit(results
     line = next(ln for ln in markdown(load(results / "runs" / "r8b__default__4k__llamacpp__1201-094803")).splitlines()
                 if ln.startswith("- GPUs:"))
     assert line == "- GPUs: 0: NVIDIA H200; driver 580.159.04 (CUDA 13.0); memory 140.4 GiB; power limit 700 W"
+
+
+def test_the_where_table_says_where_the_layers_went(folder, results, tmp_path):
+    """The recorded campaign predates the placement facts, so one run's boot gets them from the real CUDA
+    llama-server log captured at -lv 4 (tests/data/llamacpp-11434-cuda), parsed by the adapter itself."""
+    from servedeck.engines.llamacpp import ENGINE
+
+    log = (Path(__file__).resolve().parents[1] / "data/llamacpp-11434-cuda/boot-lv4.log").read_text()
+    placement = ENGINE.parse_boot(log)["placement"]
+    tree = tmp_path / "results"
+    shutil.copytree(results, tree)
+    camp = tree / "campaigns" / CAMPAIGN
+    first = json.loads((camp / "campaign.json").read_text())["cells"][0]
+    for run in first["runs"]:
+        f = tree / "runs" / run / "summary.json"
+        doc = json.loads(f.read_text())
+        doc.setdefault("boot", {})["placement"] = placement
+        f.write_text(json.dumps(doc))
+    md, _ = write(from_campaign(camp), camp)
+    lines = _section(md.read_text(), "What was measured, where, with what").splitlines()
+    head = next(i for i, ln in enumerate(lines) if "| placement (boot) |" in ln)
+    columns = [c.strip() for c in lines[head].strip("|").split("|")]
+    row = next(ln for ln in lines[head + 2:] if ln.startswith(f"| {first['variant']} |"))
+    assert [c.strip() for c in row.strip("|").split("|")][columns.index("placement (boot)")] == placement

@@ -67,9 +67,12 @@ def what(coll: Collection) -> Optional[Section]:
     firsts = _first(coll)
     keys = ("host", "CPUs", "GPUs", "GPU driver", "GPU memory", "GPU power limit", "engine", "engine version",
             "build", "servedeck version", "layout", "context")
-    rows = [[v, str(len(runs)), *[r.knobs.get(k, "-") for k in keys], run_link(r)]
+    # where the engine put the layers (boot.json `placement`; llama.cpp says it only at log verbosity 4):
+    # shown, not a knob, since it follows from the launch
+    rows = [[v, str(len(runs)), *[r.knobs.get(k, "-") for k in keys],
+             str((r.view.get("boot") or {}).get("placement") or "-"), run_link(r)]
             for (v, runs), r in zip(coll.variants().items(), firsts.values())]
-    blocks.append(Table(["variant", "runs", *keys, "from"], rows))
+    blocks.append(Table(["variant", "runs", *keys, "placement (boot)", "from"], rows))
     # configuration differences between variants: every config knob whose value is not the same everywhere
     cfgs = {v: config_knobs(r.knobs) for v, r in firsts.items()}
     names: list[str] = []
