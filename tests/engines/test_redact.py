@@ -71,7 +71,7 @@ def test_env_names_and_token_values():
 
 
 def test_redact_text_token_formats():
-    from servedeck.engines.base import redact_text
+    from servedeck.redact import redact_text
 
     assert redact_text(f"Authorization: Bearer {SK} and {HF}") == "Authorization: Bearer <redacted> and <redacted>"
     assert redact_text("sk-short hf_x ok") == "sk-short hf_x ok"  # too short to be a token

@@ -35,9 +35,10 @@ from servedeck.deck import state as S
 from servedeck.deck.records import LaunchState, LiveRecord, StartResult
 from servedeck.deck.slots import Running, decide
 from servedeck.engines import get_engine
-from servedeck.engines.base import REDACTED, LaunchSpec, redact_env, redact_settings_args
+from servedeck.engines.base import LaunchSpec
 from servedeck.errors import BusyError, LaunchError, RefusedError, StateError, UnknownModelError
 from servedeck.fsio import atomic_write_json
+from servedeck.redact import REDACTED, redact_env, redact_settings_args
 from servedeck.supervisor import process as P
 from servedeck.supervisor import ready as R
 

@@ -14,7 +14,7 @@ import shlex
 from pathlib import Path
 from typing import Any, Optional
 
-from servedeck.engines.base import REDACTED, SECRET_VALUE, is_secret_name
+from servedeck.redact import REDACTED, SECRET_VALUE, is_secret_name
 
 # Knob groups: a variant is its configuration; the workload and prompt seed describe what was asked;
 # the layout is a label and the address (port, bind host) is where it listened: a campaign gives every

@@ -27,9 +27,9 @@ from typing import Any, BinaryIO, Callable
 
 from servedeck import paths
 from servedeck.deck.state import now_iso
-from servedeck.engines.base import redact_text
 from servedeck.errors import RunError
 from servedeck.fsio import append_jsonl, atomic_write_json, atomic_write_text, unique_dir
+from servedeck.redact import redact_text
 
 SUMMARY_SCHEMA = 1
 FULL_LOG_MAX = 32 * 2**20  # copy a launch log whole up to this size

@@ -19,8 +19,8 @@ from typing import Any, Iterable, Iterator
 
 from servedeck import paths
 from servedeck.deck.state import now_iso
-from servedeck.engines.base import is_secret_name, redact_text
 from servedeck.fsio import JsonlRows, append_jsonl, read_jsonl
+from servedeck.redact import is_secret_name, redact_text
 
 HOOK_TIMEOUT_S = 10.0
 REDACTED = "<redacted>"
