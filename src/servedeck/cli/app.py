@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any, Optional
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from servedeck import paths
 from servedeck.config import Config
@@ -50,6 +52,26 @@ def config_or_none(doing: str) -> Optional[Config]:
     except ServedeckError as e:
         err_console.print(f"[yellow]warning:[/] {e.message.splitlines()[0]} ({doing} without it)", markup=True,
                           highlight=False)
+        return None
+
+
+def configured_results_dir(listing: str = "runs") -> Optional[str]:
+    """[host] results_dir when models.toml is readable, else None (results then come from $SERVEDECK_RESULTS
+    or ./results). Runs and campaigns are listable without a models.toml, but one that exists (or was named)
+    and cannot be read is said, file and error, with the folder read instead: otherwise a typo in models.toml
+    would silently point `runs`, `report` or `campaign status` at another results folder."""
+    from servedeck.errors import ServedeckError
+
+    cfg_path = paths.config_file(Ctx.config_path)
+    try:
+        return load_config().deck.host.results_dir
+    except ServedeckError as e:
+        if cfg_path.exists() or Ctx.config_path or os.environ.get("SERVEDECK_CONFIG"):
+            used = paths.results_dir(None) / listing
+            why = "SERVEDECK_RESULTS" if os.environ.get("SERVEDECK_RESULTS") else "the default"
+            err_console.print(Text("warning: ", style="yellow") + Text(
+                f"{cfg_path} is broken, so its [host] results_dir is not known: {e.message.splitlines()[0]}; "
+                f"listing {listing} under {used.resolve()} ({why})"), highlight=False, soft_wrap=True)
         return None
 
 

@@ -1,26 +1,23 @@
-"""Campaign commands: gate, bench, runs, show. Parse, call one function, render."""
+"""Campaign commands: gate, bench, ramp, runs, show. Parse, call one function, render."""
 
 from __future__ import annotations
 
 import asyncio
-import os
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Coroutine, Optional
 
 import typer
 from rich.markdown import Markdown
-from rich.text import Text
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from servedeck.campaign import BenchSpec, Outcome, RampSpec, bench as run_bench, compare_runs, gate as run_gate
 from servedeck.campaign import measured, ramp as run_ramp
-from servedeck.campaign.bench import shape_label
-from servedeck import paths
-from servedeck.cli.app import Ctx, app, console, err_console, load_config, print_json
+from servedeck.campaign.bench import ArrivalsChoice, ContentChoice, WorkloadChoice, shape_label
+from servedeck.campaign.target import Target
+from servedeck.cli.app import app, configured_results_dir, console, err_console, load_config, print_json
 from servedeck.errors import ServedeckError
 from servedeck.gates import GateSpec, ProbeResult
-from servedeck.loadgen import ClosedLoop, OpenLoop, Progress as LoadProgress, Slo
-from servedeck.loadgen.texts import CONTENTS
+from servedeck.loadgen import Progress as LoadProgress, Slo
 from servedeck.loadgen.loop import run as run_loop
 from servedeck.report import list_row, markdown
 from servedeck.report.workloads import outputs_markdown
@@ -163,14 +160,28 @@ def gate(
         raise typer.Exit(1)
 
 
+# Options `bench` and `ramp` share, so both say the same thing.
+_GATE = typer.Option(None, "--gate/--no-gate", help="default: reuse this launch's gate, else run one")
+_GATE_CONTEXT = typer.Option(None, "--gate-context", help="context for the gate (default: the server's)")
+_GATE_ANSWER_TOKENS = typer.Option(32, "--gate-answer-tokens", help="room for each gate answer")
+_STALL_AFTER = typer.Option("5m", "--stall-after", help="no byte for this long: the engine's counters tell "
+                                                         "stalled (ended, recorded) from slow")
+_LAUNCH = typer.Option(False, "--launch", help="start the model for this run and stop it afterwards")
+_CONTENT_HELP = ("what follows each prompt's unique tag: random (common words, cache-free baselines), prose "
+                 "(Python's documentation topics) or code (the standard library's sources)")
+
+
 @app.command()
 def bench(
     model: str,
-    workload: str = typer.Option("chat", "--workload", help="chat | long-prompt | decode (one fixed prompt: TPOT and "
-                                                            "decode tok/s only) | ramp (one conversation grown turn by turn)"),
+    workload: WorkloadChoice = typer.Option(WorkloadChoice.chat, "--workload", help="chat (--input-tokens/"
+                                            "--output-tokens per request) | long-prompt (a prompt near the context) | "
+                                            "decode (one fixed prompt: TPOT and decode tok/s only) | ramp (one "
+                                            "conversation grown turn by turn, as `servedeck ramp`)"),
     concurrency: Optional[str] = typer.Option(None, "--concurrency", help="closed-loop points, e.g. 1,4,16"),
     rate: Optional[str] = typer.Option(None, "--rate", help="open-loop points in requests/s, e.g. 2,4,8"),
-    arrivals: str = typer.Option("poisson", "--arrivals", help="poisson | constant (with --rate)"),
+    arrivals: ArrivalsChoice = typer.Option(ArrivalsChoice.poisson, "--arrivals", help="with --rate: poisson (random "
+                                            "gaps at the given mean rate) | constant (evenly spaced)"),
     input_tokens: int = typer.Option(1024, "--input-tokens", help="chat: prompt tokens as the server counts them"),
     output_tokens: Optional[int] = typer.Option(None, "--output-tokens", help="default 1024 (chat), 64 (long-prompt), 256 (decode)"),
     prompt_tokens: Optional[int] = typer.Option(None, "--prompt-tokens", help="long-prompt: default context − output"),
@@ -178,15 +189,15 @@ def bench(
     requests: Optional[int] = typer.Option(None, "--requests", help="per point (long-prompt default 3)"),
     warmup: int = typer.Option(1, "--warmup", help="warm-up requests per point, with their own prompts"),
     slo: Optional[str] = typer.Option(None, "--slo", help="goodput bounds, e.g. ttft=2s,tpot=50ms"),
-    gate_flag: Optional[bool] = typer.Option(None, "--gate/--no-gate", help="default: reuse this launch's gate, else run one"),
-    gate_context: Optional[int] = typer.Option(None, "--gate-context", help="context for the gate (default: the server's)"),
+    gate_flag: Optional[bool] = _GATE,
+    gate_context: Optional[int] = _GATE_CONTEXT,
     repeat_prompt: bool = typer.Option(False, "--repeat-prompt", help="send one prompt over and over: shows the prefix cache at work; not a benchmark"),
     seed: Optional[int] = typer.Option(None, "--seed", help="the same prompts in every launch with the same seed (compare pairs them); on a server that already saw them they come from the prefix cache"),
-    content: Optional[str] = typer.Option(None, "--content", help="random | prose | code: what follows each prompt's unique tag (default random; prose for the ramp)"),
+    content: Optional[ContentChoice] = typer.Option(None, "--content", help=_CONTENT_HELP + "; default random, prose for the ramp"),
     request_timeout: Optional[str] = typer.Option(None, "--request-timeout", help="per request, e.g. 30m, or none (default 10m for chat, none for long-prompt and ramp)"),
-    stall_after: str = typer.Option("5m", "--stall-after", help="no byte for this long: the engine's counters tell stalled (ended, recorded) from slow"),
+    stall_after: str = _STALL_AFTER,
     check_outputs: bool = typer.Option(False, "--check-outputs", help="first answer 8 fixed prompts greedily into outputs.jsonl (see compare-outputs)"),
-    gate_answer_tokens: int = typer.Option(32, "--gate-answer-tokens", help="room for each gate answer"),
+    gate_answer_tokens: int = _GATE_ANSWER_TOKENS,
     turn_tokens: int = typer.Option(2000, "--turn-tokens", help="ramp: text tokens each turn adds"),
     answer_tokens: int = typer.Option(64, "--answer-tokens", help="ramp: room for each answer"),
     max_context: Optional[int] = typer.Option(None, "--max-context", help="ramp: stop before the conversation passes this (default: the server's context)"),
@@ -195,69 +206,80 @@ def bench(
     turn_timeout: str = typer.Option("20m", "--turn-timeout", help="ramp: a turn taking longer ends the ramp"),
     stop_on_miss: bool = typer.Option(False, "--stop-on-miss", help="ramp: stop at the first needle missed"),
     client_procs: int = typer.Option(1, "--client-procs", help="split the streams over N client processes (one schedule); for hosts with spare cores"),
-    launch: bool = typer.Option(False, "--launch", help="start the model for this run and stop it afterwards"),
+    launch: bool = _LAUNCH,
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Benchmark MODEL: gate, then one measured point per concurrency or rate (or the conversation ramp), recorded as a run folder."""
-    if workload not in ("chat", "long-prompt", "decode", "ramp"):
-        raise ServedeckError(f"--workload {workload!r} is not chat, long-prompt, decode or ramp",
-                             hint="chat: --input-tokens/--output-tokens per request; long-prompt: a prompt near the "
-                                  "context; decode: one fixed prompt, decode speed only; ramp: one conversation "
-                                  "grown turn by turn")
-    if content is not None and content not in CONTENTS:
-        raise ServedeckError(f"--content {content!r} is not one of {', '.join(CONTENTS)}",
-                             hint="random: common words (cache-free baselines); prose: Python's documentation "
-                                  "topics; code: the standard library's sources")
-    stall_s = _limit(stall_after, "--stall-after")
     gate_spec = GateSpec(context=gate_context or 0, answer_tokens=gate_answer_tokens)
-    if workload == "ramp":
-        rspec = RampSpec(turn_tokens=turn_tokens, answer_tokens=answer_tokens, max_context=max_context,
-                         needle_every=needle_every, time_cap_s=_limit(time_cap, "--time-cap"),
-                         turn_timeout_s=_limit(request_timeout or turn_timeout, "--turn-timeout"),
-                         stop_on_miss=stop_on_miss, content=content or "prose",  # type: ignore[arg-type]
-                         stall_after_s=stall_s, seed=seed)
-        ramp_outcome, ramp_cfg = Outcome(), load_config()
-
-        def run_r(rep: RichReporter) -> None:
-            with measured(ramp_cfg, model, launch, ramp_outcome) as target:
-                run_loop(run_ramp(target, rspec, gate_mode=gate_flag, gate_spec=gate_spec, reporter=rep,
-                                  outcome=ramp_outcome))
-
-        _guarded(ramp_outcome, run_r)
-        _show(ramp_outcome, as_json)
+    if workload is WorkloadChoice.ramp:
+        # --request-timeout, when given, bounds each turn (as it bounds each request of the other workloads)
+        rspec = _ramp_spec(turn_tokens, answer_tokens, max_context, needle_every, time_cap,
+                           (request_timeout, "--request-timeout") if request_timeout else (turn_timeout, "--turn-timeout"),
+                           stop_on_miss, content or ContentChoice.prose, stall_after, seed)
+        _measure(model, launch, as_json, lambda target, rep, outcome: run_ramp(
+            target, rspec, gate_mode=gate_flag, gate_spec=gate_spec, reporter=rep, outcome=outcome))
         return
-    if concurrency and rate:
-        raise ServedeckError("--concurrency and --rate are two different load shapes",
-                             hint="give one: --concurrency 1,4,16 (closed loop) or --rate 2,4,8 (open loop)")
-    if arrivals not in ("poisson", "constant"):
-        raise ServedeckError(f"--arrivals {arrivals!r} is not poisson or constant",
-                             hint="poisson: random gaps at the given mean rate; constant: evenly spaced")
-    if client_procs < 1:
-        raise ServedeckError(f"--client-procs must be at least 1, got {client_procs}",
-                             hint="1 runs the client in this process; N > 1 splits the streams over N processes")
-    if rate:
-        shapes = tuple(OpenLoop(r, arrivals) for r in _numbers(rate, "--rate", float))  # type: ignore[arg-type]
-    else:
-        shapes = tuple(ClosedLoop(c) for c in _numbers(concurrency or "1", "--concurrency"))
-    duration_s = seconds(duration, "--duration") if duration else None
-    if duration_s is None and requests is None:
-        duration_s, requests = (60.0, None) if workload == "chat" else (None, 3)
-    spec = BenchSpec(workload=workload, shapes=shapes,  # type: ignore[arg-type]
-                     output_tokens=output_tokens or {"chat": 1024, "long-prompt": 64, "decode": 256}[workload],
-                     input_tokens=input_tokens if workload in ("chat", "decode") else None,
-                     prompt_tokens=prompt_tokens if workload == "long-prompt" else None,
-                     duration_s=duration_s, requests=requests, warmup=warmup, slo=_slo(slo),
-                     repeat_prompt=repeat_prompt, seed=seed, content=content or "random",  # type: ignore[arg-type]
-                     request_timeout_s=_limit(request_timeout or ("10m" if workload == "chat" else "none"),
-                                              "--request-timeout"),
-                     stall_after_s=stall_s, check_outputs=check_outputs, client_procs=client_procs)
-    cfg = load_config()
-    outcome = Outcome()
+    stall_s = _limit(stall_after, "--stall-after")
+    spec = BenchSpec.from_options(
+        workload, concurrency=_numbers(concurrency, "--concurrency") if concurrency else None,
+        rate=_numbers(rate, "--rate", float) if rate else None, arrivals=arrivals,
+        input_tokens=input_tokens, output_tokens=output_tokens, prompt_tokens=prompt_tokens,
+        duration_s=seconds(duration, "--duration") if duration else None, requests=requests, warmup=warmup,
+        slo=_slo(slo), repeat_prompt=repeat_prompt, seed=seed, content=content,
+        request_timeout_s=_limit(request_timeout, "--request-timeout") if request_timeout else "default",
+        stall_after_s=stall_s, check_outputs=check_outputs, client_procs=client_procs)
+    _measure(model, launch, as_json, lambda target, rep, outcome: run_bench(
+        target, spec, gate_mode=gate_flag, gate_spec=gate_spec, reporter=rep, outcome=outcome))
+
+
+@app.command()
+def ramp(
+    model: str,
+    turn_tokens: int = typer.Option(2000, "--turn-tokens", help="text tokens each turn adds"),
+    answer_tokens: int = typer.Option(64, "--answer-tokens", help="room for each answer"),
+    max_context: Optional[int] = typer.Option(None, "--max-context", help="stop before the conversation passes this (default: the server's context)"),
+    needle_every: int = typer.Option(4, "--needle-every", help="ask for the code planted in turn 1 every N turns (0: never)"),
+    time_cap: str = typer.Option("2h", "--time-cap", help="stop after this long, or none"),
+    turn_timeout: str = typer.Option("20m", "--turn-timeout", help="a turn taking longer ends the ramp, or none"),
+    stop_on_miss: bool = typer.Option(False, "--stop-on-miss", help="stop at the first needle missed"),
+    content: ContentChoice = typer.Option(ContentChoice.prose, "--content", help=_CONTENT_HELP + " (the ramp takes prose or code)"),
+    stall_after: str = _STALL_AFTER,
+    seed: Optional[int] = typer.Option(None, "--seed", help="the same tag, code and text in every launch with the same seed"),
+    gate_flag: Optional[bool] = _GATE,
+    gate_context: Optional[int] = _GATE_CONTEXT,
+    gate_answer_tokens: int = _GATE_ANSWER_TOKENS,
+    launch: bool = _LAUNCH,
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Grow one conversation with MODEL turn by turn to its cut-off (context, time cap, a missed needle), after
+    the gate, recorded as a run folder: the same run as `servedeck bench MODEL --workload ramp`."""
+    gate_spec = GateSpec(context=gate_context or 0, answer_tokens=gate_answer_tokens)
+    rspec = _ramp_spec(turn_tokens, answer_tokens, max_context, needle_every, time_cap,
+                       (turn_timeout, "--turn-timeout"), stop_on_miss, content, stall_after, seed)
+    _measure(model, launch, as_json, lambda target, rep, outcome: run_ramp(
+        target, rspec, gate_mode=gate_flag, gate_spec=gate_spec, reporter=rep, outcome=outcome))
+
+
+def _ramp_spec(turn_tokens: int, answer_tokens: int, max_context: Optional[int], needle_every: int, time_cap: str,
+               turn_timeout: tuple[str, str], stop_on_miss: bool, content: str, stall_after: str,
+               seed: Optional[int]) -> RampSpec:
+    """The ramp's options → its spec. `turn_timeout`: the text and the option it came from."""
+    stall_s = _limit(stall_after, "--stall-after")
+    return RampSpec(turn_tokens=turn_tokens, answer_tokens=answer_tokens, max_context=max_context,
+                    needle_every=needle_every, time_cap_s=_limit(time_cap, "--time-cap"),
+                    turn_timeout_s=_limit(*turn_timeout), stop_on_miss=stop_on_miss,
+                    content=ContentChoice(content).value, stall_after_s=stall_s, seed=seed)
+
+
+def _measure(model: str, launch: bool, as_json: bool,
+             work: Callable[[Target, RichReporter, Outcome], Coroutine[Any, Any, Outcome]]) -> None:
+    """Open MODEL (starting it with --launch), run `work` on it under a progress display, show the run."""
+    cfg, outcome = load_config(), Outcome()
+
     def run(rep: RichReporter) -> None:
         with measured(cfg, model, launch, outcome) as target:
             # uvloop when installed: the load generator's timestamps want the cheaper loop
-            run_loop(run_bench(target, spec, gate_mode=gate_flag, gate_spec=gate_spec, reporter=rep,
-                               outcome=outcome))
+            run_loop(work(target, rep, outcome))
 
     _guarded(outcome, run)
     _show(outcome, as_json)
@@ -287,7 +309,7 @@ def compare_outputs(run_a: str = typer.Argument(..., help="run folder with outpu
                     run_b: str = typer.Argument(..., help="the run to compare it with"),
                     as_json: bool = typer.Option(False, "--json")) -> None:
     """Greedy outputs of two runs (`bench --check-outputs`), token by token: identical, or where they part."""
-    root = runs_root(_results_dir())
+    root = runs_root(configured_results_dir())
     result = compare_runs(find_run(root, run_a), find_run(root, run_b))
     if as_json:
         print_json(result)
@@ -301,7 +323,7 @@ def compare_outputs(run_a: str = typer.Argument(..., help="run folder with outpu
 def runs(as_json: bool = typer.Option(False, "--json"), limit: int = typer.Option(50, "-n", help="the latest N"),
          campaign: Optional[str] = typer.Option(None, "--campaign", help="only the runs of this campaign (name or folder)")) -> None:
     """Run folders: model, engine, layout, context, gate, headline figures (rebuilt from each folder)."""
-    root = runs_root(_results_dir())
+    root = runs_root(configured_results_dir())
     paths = list_runs(root)
     if campaign:
         paths = [p for p in paths if _in_campaign(p, campaign)]
@@ -331,7 +353,7 @@ def runs(as_json: bool = typer.Option(False, "--json"), limit: int = typer.Optio
 def show(run: str = typer.Argument(..., help="run folder name, a unique part of it, a path, or `last`"),
          as_json: bool = typer.Option(False, "--json")) -> None:
     """One run's summary, rebuilt from its folder."""
-    path = find_run(runs_root(_results_dir()), run)
+    path = find_run(runs_root(configured_results_dir()), run)
     view = load(path)
     if as_json:
         print_json(view)
@@ -347,20 +369,4 @@ def _in_campaign(path: Any, name: str) -> bool:
     return name in (c.get("name"), c.get("folder"))
 
 
-def _results_dir() -> Optional[str]:
-    """[host] results_dir when models.toml is readable. Runs are listable without one, but a models.toml
-    that exists and cannot be read is said (file and error) with the results dir used instead."""
-    cfg_path = paths.config_file(Ctx.config_path)
-    try:
-        return load_config().deck.host.results_dir
-    except ServedeckError as e:
-        if cfg_path.exists() or Ctx.config_path or os.environ.get("SERVEDECK_CONFIG"):
-            used = runs_root(None)
-            why = "SERVEDECK_RESULTS" if os.environ.get("SERVEDECK_RESULTS") else "the default"
-            err_console.print(Text("warning: ", style="yellow") + Text(
-                f"{cfg_path} is broken, so its [host] results_dir is not known: {e.message.splitlines()[0]}; "
-                f"listing runs under {used.resolve()} ({why})"), highlight=False, soft_wrap=True)
-        return None
-
-
-__all__ = ["bench", "compare_outputs", "gate", "runs", "show", "shape_label"]
+__all__ = ["bench", "compare_outputs", "gate", "ramp", "runs", "show", "shape_label"]

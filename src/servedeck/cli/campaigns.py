@@ -16,7 +16,7 @@ from servedeck.campaign.file import load as load_campaign
 from servedeck.campaign.folder import CampaignFolder, campaigns_root, find_campaign
 from servedeck.campaign.runner import RunOptions, plan_campaign, run_campaign
 from servedeck.campaign.summary import status_markdown, status_view, table
-from servedeck.cli.app import app, console, err_console, load_config, print_json
+from servedeck.cli.app import app, configured_results_dir, console, err_console, load_config, print_json
 from servedeck.errors import ConfigError
 from servedeck.runs.folder import runs_root
 
@@ -143,7 +143,7 @@ def run(file: Path = typer.Argument(..., help="the campaign .toml"),
 def status(folder: Optional[str] = typer.Argument(None, help="campaign folder, its name, or a unique part (default: newest)"),
            as_json: bool = typer.Option(False, "--json")) -> None:
     """A campaign's cells and figures, rebuilt from its folder and run folders."""
-    results = _results_dir()
+    results = configured_results_dir("campaigns")
     path = find_campaign(campaigns_root(results), folder)
     f = CampaignFolder.open(path)
     view = status_view(f.doc, runs_root(results), path)
@@ -165,12 +165,3 @@ def _render_status(view: dict[str, Any]) -> None:
     console.print(t)
     if view["points"]:
         console.print(Markdown("\n".join(table(view["points"]))))
-
-
-def _results_dir() -> Optional[str]:
-    from servedeck.errors import ServedeckError
-
-    try:
-        return load_config().deck.host.results_dir
-    except ServedeckError:
-        return None

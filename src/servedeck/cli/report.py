@@ -9,8 +9,7 @@ from typing import Optional
 import typer
 
 from servedeck import paths
-from servedeck.cli.app import app, console, print_json
-from servedeck.cli.campaign import _results_dir
+from servedeck.cli.app import app, configured_results_dir, console, print_json
 from servedeck.errors import RunError, ServedeckError
 from servedeck.report.build import write
 from servedeck.report.collect import Collection, Run, collect, from_campaign, from_runs, is_campaign
@@ -20,7 +19,7 @@ from servedeck.runs import find_run, runs_root
 
 
 def _campaigns_root() -> Path:
-    return paths.results_dir(_results_dir()) / "campaigns"
+    return paths.results_dir(configured_results_dir()) / "campaigns"
 
 
 def _campaign(ref: str) -> Optional[Path]:
@@ -47,7 +46,7 @@ def _targets(refs: list[str]) -> list[Path]:
     out = []
     for ref in refs:
         camp = _campaign(ref)
-        out.append(camp if camp is not None else find_run(runs_root(_results_dir()), ref))
+        out.append(camp if camp is not None else find_run(runs_root(configured_results_dir()), ref))
     return out
 
 
@@ -62,7 +61,7 @@ def report(
     coll = collect(paths_)
     if out is None:
         out = coll.folder if coll.folder is not None else \
-            paths.results_dir(_results_dir()) / "reports" / datetime.now().strftime("%m%d-%H%M%S")
+            paths.results_dir(configured_results_dir()) / "reports" / datetime.now().strftime("%m%d-%H%M%S")
     md, page = write(coll, out)
     if as_json:
         print_json({"report_md": str(md), "report_html": str(page), "runs": [r.name for r in coll.runs],
@@ -82,7 +81,7 @@ def _variant(ref: str, coll: Collection) -> list[Run]:
 def _sides(a: str, b: str, coll: Optional[Collection], workload: Optional[str]) -> tuple[list[Run], list[Run]]:
     """Each side's runs of one workload: a campaign variant's repeats, or one run."""
     if coll is None:
-        root = runs_root(_results_dir())
+        root = runs_root(configured_results_dir())
         return from_runs([find_run(root, a)]).runs, from_runs([find_run(root, b)]).runs
     ra, rb = _variant(a, coll), _variant(b, coll)
     common = [w for w in dict.fromkeys(r.workload for r in ra) if any(x.workload == w for x in rb)]
