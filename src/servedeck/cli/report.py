@@ -9,40 +9,36 @@ from typing import Optional
 import typer
 
 from servedeck import paths
+from servedeck.campaign.folder import campaigns_root, find_campaign, list_campaigns
 from servedeck.cli.app import app, configured_results_dir, console, print_json
 from servedeck.errors import RunError, ServedeckError
 from servedeck.report.build import write
-from servedeck.report.collect import Collection, Run, collect, from_campaign, from_runs, is_campaign
+from servedeck.report.collect import Collection, Run, collect, from_campaign, from_runs
 from servedeck.report.compare import compare as compare_runs, text as compare_text
 from servedeck.report.stats import NOISE
 from servedeck.runs import find_run, runs_root
 
 
 def _campaigns_root() -> Path:
-    return paths.results_dir(configured_results_dir()) / "campaigns"
+    return campaigns_root(configured_results_dir())
 
 
 def _campaign(ref: str) -> Optional[Path]:
-    p = Path(ref).expanduser()
-    if p.is_dir() and is_campaign(p):
-        return p
-    root = _campaigns_root()
-    if root.is_dir():
-        hits = sorted(d for d in root.iterdir() if is_campaign(d) and ref in d.name)
-        if len(hits) == 1:
-            return hits[0]
-    return None
+    """The campaign folder REF names, by the rules `campaign status` uses (folder.find_campaign), so the two
+    commands read the same folder; None when REF names no one campaign, so that it may name a run."""
+    try:
+        return find_campaign(_campaigns_root(), ref)
+    except RunError:
+        return None
 
 
 def _targets(refs: list[str]) -> list[Path]:
     if not refs:
         root = _campaigns_root()
-        found = sorted((d for d in root.iterdir() if is_campaign(d)), key=lambda d: d.stat().st_mtime) \
-            if root.is_dir() else []
-        if not found:
+        if not list_campaigns(root):
             raise RunError(f"no campaign folders under {root}",
                            hint="give run folders: `servedeck report RUN RUN …` (`servedeck runs` lists them)")
-        return [found[-1]]
+        return [find_campaign(root, None)]
     out = []
     for ref in refs:
         camp = _campaign(ref)
