@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import shlex
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from servedeck.redact import REDACTED, SECRET_VALUE, is_secret_name
 
@@ -172,10 +172,3 @@ def changed(a: dict[str, str], b: dict[str, str]) -> list[tuple[str, str, str]]:
     """(knob, A's value, B's value) for every knob that differs, in A's order then B's extras."""
     names = list(a) + [n for n in b if n not in a]
     return [(n, a.get(n, "(absent)"), b.get(n, "(absent)")) for n in names if a.get(n) != b.get(n)]
-
-
-def one_line(changes: list[tuple[str, str, str]], limit: Optional[int] = None) -> str:
-    items = [f"{n}: {x} → {y}" for n, x, y in changes]
-    if limit is not None and len(items) > limit:
-        items = items[:limit] + [f"… {len(changes) - limit} more"]
-    return "; ".join(items)

@@ -107,13 +107,6 @@ def left_in_group(pgid: int, leader_create_time: float | None) -> list[int]:
     return members
 
 
-def descendants(pid: int) -> list[int]:
-    try:
-        return [c.pid for c in psutil.Process(pid).children(recursive=True)]
-    except psutil.Error:
-        return []
-
-
 def stop_group(pgid: int, grace_s: float, poll_s: float = 0.1) -> dict:
     """SIGTERM to the whole group, wait up to `grace_s`, then SIGKILL to the group. Returns what happened."""
     t0 = time.monotonic()
