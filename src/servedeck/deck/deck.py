@@ -21,182 +21,32 @@ settles first, so none of them starts a model over it or reports it "not running
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Optional
+from typing import Iterable, Iterator
 
-from servedeck.config import Build, Config, Deck as DeckConfig, Group, Model
+from servedeck.config import Config
 from servedeck.deck import launch as L
 from servedeck.deck import state as S
+from servedeck.deck.desired import config_from_settings, settings_of
+from servedeck.deck.docker import remove_container
+from servedeck.deck.memwait import wait_for_memory, wait_gpu_released
 from servedeck.deck.records import LaunchState, LiveRecord, StartResult
 from servedeck.deck.slots import Running, decide
+from servedeck.deck.status import (Ending, Status, alive, classify, describe_exit, engine_named, engine_record,
+                                   ending_of, is_orphan, left_behind, statuses)
 from servedeck.engines import get_engine
 from servedeck.engines.base import LaunchSpec
-from servedeck.errors import BusyError, LaunchError, RefusedError, StateError, UnknownModelError
+from servedeck.errors import BusyError, LaunchError, RefusedError, UnknownModelError
 from servedeck.fsio import atomic_write_json
-from servedeck.redact import REDACTED, redact_env, redact_settings_args
 from servedeck.supervisor import process as P
 from servedeck.supervisor import ready as R
 
-def classify(log_tail: str, exit_info: dict | None, when: float | None, engine: str) -> dict:
-    """The classified cause of an ending, from the forensic catalogue (doctor/forensics), among the
-    signatures that apply to the engine that wrote the log."""
-    from servedeck.doctor.forensics import classify as catalogue_classify
-    from servedeck.doctor.kernel import events_near
-
-    return catalogue_classify(log_tail, exit_info, events_near(when) if when else [], engine=engine)
-
-def describe_exit(exit_info: dict | None) -> str:
-    if not exit_info:
-        return "the engine's process group is gone and no exit record was written (killed with its shim?)"
-    if exit_info.get("signal"):
-        return f"killed by {exit_info['signal']}"
-    if exit_info.get("error"):
-        return exit_info["error"]
-    return f"exited with code {exit_info.get('returncode')}"
-
-# --- settings as desired.json keeps them ---------------------------------------------------
-
-def settings_of(name: str, cfg: Config) -> dict:
-    m = cfg.models[name]
-    b = cfg.deck.builds[m.build]
-    model = m.model_dump(mode="json")
-    model["env"] = redact_env(m.env)
-    model["args"] = redact_settings_args(model.get("args") or {})
-    build = b.model_dump(mode="json")
-    build["env"] = redact_env(b.env)
-    out = {"model": model, "build_name": m.build, "build": build, "config_path": str(cfg.path),
-           "since": S.now_iso()}
-    group = cfg.group_of(name)
-    if group:  # a relaunch must know its siblings share the slot with it
-        out["replica_of"] = {"name": group.name, "members": list(group.members)}
-    return out
-
-def config_from_settings(name: str, settings: dict, current: Config | None) -> Config:
-    """Rebuild the one-model config a launch was made with; secrets come from the current config or env."""
-
-    def fill(env: dict, current_env: dict, where: str) -> dict:
-        out = {}
-        for k, v in env.items():
-            if v == REDACTED:
-                if k in current_env:
-                    v = current_env[k]
-                elif k in os.environ:
-                    v = os.environ[k]
-                else:
-                    raise StateError(f"desired.json: models.{name}: secret {where}.env.{k} is not stored",
-                                     hint=f"set {k} in the environment or in models.toml, then run again")
-            out[k] = v
-        return out
-
-    def fill_args(args: dict, current_args: dict) -> dict:
-        out = {}
-        for k, v in args.items():
-            if v == REDACTED:
-                if k not in current_args:
-                    raise StateError(f"desired.json: models.{name}: secret args.{k} is not stored",
-                                     hint=f"put args.{k} back in models.toml for models.{name}, then run again")
-                v = current_args[k]
-            out[k] = v
-        return out
-
-    cur_m = current.models.get(name) if current else None
-    cur_b = current.deck.builds.get(settings["build_name"]) if current else None
-    model = dict(settings["model"])
-    build = dict(settings["build"])
-    model["env"] = fill(model.get("env", {}), dict(cur_m.env) if cur_m else {}, f"models.{name}")
-    model["args"] = fill_args(model.get("args", {}), dict(cur_m.args) if cur_m else {})
-    build["env"] = fill(build.get("env", {}), dict(cur_b.env) if cur_b else {}, f"builds.{settings['build_name']}")
-    deck = DeckConfig(builds={settings["build_name"]: Build(**build)}, models={name: Model(**model)})
-    groups = {}
-    if settings.get("replica_of"):
-        g = settings["replica_of"]
-        m = deck.models[name]
-        groups[g["name"]] = Group(g["name"], tuple(g["members"]), (), m.served_name or g["name"], m.slot, None)
-    return Config(path=Path(settings.get("config_path", "desired.json")), deck=deck, groups=groups)
-
-@dataclass
-class Status:
-    model: str
-    state: str
-    record: Optional[LiveRecord]
-    desired: bool
-    detail: str = ""
-    cause: Optional[dict] = None
-    evidence: Any = None
-    liveness: Optional[dict] = None
-    exit: Optional[dict] = None
-
-    def to_json(self) -> dict:
-        rec = self.record
-        uptime = None
-        if rec is not None and rec.ready_t and self.state == LaunchState.READY:
-            uptime = round(time.time() - rec.ready_t, 1)
-        return {"model": self.model, "state": str(self.state), "desired": self.desired,
-                "engine": rec.engine if rec else None, "build": rec.build if rec else None,
-                "slot": rec.slot if rec else None, "port": rec.port if rec else None,
-                "pid": rec.pid if rec else None, "engine_pid": rec.engine_pid if rec else None, "uptime_s": uptime,
-                "started_at": rec.started_at if rec else None, "launch_dir": rec.launch_dir if rec else None,
-                "boot": rec.boot if rec else {}, "detail": self.detail, "cause": self.cause,
-                "evidence": self.evidence, "liveness": self.liveness,
-                "vision": bool(rec.spec.get("vision")) if rec else False,
-                "max_output_tokens": rec.spec.get("max_output_tokens") if rec else None}
-
-
-@dataclass
-class Ending:
-    """How a launch whose process is gone ended, read from its folder (exit.json, log tail)."""
-
-    state: LaunchState
-    exit: Optional[dict]
-    cause: Optional[dict]
-    tail: str
-    left_behind: Optional[dict] = None  # its shim died first: the engine it left, and how the deck stopped it
-
-    @property
-    def detail(self) -> str:
-        if self.left_behind:
-            return self.left_behind["detail"]
-        return describe_exit(self.exit)
-
-
-def ending_of(rec: LiveRecord, left_behind: dict | None = None) -> Ending:
-    """Pure but for reading the launch folder: what a dead launch became and why."""
-    d = Path(rec.launch_dir)
-    exit_info = R.read_exit(d)
-    tail = L.log_tail(d, 40)
-    state = LaunchState.after_death(rec.state)
-    ended = (exit_info or {}).get("ended_at") or time.time()
-    cause = classify(tail, exit_info, ended, rec.engine) if state != LaunchState.STOPPED else None
-    if left_behind and cause and cause.get("id") == "unknown":  # nothing in the log or the kernel's: say what is known
-        cause = {**cause, "id": "supervisor-killed", "family": "supervisor",
-                 "summary": "the supervisor shim was killed from outside (a SIGKILL, or the OOM killer)",
-                 "action": "if the kernel log shows the OOM killer, give the host more memory or the model less"}
-    return Ending(state, exit_info, cause, tail, left_behind)
-
-
-def alive(rec: LiveRecord) -> bool:
-    return P.alive(rec.pid, rec.create_time)
-
-
-def left_behind(rec: LiveRecord) -> list[int]:
-    """The processes of `rec`'s group still running though its shim is gone: its engine, unsupervised.
-    The shim's recorded start time guards against a reused pid (supervisor/process.py)."""
-    return P.left_in_group(rec.pgid, rec.create_time)
-
-
-def engine_named(rec: LiveRecord, left: list[int]) -> str:
-    """The engine of a launch in words: its own pid (from the live record, or engine.json while it was
-    still starting), and how many processes its group still holds when there are more."""
-    pid = rec.engine_pid or _read_json(Path(rec.launch_dir) / "engine.json").get("engine_pid")
-    if pid not in left:
-        pid = left[0] if left else pid
-    more = f", {len(left)} processes in its group" if len(left) > 1 else ""
-    return f"pid {pid}{more}"
+# Names other rooms import from here (watch, soak, the door, campaigns): the deck's public surface.
+__all__ = ["Deck", "DeckOps", "Ending", "Status", "alive", "classify", "config_from_settings", "describe_exit",
+           "ending_of", "is_orphan", "settings_of"]
 
 
 class Deck:
@@ -289,56 +139,7 @@ class Deck:
                     ended = ops.settle_dead(stop_left_behind=False)  # a query does not stop a serving engine
             except BusyError:
                 pass
-        desired = S.read_desired()["models"]
-        watch = S.read_watch()
-        out: list[Status] = []
-        for model, (rec, end) in ended.items():
-            out.append(Status(model, end.state, rec, model in desired, end.detail, cause=end.cause, exit=end.exit))
-        live = S.all_live()
-        for model, rec in live.items():
-            if not alive(rec):
-                left = left_behind(rec)
-                if left:
-                    out.append(Status(model, "orphaned", rec, model in desired,
-                                      f"shim pid {rec.pid} is gone; its engine ({engine_named(rec, left)}) still runs "
-                                      f"on port {rec.port}, unsupervised: `servedeck stop {model}` stops it, "
-                                      f"`servedeck start {model}` (or the watch loop) replaces it"))
-                    continue
-                end = ending_of(rec)
-                out.append(Status(model, end.state, rec, model in desired, end.detail, cause=end.cause,
-                                  exit=end.exit))
-                continue
-            state, detail, liveness = str(rec.state), "", None
-            if rec.state == LaunchState.STARTING and rec.owner_pid and not P.alive(rec.owner_pid):
-                detail = (f"the servedeck process that started it (pid {rec.owner_pid}) is gone; "
-                          "this engine is not in desired state: `servedeck stop` it or `servedeck start` it again")
-            elif rec.state == LaunchState.READY:
-                ok, why = R.health_ok(rec.probe_spec(), timeout_s=2.0)
-                if not ok:
-                    state, detail = "unhealthy", f"health check: {why}"
-                else:  # the watch loop's last liveness verdict on this very launch
-                    seen = watch.get("liveness", {}).get(model) or {}
-                    if seen.get("launch_dir") == rec.launch_dir and seen.get("verdict") in ("stalled", "slow"):
-                        state, detail, liveness = seen["verdict"], seen.get("detail", ""), seen
-            if model not in desired and state in ("ready", "unhealthy"):
-                detail = (detail + "; " if detail else "") + "running but not in desired state"
-            out.append(Status(model, state, rec, model in desired, detail, liveness=liveness))
-        for model in desired:
-            if model in live or model in ended:
-                continue
-            gave_up = watch.get("models", {}).get(model) or {}
-            if gave_up.get("state") == "gave-up":  # the watch loop stopped relaunching it
-                out.append(Status(model, "gave-up", None, True,
-                                  gave_up.get("detail", "the watch loop gave up relaunching it"),
-                                  cause=gave_up.get("cause"), evidence=gave_up.get("evidence")))
-                continue
-            last = next((r for r in reversed(S.read_journal(model)) if r["event"] in ("crash", "start")), None)
-            detail, cause = "wanted but not running", None
-            if last and last.get("outcome") in ("crashed", "failed"):
-                cause = last.get("cause")
-                detail += f": last launch {last['outcome']} at {last['ts']} ({last.get('detail', '')})"
-            out.append(Status(model, "absent", None, True, detail, cause=cause))
-        return out
+        return statuses(ended)
 
     # --- restore ----------------------------------------------------------------------------
     def restore(self, *, wait_s: float = 0.0) -> list[dict]:
@@ -467,25 +268,11 @@ class DeckOps:
             for h in going:
                 self.stop(h, running[h], reason=f"evicted by {'switch' if evict_slot else reason} to {name}")
                 evicted.append(h)
-            waited = self._wait_for_memory(name, cfg)
+            waited = wait_for_memory(name, cfg)
         rec = self._launch(name, cfg, reason=reason)
         if evict_slot:
             S.journal("switch", name, "ok", evicted=evicted, launch_dir=rec.launch_dir, waited_for_memory_s=waited)
         return StartResult(rec, evicted=evicted, waited_for_memory_s=waited)
-
-    @staticmethod
-    def _wait_for_memory(name: str, cfg: Config, timeout_s: float = 120.0) -> Optional[float]:
-        """After stopping what held the GPUs: the driver frees a process's memory some time after it
-        exits. Wait (bounded) until `name` fits; None on a host without a GPU. The launch's own fit
-        check then refuses, naming the holder, if it still does not."""
-        from servedeck.gpu.fit import wait_for_fit
-
-        def told(report, waited_s: float) -> None:
-            if waited_s == 0 or int(waited_s) % 10 == 0:
-                S.journal("switch", name, "waiting-for-memory", waited_s=round(waited_s, 2), detail=report.message())
-
-        report, waited = wait_for_fit(cfg, name, timeout_s=timeout_s, on_wait=told)
-        return None if report.status == "unknown" else round(waited, 3)
 
     def _launch(self, name: str, cfg: Config, *, reason: str, settings: dict | None = None) -> LiveRecord:
         from servedeck.gpu.fit import refuse_unless_fits
@@ -532,7 +319,7 @@ class DeckOps:
         boot = get_engine(spec.engine).parse_boot(L.log_tail(d, 4000))
         atomic_write_json(d / "boot.json", boot)
         self._record_plan(name, cfg, boot, d)
-        eng = _read_json(d / "engine.json")
+        eng = engine_record(d)
         live.state, live.ready_at, live.ready_t = LaunchState.READY, S.now_iso(), time.time()
         live.boot, live.readiness, live.engine_pid = boot, ready.__dict__, eng.get("engine_pid")
         S.write_live(live)
@@ -553,7 +340,7 @@ class DeckOps:
             while R.read_exit(d) is None and time.monotonic() < deadline:
                 time.sleep(0.05)
             P.stop_group(live.pgid, 5.0)  # a dying engine may leave helpers behind
-        _cleanup_container(live)
+        remove_container(live)
         exit_info = R.read_exit(d)
         tail = L.log_tail(d, 40)
         cause = classify(tail, exit_info, time.time(), live.engine)
@@ -586,7 +373,7 @@ class DeckOps:
         as it is: the model may still be wanted (the watch loop relaunches it), and was never ready."""
         d = Path(rec.launch_dir)
         result = P.stop_group(rec.pgid, min(rec.stop_timeout_s, 30.0))
-        _cleanup_container(rec)
+        remove_container(rec)
         why = f"orphaned: the servedeck process that started it (pid {rec.owner_pid}) is gone"
         L.update_launch(d, state=LaunchState.FAILED.value, ended_at=S.now_iso(), exit=R.read_exit(d), stop=result,
                         end_detail=why)
@@ -619,48 +406,5 @@ def _end_group(rec: LiveRecord, grace_s: float) -> dict:
     its port is free and NVML lists none of the group's pids."""
     members = set(P.group_members(rec.pgid))  # before they go: NVML lists them by pid
     result = P.stop_group(rec.pgid, grace_s)
-    _cleanup_container(rec)
-    return {**result, "port_free": P.wait_port_free(rec.port, 30.0), "gpu_released": _wait_gpu_released(members)}
-
-
-def _cleanup_container(rec: LiveRecord) -> None:
-    """Killing `docker run` does not always remove its container: make sure it is gone."""
-    if rec.image:
-        import subprocess
-
-        subprocess.run([rec.docker or "docker", "rm", "-f", f"servedeck-{rec.model}"],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-
-
-def _wait_gpu_released(pids: set[int], timeout_s: float = 120.0) -> dict | None:
-    """On a GPU host, wait until NVML no longer lists any process of the stopped group.
-
-    The driver frees memory after the process is reaped, and not always at once: a switch that
-    started the next model earlier would find the card still full. None when there is no GPU.
-    """
-    from servedeck.gpu import nvml
-
-    t0 = time.monotonic()
-    inv = nvml.inventory()
-    if not inv.available:
-        return None
-    while pids & inv.pids():
-        if time.monotonic() - t0 > timeout_s:
-            return {"released": False, "still_listed": sorted(pids & inv.pids()), "waited_s": timeout_s}
-        time.sleep(0.25)
-        inv = nvml.inventory()
-    return {"released": True, "waited_s": round(time.monotonic() - t0, 3),
-            "free_bytes": {g.index: g.memory_free for g in inv.gpus}}
-
-
-def is_orphan(rec: LiveRecord) -> bool:
-    """A launch still `starting` whose servedeck process is gone: nobody will ever finish starting it."""
-    owner = rec.owner_pid
-    return rec.state == LaunchState.STARTING and bool(owner) and owner != os.getpid() and not P.alive(owner)
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return {}
+    remove_container(rec)
+    return {**result, "port_free": P.wait_port_free(rec.port, 30.0), "gpu_released": wait_gpu_released(members)}

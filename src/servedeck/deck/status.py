@@ -1,0 +1,187 @@
+"""The deck seen from outside, written nowhere: whether a launch is alive, what a dead one became and
+why (its exit record, its log, the forensic catalogue), and the `Status` row `servedeck status` shows
+for each model. Settling what is found here (recording it, stopping what a dead shim left) is the
+deck's (deck.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from servedeck.deck import launch as L
+from servedeck.deck import state as S
+from servedeck.deck.records import LaunchState, LiveRecord
+from servedeck.supervisor import process as P
+from servedeck.supervisor import ready as R
+
+
+def classify(log_tail: str, exit_info: dict | None, when: float | None, engine: str) -> dict:
+    """The classified cause of an ending, from the forensic catalogue (doctor/forensics), among the
+    signatures that apply to the engine that wrote the log."""
+    from servedeck.doctor.forensics import classify as catalogue_classify
+    from servedeck.doctor.kernel import events_near
+
+    return catalogue_classify(log_tail, exit_info, events_near(when) if when else [], engine=engine)
+
+
+def describe_exit(exit_info: dict | None) -> str:
+    if not exit_info:
+        return "the engine's process group is gone and no exit record was written (killed with its shim?)"
+    if exit_info.get("signal"):
+        return f"killed by {exit_info['signal']}"
+    if exit_info.get("error"):
+        return exit_info["error"]
+    return f"exited with code {exit_info.get('returncode')}"
+
+
+@dataclass
+class Ending:
+    """How a launch whose process is gone ended, read from its folder (exit.json, log tail)."""
+
+    state: LaunchState
+    exit: Optional[dict]
+    cause: Optional[dict]
+    tail: str
+    left_behind: Optional[dict] = None  # its shim died first: the engine it left, and how the deck stopped it
+
+    @property
+    def detail(self) -> str:
+        if self.left_behind:
+            return self.left_behind["detail"]
+        return describe_exit(self.exit)
+
+
+def ending_of(rec: LiveRecord, left_behind: dict | None = None) -> Ending:
+    """Pure but for reading the launch folder: what a dead launch became and why."""
+    d = Path(rec.launch_dir)
+    exit_info = R.read_exit(d)
+    tail = L.log_tail(d, 40)
+    state = LaunchState.after_death(rec.state)
+    ended = (exit_info or {}).get("ended_at") or time.time()
+    cause = classify(tail, exit_info, ended, rec.engine) if state != LaunchState.STOPPED else None
+    if left_behind and cause and cause.get("id") == "unknown":  # nothing in the log or the kernel's: say what is known
+        cause = {**cause, "id": "supervisor-killed", "family": "supervisor",
+                 "summary": "the supervisor shim was killed from outside (a SIGKILL, or the OOM killer)",
+                 "action": "if the kernel log shows the OOM killer, give the host more memory or the model less"}
+    return Ending(state, exit_info, cause, tail, left_behind)
+
+
+def alive(rec: LiveRecord) -> bool:
+    return P.alive(rec.pid, rec.create_time)
+
+
+def left_behind(rec: LiveRecord) -> list[int]:
+    """The processes of `rec`'s group still running though its shim is gone: its engine, unsupervised.
+    The shim's recorded start time guards against a reused pid (supervisor/process.py)."""
+    return P.left_in_group(rec.pgid, rec.create_time)
+
+
+def engine_named(rec: LiveRecord, left: list[int]) -> str:
+    """The engine of a launch in words: its own pid (from the live record, or engine.json while it was
+    still starting), and how many processes its group still holds when there are more."""
+    pid = rec.engine_pid or engine_record(rec.launch_dir).get("engine_pid")
+    if pid not in left:
+        pid = left[0] if left else pid
+    more = f", {len(left)} processes in its group" if len(left) > 1 else ""
+    return f"pid {pid}{more}"
+
+
+def is_orphan(rec: LiveRecord) -> bool:
+    """A launch still `starting` whose servedeck process is gone: nobody will ever finish starting it."""
+    owner = rec.owner_pid
+    return rec.state == LaunchState.STARTING and bool(owner) and owner != os.getpid() and not P.alive(owner)
+
+
+def engine_record(launch_dir: str | Path) -> dict:
+    """engine.json of a launch folder (the engine's own pid, written by the shim); {} until it exists."""
+    try:
+        return json.loads((Path(launch_dir) / "engine.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+
+
+@dataclass
+class Status:
+    model: str
+    state: str
+    record: Optional[LiveRecord]
+    desired: bool
+    detail: str = ""
+    cause: Optional[dict] = None
+    evidence: Any = None
+    liveness: Optional[dict] = None
+    exit: Optional[dict] = None
+
+    def to_json(self) -> dict:
+        rec = self.record
+        uptime = None
+        if rec is not None and rec.ready_t and self.state == LaunchState.READY:
+            uptime = round(time.time() - rec.ready_t, 1)
+        return {"model": self.model, "state": str(self.state), "desired": self.desired,
+                "engine": rec.engine if rec else None, "build": rec.build if rec else None,
+                "slot": rec.slot if rec else None, "port": rec.port if rec else None,
+                "pid": rec.pid if rec else None, "engine_pid": rec.engine_pid if rec else None, "uptime_s": uptime,
+                "started_at": rec.started_at if rec else None, "launch_dir": rec.launch_dir if rec else None,
+                "boot": rec.boot if rec else {}, "detail": self.detail, "cause": self.cause,
+                "evidence": self.evidence, "liveness": self.liveness,
+                "vision": bool(rec.spec.get("vision")) if rec else False,
+                "max_output_tokens": rec.spec.get("max_output_tokens") if rec else None}
+
+
+def statuses(ended: dict[str, tuple[LiveRecord, Ending]]) -> list[Status]:
+    """What runs, what is wanted, and what ended (`ended`: the launches just settled, shown once as
+    crashed/failed/stopped). A query: nothing is written."""
+    desired = S.read_desired()["models"]
+    watch = S.read_watch()
+    out: list[Status] = []
+    for model, (rec, end) in ended.items():
+        out.append(Status(model, end.state, rec, model in desired, end.detail, cause=end.cause, exit=end.exit))
+    live = S.all_live()
+    for model, rec in live.items():
+        if not alive(rec):
+            left = left_behind(rec)
+            if left:
+                out.append(Status(model, "orphaned", rec, model in desired,
+                                  f"shim pid {rec.pid} is gone; its engine ({engine_named(rec, left)}) still runs "
+                                  f"on port {rec.port}, unsupervised: `servedeck stop {model}` stops it, "
+                                  f"`servedeck start {model}` (or the watch loop) replaces it"))
+                continue
+            end = ending_of(rec)
+            out.append(Status(model, end.state, rec, model in desired, end.detail, cause=end.cause,
+                              exit=end.exit))
+            continue
+        state, detail, liveness = str(rec.state), "", None
+        if rec.state == LaunchState.STARTING and rec.owner_pid and not P.alive(rec.owner_pid):
+            detail = (f"the servedeck process that started it (pid {rec.owner_pid}) is gone; "
+                      "this engine is not in desired state: `servedeck stop` it or `servedeck start` it again")
+        elif rec.state == LaunchState.READY:
+            ok, why = R.health_ok(rec.probe_spec(), timeout_s=2.0)
+            if not ok:
+                state, detail = "unhealthy", f"health check: {why}"
+            else:  # the watch loop's last liveness verdict on this very launch
+                seen = watch.get("liveness", {}).get(model) or {}
+                if seen.get("launch_dir") == rec.launch_dir and seen.get("verdict") in ("stalled", "slow"):
+                    state, detail, liveness = seen["verdict"], seen.get("detail", ""), seen
+        if model not in desired and state in ("ready", "unhealthy"):
+            detail = (detail + "; " if detail else "") + "running but not in desired state"
+        out.append(Status(model, state, rec, model in desired, detail, liveness=liveness))
+    for model in desired:
+        if model in live or model in ended:
+            continue
+        gave_up = watch.get("models", {}).get(model) or {}
+        if gave_up.get("state") == "gave-up":  # the watch loop stopped relaunching it
+            out.append(Status(model, "gave-up", None, True,
+                              gave_up.get("detail", "the watch loop gave up relaunching it"),
+                              cause=gave_up.get("cause"), evidence=gave_up.get("evidence")))
+            continue
+        last = next((r for r in reversed(S.read_journal(model)) if r["event"] in ("crash", "start")), None)
+        detail, cause = "wanted but not running", None
+        if last and last.get("outcome") in ("crashed", "failed"):
+            cause = last.get("cause")
+            detail += f": last launch {last['outcome']} at {last['ts']} ({last.get('detail', '')})"
+        out.append(Status(model, "absent", None, True, detail, cause=cause))
+    return out
