@@ -153,3 +153,45 @@ def test_a_stalled_instrument_is_reported_within_the_configured_time(deck_config
     [st] = [s.to_json() for s in Deck(cfg).status()]
     assert st["state"] == verdict and st["liveness"]["counters"]
     assert alive(rec.pid)  # reported, not killed: the evidence stays
+
+
+class SteppedWallClock:
+    """The `time` module as watch/loop.py sees it, with the wall clock stepped by `step_s` (as NTP or
+    an admin's `date -s` would) and the monotonic clock left as it is."""
+
+    def __init__(self, step_s: float):
+        self.step_s = step_s
+
+    def time(self) -> float:
+        return time.time() + self.step_s
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+
+def _failing_boot(deck_config, spacing_s: float):
+    cfg = with_host(deck_config, relaunch_tries=3, relaunch_spacing_s=spacing_s, liveness_interval_s=60.0)
+    bad = edit(cfg, "args = { parallel = 4 }", "args = { parallel = 4, no-such-flag = true }")
+    S.set_desired("smollm2", settings_of("smollm2", bad))  # every boot of it fails at once
+    return cfg
+
+
+def test_a_wall_clock_step_forward_does_not_hurry_the_next_relaunch(deck_config, monkeypatch):
+    import servedeck.watch.loop as loop
+
+    w = Watcher(_failing_boot(deck_config, spacing_s=30.0), interval_s=0.2)
+    w.tick()  # relaunch 1/3 fails: the next is 30 s away
+    monkeypatch.setattr(loop, "time", SteppedWallClock(+3600.0))
+    w.tick()
+    assert kinds("smollm2").count("relaunch") == 1
+
+
+def test_a_wall_clock_step_back_does_not_delay_the_next_relaunch(deck_config, monkeypatch):
+    import servedeck.watch.loop as loop
+
+    w = Watcher(_failing_boot(deck_config, spacing_s=0.5), interval_s=0.2)
+    w.tick()  # relaunch 1/3 fails: the next is 0.5 s away
+    monkeypatch.setattr(loop, "time", SteppedWallClock(-3600.0))
+    time.sleep(0.6)
+    w.tick()
+    assert kinds("smollm2").count("relaunch") == 2

@@ -8,15 +8,14 @@ Each tick:
          whose shim was killed is stopped by the deck first, so the relaunch finds its port free) → notice
        - adopt running engines that desired state wants (a restarted loop starts no duplicate)
        - reap engines nothing wants: not in desired state, or orphaned while `starting`
-       - relaunch wanted-but-absent models: try 1 at once, then `relaunch_spacing_s` after each
-         failure, up to `relaunch_tries`; then give up with the cause and each try's evidence
+       - relaunch wanted-but-absent models, give up, or wait, as watch/policy.py decides (try 1 at
+         once, then `relaunch_spacing_s` after each failure, up to `relaunch_tries`)
   3. liveness of ready engines: every `liveness_interval_s` a probe (health + 1-token completion,
      `stall_after_s` to answer) runs in a worker thread; verdict changes are notices.
 
-State of one wanted model's incident (watch.json "models", survives a loop restart):
-    relaunching  absent or crash-looping; `tries` so far, `next_at` for the next one
-    gave-up      stopped trying; `status` shows it until the model runs again or is unwanted
-A relaunched model that stays ready for `relaunch_spacing_s * relaunch_tries` closes its incident.
+Each wanted model's incident (relaunching, gave-up: watch/policy.py draws them) is kept in watch.json
+"models" and survives a loop restart. Decisions are made on the monotonic clock; watch.json keeps
+wall-clock epoch seconds, converted when it is read and written.
 
 One loop per state dir (watch.lock, separate from the deck lock). The loop opens no listener.
 """
@@ -43,8 +42,10 @@ from servedeck.engines import get_engine
 from servedeck.errors import BusyError, LaunchError, RefusedError, StateError
 from servedeck.fsio import exclusive
 from servedeck.supervisor import process as P
+from servedeck.watch import policy
 from servedeck.watch.liveness import ProbeResult, probe
 from servedeck.watch.notices import Notices, Redactor
+from servedeck.watch.policy import Incident
 
 TAIL_LINES = 15
 
@@ -74,9 +75,10 @@ class Watcher:
         self.deck = Deck(cfg)
         self.notices = notices or Notices(self.host.on_notice, Redactor.from_config(cfg))
         self.redact = self.notices.redactor
-        doc = S.read_watch()
-        self.incidents: dict[str, dict[str, Any]] = dict(doc.get("models") or {})
-        self.liveness: dict[str, dict[str, Any]] = dict(doc.get("liveness") or {})
+        self.policy = policy.Settings.of_host(self.host)
+        self.incidents: dict[str, Incident] = {}
+        self.liveness: dict[str, dict[str, Any]] = {}
+        self._load()
         self.known: set[str] = set()  # models this loop instance has seen running
         self.launched: set[str] = set()  # launch folders this loop instance relaunched
         self.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="liveness")
@@ -84,9 +86,13 @@ class Watcher:
         self.last_probe: dict[str, float] = {}
         self.desired_error: str | None = None
 
-    @property
-    def stable_s(self) -> float:
-        return self.host.relaunch_spacing_s * max(1, self.host.relaunch_tries)
+    def _load(self) -> None:
+        """What an earlier loop left in watch.json: incidents (a given-up model stays given up) and liveness."""
+        doc = S.read_watch()
+        offset = _wall_minus_mono()
+        self.incidents = {name: Incident.from_json(inc, offset) for name, inc in (doc.get("models") or {}).items()
+                          if isinstance(inc, dict)}
+        self.liveness = dict(doc.get("liveness") or {})
 
     def note(self, kind: str, model: str | None, message: str, **detail: Any) -> dict:
         return self.notices.emit(kind, model, message, **detail)
@@ -96,25 +102,28 @@ class Watcher:
         """Tick every `interval_s` until `stop` is set. Sleeps between ticks: never a busy loop."""
         stop = stop or threading.Event()
         with watch_lock():
-            h = self.host
-            self.note("started", None, f"watch loop started (pid {os.getpid()}, every {self.interval_s:g} s; "
-                                       f"relaunch {h.relaunch_tries} tries {h.relaunch_spacing_s:g} s apart; "
-                                       f"liveness every {h.liveness_interval_s:g} s, stalled after {h.stall_after_s:g} s)")
-            ticks = 0
-            try:
-                while not stop.is_set():
-                    t0 = time.monotonic()
-                    try:
-                        self.tick()
-                    except StateError as e:
-                        self._desired_unreadable(e)
-                    ticks += 1
-                    if max_ticks is not None and ticks >= max_ticks:
-                        break
-                    stop.wait(max(0.05, self.interval_s - (time.monotonic() - t0)))
-            finally:
-                self.pool.shutdown(wait=False, cancel_futures=True)
-                self.note("stopped", None, f"watch loop stopped (pid {os.getpid()}); engines keep running")
+            self._run(stop, max_ticks)
+
+    def _run(self, stop: threading.Event, max_ticks: int | None) -> None:
+        h = self.host
+        self.note("started", None, f"watch loop started (pid {os.getpid()}, every {self.interval_s:g} s; "
+                                   f"relaunch {h.relaunch_tries} tries {h.relaunch_spacing_s:g} s apart; "
+                                   f"liveness every {h.liveness_interval_s:g} s, stalled after {h.stall_after_s:g} s)")
+        ticks = 0
+        try:
+            while not stop.is_set():
+                t0 = time.monotonic()
+                try:
+                    self.tick()
+                except StateError as e:
+                    self._desired_unreadable(e)
+                ticks += 1
+                if max_ticks is not None and ticks >= max_ticks:
+                    break
+                stop.wait(max(0.05, self.interval_s - (time.monotonic() - t0)))
+        finally:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+            self.note("stopped", None, f"watch loop stopped (pid {os.getpid()}); engines keep running")
 
     def _desired_unreadable(self, e: StateError) -> None:
         if e.message != self.desired_error:  # once per distinct problem, not once per tick
@@ -175,20 +184,8 @@ class Watcher:
             why += f" — {cause['summary']}"
         self.note("crashed", name, f"{name} {state}: {why}", launch_dir=rec.launch_dir, exit=end.exit,
                   cause=cause, log_tail=tail, **({"left_behind": end.left_behind} if end.left_behind else {}))
-        inc = self.incidents.get(name)
-        if inc is not None and inc.get("state") == "relaunching":
-            inc["evidence"].append({"try": inc["tries"], "outcome": f"{state} after relaunch", "detail": why,
-                                    "cause": cause, "launch_dir": rec.launch_dir, "log_tail": tail})
-            inc.pop("ready_at", None)
-        elif inc is None:
-            self.incidents[name] = self._new_incident(
-                {"try": 0, "outcome": str(state), "detail": why, "cause": cause, "launch_dir": rec.launch_dir,
-                 "log_tail": tail})
-
-    @staticmethod
-    def _new_incident(first: dict | None = None) -> dict:
-        return {"state": "relaunching", "tries": 0, "next_at": 0.0, "since": S.now_iso(),
-                "evidence": [first] if first else []}
+        facts = {"detail": why, "cause": cause, "launch_dir": rec.launch_dir, "log_tail": tail}
+        self.incidents[name] = policy.crashed(self.incidents.get(name), str(state), facts, S.now_iso())
 
     def _seen_running(self, name: str, rec: LiveRecord) -> None:
         if name not in self.known:
@@ -196,34 +193,28 @@ class Watcher:
             if rec.launch_dir not in self.launched:
                 self.note("adopted", name, f"adopted {name} (pid {rec.pid}, port {rec.port}, {rec.state}): "
                                            "already running, not started again", pid=rec.pid)
-        inc = self.incidents.get(name)
+        inc, act = policy.running(self.incidents.get(name), self.policy, time.monotonic())
         if inc is None:
-            return
-        if inc.get("state") == "gave-up":
-            self.incidents.pop(name)
+            self.incidents.pop(name, None)
+        if act.kind == policy.RESUMED:
             self.note("resumed", name, f"{name} runs again (started outside the loop); the loop watches it again")
-        elif inc.get("ready_at") and time.time() - inc["ready_at"] >= self.stable_s:
-            self.incidents.pop(name)
-            self.note("stable", name, f"{name} stayed up {self.stable_s:g} s after relaunch; relaunch count reset")
+        elif act.kind == policy.STABLE:
+            self.note("stable", name, f"{name} stayed up {self.policy.stable_s:g} s after relaunch; "
+                                      "relaunch count reset")
 
     def _absent(self, ops: DeckOps, name: str, settings: dict) -> None:
-        inc = self.incidents.setdefault(name, self._new_incident())
-        n = self.host.relaunch_tries
-        if inc["state"] == "gave-up":
-            return
-        if n == 0:
-            if not inc.get("told"):
-                inc["told"] = True
-                self.note("absent", name, f"{name} is wanted but not running; relaunch_tries = 0, so the loop leaves it")
-            return
-        if inc["tries"] >= n:  # the last relaunch came up, then died again
-            self._give_up(name, inc)
-            return
-        if time.time() < inc["next_at"]:
-            return
-        inc["tries"] += 1
-        i = inc["tries"]
-        last = inc["evidence"][-1] if inc["evidence"] else {}
+        inc = self.incidents.get(name) or Incident(since=S.now_iso())
+        inc, act = policy.absent(inc, self.policy, time.monotonic())
+        self.incidents[name] = inc
+        if act.kind == policy.TELL_ABSENT:
+            self.note("absent", name, f"{name} is wanted but not running; relaunch_tries = 0, so the loop leaves it")
+        elif act.kind == policy.GIVE_UP:
+            self._give_up(name)
+        elif act.kind == policy.RELAUNCH:
+            self._relaunch(ops, name, settings, act)
+
+    def _relaunch(self, ops: DeckOps, name: str, settings: dict, act: policy.Action) -> None:
+        i, n, last = act.attempt, act.of, self.incidents[name].last
         self.note("relaunch", name, f"relaunch {i}/{n} of {name}: {last.get('detail') or 'wanted but not running'}",
                   attempt=i, of=n, cause=last.get("cause"))
         t0 = time.monotonic()
@@ -234,31 +225,26 @@ class Watcher:
             cause = getattr(e, "cause", None) or {}
             tail = (getattr(e, "log_tail", "") or "").splitlines()
             launch = L.past_launches(name)
-            inc["evidence"].append({"try": i, "outcome": "failed to start", "detail": e.message, "cause": cause,
-                                    "launch_dir": str(launch[-1]) if launch else None, "log_tail": tail})
-            inc["next_at"] = time.time() + self.host.relaunch_spacing_s
+            failure = {"outcome": "failed to start", "detail": e.message, "cause": cause,
+                       "launch_dir": str(launch[-1]) if launch else None, "log_tail": tail}
+            self.incidents[name], then = policy.tried(self.incidents[name], self.policy, time.monotonic(), failure)
             self.note("relaunch-failed", name, f"relaunch {i}/{n} of {name} failed: {e.message}", attempt=i, of=n,
                       cause=cause, log_tail=tail)
-            if i >= n:
-                self._give_up(name, inc)
+            if then.kind == policy.GIVE_UP:
+                self._give_up(name)
             return
         self.launched.add(rec.launch_dir)
-        inc["ready_at"] = time.time()
-        inc["next_at"] = time.time() + self.host.relaunch_spacing_s
+        self.incidents[name], _ = policy.tried(self.incidents[name], self.policy, time.monotonic())
         self.known.add(name)
         self.note("relaunched", name, f"{name} is back after relaunch {i}/{n}: ready in {time.monotonic() - t0:.1f} s "
                                       f"(pid {rec.pid})", attempt=i, of=n, launch_dir=rec.launch_dir)
 
-    def _give_up(self, name: str, inc: dict) -> None:
-        last = inc["evidence"][-1] if inc["evidence"] else {}
-        cause = last.get("cause") or {}
-        summary = cause.get("summary") or last.get("detail") or "unknown cause"
-        inc.update(state="gave-up", cause=cause, gave_up_at=S.now_iso(),
-                   detail=f"gave up after {inc['tries']} relaunch tries: {summary}")
-        self.note("gave-up", name, f"gave up on {name} after {inc['tries']} relaunch tries: {summary}. "
+    def _give_up(self, name: str) -> None:
+        inc = self.incidents[name] = policy.give_up(self.incidents[name], S.now_iso())
+        self.note("gave-up", name, f"gave up on {name} after {inc.tries} relaunch tries: {inc.why}. "
                                    f"Evidence: `servedeck status --json`; start it by hand once fixed",
-                  cause=cause, evidence=inc["evidence"])
-        S.journal("watch", name, "gave-up", cause=cause, tries=inc["tries"], detail=inc["detail"])
+                  cause=inc.cause, evidence=list(inc.evidence))
+        S.journal("watch", name, "gave-up", cause=inc.cause, tries=inc.tries, detail=inc.detail)
 
     # --- liveness ------------------------------------------------------------------------------
     def _liveness(self) -> None:
@@ -299,5 +285,12 @@ class Watcher:
                   waited_s=res.waited_s, launch_dir=launch_dir)
 
     def _save(self) -> None:
-        S.write_watch({"pid": os.getpid(), "updated_at": S.now_iso(), "models": self.redact.data(self.incidents),
+        offset = _wall_minus_mono()
+        incidents = {name: inc.to_json(offset) for name, inc in self.incidents.items()}
+        S.write_watch({"pid": os.getpid(), "updated_at": S.now_iso(), "models": self.redact.data(incidents),
                        "liveness": self.redact.data(self.liveness)})
+
+
+def _wall_minus_mono() -> float:
+    """What converts the loop's monotonic times to the epoch seconds watch.json keeps, and back."""
+    return time.time() - time.monotonic()
