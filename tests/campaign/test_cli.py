@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -20,12 +21,20 @@ def _cli(cfg_path, *args: str, timeout: float = 600) -> subprocess.CompletedProc
     (["gate", "nosuch"], 2, "no model or alias named 'nosuch'", "models defined"),
     (["bench", "smollm2", "--concurrency", "1", "--rate", "2"], 1, "two different load shapes", "--concurrency 1,4,16"),
     (["bench", "smollm2", "--concurrency", "1,x"], 1, "not a comma-separated list", "--concurrency 1,4,16"),
-    (["bench", "smollm2", "--workload", "chatty"], 1, "--workload 'chatty' is not chat", None),
-    (["bench", "smollm2", "--content", "poetry"], 1, "--content 'poetry' is not one of random, prose, code",
-     "standard library"),
     (["bench", "smollm2", "--request-timeout", "soon"], 1, "--request-timeout: 'soon' is not a duration", "90s"),
     (["bench", "smollm2", "--workload", "ramp", "--stall-after", "x"], 1, "--stall-after: 'x' is not a duration",
      "90s"),
+    # the ramp's turns take --request-timeout when it is given: a bad one is named as the user wrote it
+    (["bench", "smollm2", "--workload", "ramp", "--request-timeout", "soon"], 1,
+     "--request-timeout: 'soon' is not a duration", "90s"),
+    (["ramp", "smollm2", "--stall-after", "x"], 1, "--stall-after: 'x' is not a duration", "90s"),
+    (["ramp", "smollm2", "--turn-timeout", "soon"], 1, "--turn-timeout: 'soon' is not a duration", "90s"),
+    # refused before the model is even looked up (victim is not running: that error would come first otherwise)
+    (["bench", "victim", "--requests", "0"], 1, "--requests must be at least 1", "--duration 60s"),
+    (["bench", "victim", "--output-tokens", "0"], 1, "outputs at least 1", "--output-tokens"),
+    (["bench", "victim", "--workload", "ramp", "--content", "random"], 1, "--content random is not for it",
+     "--content prose"),
+    (["ramp", "victim", "--turn-tokens", "8"], 1, "--turn-tokens must be at least 32", "--turn-tokens 2000"),
     (["bench", "smollm2", "--slo", "ttft=fast"], 1, "not a duration", "90s"),
     (["bench", "smollm2", "--slo", "speed=2s"], 1, "is not ttft", "ttft=2s,tpot=50ms"),
     (["bench", "smollm2", "--client-procs", "0"], 1, "--client-procs must be at least 1", "splits the streams"),
@@ -39,6 +48,26 @@ def test_user_errors_have_a_message_and_a_hint(campaign_config, args, code, mess
     assert message in r.stderr
     if hint:
         assert "hint:" in r.stderr and hint in r.stderr
+
+
+def _unboxed(text: str) -> str:
+    """typer draws a usage error in a box that wraps at the terminal's width: its words, on one line."""
+    return " ".join(re.sub("[│╭╮╰╯─]", " ", text).split())
+
+
+@pytest.mark.parametrize("args, option, value, choices", [
+    (["bench", "smollm2", "--workload", "chatty"], "--workload", "chatty", "'chat', 'long-prompt', 'decode', 'ramp'"),
+    (["bench", "smollm2", "--content", "poetry"], "--content", "poetry", "'random', 'prose', 'code'"),
+    (["bench", "smollm2", "--arrivals", "gamma"], "--arrivals", "gamma", "'poisson', 'constant'"),
+    (["ramp", "smollm2", "--content", "poetry"], "--content", "poetry", "'random', 'prose', 'code'"),
+])
+def test_a_choice_not_offered_is_a_usage_error_naming_the_choices(campaign_config, args, option, value, choices):
+    r = _cli(campaign_config.path, *args, timeout=60)
+    said = _unboxed(r.stderr)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr
+    assert f"Invalid value for '{option}'" in said
+    assert f"'{value}' is not one of {choices}" in said
 
 
 @pytest.mark.engine

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from enum import Enum
 from functools import partial
-from typing import Any, Callable, Iterator, Literal, Optional
+from typing import Any, Callable, Iterator, Literal, Optional, Sequence
 
 import httpx
 
@@ -30,18 +31,56 @@ from servedeck.engines import get_engine
 from servedeck.engines.metrics import metrics_snapshot_async, parse_prometheus
 from servedeck.errors import RunError, ServedeckError, ServerDied
 from servedeck.gates.server import ServerTokens
-from servedeck.loadgen import (ClientConfig, ClosedLoop, LoadRun, RequestRecord, RequestSpec,
+from servedeck.loadgen import (ClientConfig, ClosedLoop, LoadRun, OpenLoop, RequestRecord, RequestSpec,
                                Shape, Slo, StreamingClient, new_nonce, sized_requests, synthetic_requests,
                                synthetic_text)
 from servedeck.loadgen.procs import ProcessLoadRun
 from servedeck.loadgen.prompts import chars_per_token, seeded_nonce
 from servedeck.loadgen.schedule import shape_json
 from servedeck.loadgen.spread import Spread
-from servedeck.loadgen.texts import Content
+from servedeck.loadgen.texts import CONTENTS, Content
 from servedeck.runs.figures import counter_delta, headline, point_figures
 from servedeck.runs.folder import RunFolder
 
 Workload = Literal["chat", "long-prompt", "decode"]
+
+
+class WorkloadChoice(str, Enum):
+    """`servedeck bench --workload`: the three kinds a BenchSpec runs, and the ramp (campaign/ramp.py's
+    RampSpec, also `servedeck ramp`)."""
+
+    chat = "chat"  # --input-tokens of prompt, --output-tokens of answer, per request
+    long_prompt = "long-prompt"  # a prompt near the context
+    decode = "decode"  # one fixed prompt: decode speed only
+    ramp = "ramp"  # one conversation grown turn by turn
+
+
+class ArrivalsChoice(str, Enum):
+    """`--arrivals` with `--rate`: how an open loop spaces its requests."""
+
+    poisson = "poisson"  # random gaps at the given mean rate
+    constant = "constant"  # evenly spaced
+
+
+# `--content`: what follows each prompt's unique tag (loadgen/texts.py says what each one is)
+ContentChoice = Enum("ContentChoice", {c: c for c in CONTENTS}, type=str)  # type: ignore[misc]
+
+
+@dataclass(frozen=True)
+class WorkloadDefaults:
+    """What `servedeck bench` uses for an option the user left out, per workload."""
+
+    output_tokens: int
+    duration_s: Optional[float]  # a point's length when neither --duration nor --requests is given
+    requests: Optional[int]
+    request_timeout_s: Optional[float]  # None: no limit (a long prefill takes minutes)
+
+
+DEFAULTS: dict[str, WorkloadDefaults] = {
+    "chat": WorkloadDefaults(output_tokens=1024, duration_s=60.0, requests=None, request_timeout_s=600.0),
+    "long-prompt": WorkloadDefaults(output_tokens=64, duration_s=None, requests=3, request_timeout_s=None),
+    "decode": WorkloadDefaults(output_tokens=256, duration_s=None, requests=3, request_timeout_s=None),
+}
 
 
 @dataclass(frozen=True)
@@ -70,6 +109,44 @@ class BenchSpec:
         """The endpoint the requests use: decode is a plain completion (no chat template), as the seed's check."""
         return "completions" if self.workload == "decode" else "chat"
 
+    @classmethod
+    def from_options(cls, workload: WorkloadChoice | str, *, concurrency: Optional[Sequence[int]] = None,
+                     rate: Optional[Sequence[float]] = None, arrivals: ArrivalsChoice | str = "poisson",
+                     input_tokens: int = 1024, output_tokens: Optional[int] = None,
+                     prompt_tokens: Optional[int] = None, duration_s: Optional[float] = None,
+                     requests: Optional[int] = None, warmup: int = 1, slo: Optional[Slo] = None,
+                     repeat_prompt: bool = False, seed: Optional[int] = None, content: Optional[str] = None,
+                     request_timeout_s: Optional[float] | Literal["default"] = "default",
+                     stall_after_s: Optional[float] = 300.0, check_outputs: bool = False,
+                     client_procs: int = 1) -> "BenchSpec":
+        """`servedeck bench`'s options, parsed (lists, seconds, the choices) → a checked spec. None (and
+        "default" for the request timeout, where None means no limit) takes the workload's DEFAULTS.
+        What needs the server's context (a long prompt's size, whether it fits) is checked when it is known."""
+        kind = WorkloadChoice(workload).value
+        if kind not in DEFAULTS:
+            raise ValueError(f"workload {kind!r} is not a BenchSpec's (the ramp is a RampSpec)")
+        if concurrency and rate:
+            raise ServedeckError("--concurrency and --rate are two different load shapes",
+                                 hint="give one: --concurrency 1,4,16 (closed loop) or --rate 2,4,8 (open loop)")
+        gaps = ArrivalsChoice(arrivals).value
+        shapes = tuple(OpenLoop(r, gaps) for r in rate) if rate else \
+            tuple(ClosedLoop(c) for c in (concurrency or [1]))  # type: ignore[arg-type]
+        default = DEFAULTS[kind]
+        if duration_s is None and requests is None:
+            duration_s, requests = default.duration_s, default.requests
+        spec = cls(workload=kind, shapes=shapes,  # type: ignore[arg-type]
+                   output_tokens=default.output_tokens if output_tokens is None else output_tokens,
+                   input_tokens=input_tokens if kind in ("chat", "decode") else None,
+                   prompt_tokens=prompt_tokens if kind == "long-prompt" else None,
+                   duration_s=duration_s, requests=requests, warmup=warmup, slo=slo,
+                   repeat_prompt=repeat_prompt, seed=seed,
+                   content=ContentChoice(content or "random").value,
+                   request_timeout_s=default.request_timeout_s if request_timeout_s == "default"
+                   else request_timeout_s,  # type: ignore[arg-type]
+                   stall_after_s=stall_after_s, check_outputs=check_outputs, client_procs=client_procs)
+        spec.check(None)
+        return spec
+
     @property
     def prompt_size(self) -> int:
         size = self.prompt_tokens if self.workload == "long-prompt" else self.input_tokens
@@ -77,9 +154,12 @@ class BenchSpec:
         return size
 
     def check(self, context: Optional[int]) -> None:
+        """Every rule on the spec, once. context None: before the server is asked, so a long prompt that
+        is to fill the context (prompt_tokens None) is not sized yet and only its output is checked."""
         if not self.shapes:
             raise ServedeckError("no load points", hint="give --concurrency 1,4 or --rate 2,4")
-        if self.output_tokens < 1 or self.prompt_size < 16:
+        sized = self.workload != "long-prompt" or self.prompt_tokens is not None
+        if self.output_tokens < 1 or (sized and self.prompt_size < 16):
             raise ServedeckError("prompts need at least 16 tokens and outputs at least 1",
                                  hint="check --input-tokens/--prompt-tokens and --output-tokens")
         if self.duration_s is None and self.requests is None:
@@ -93,7 +173,7 @@ class BenchSpec:
         if self.warmup < 0:
             raise ServedeckError(f"--warmup must be 0 or more, got {self.warmup}",
                                  hint="--warmup 0 skips warm-up; warm-up prompts never repeat measured ones")
-        if context and self.prompt_size + self.output_tokens > context:
+        if context and sized and self.prompt_size + self.output_tokens > context:
             flag = "--prompt-tokens" if self.workload == "long-prompt" else "--input-tokens"
             raise ServedeckError(
                 f"{self.prompt_size} prompt + {self.output_tokens} output tokens do not fit the server's "

@@ -265,10 +265,12 @@ def _ramp_spec(turn_tokens: int, answer_tokens: int, max_context: Optional[int],
                seed: Optional[int]) -> RampSpec:
     """The ramp's options → its spec. `turn_timeout`: the text and the option it came from."""
     stall_s = _limit(stall_after, "--stall-after")
-    return RampSpec(turn_tokens=turn_tokens, answer_tokens=answer_tokens, max_context=max_context,
+    spec = RampSpec(turn_tokens=turn_tokens, answer_tokens=answer_tokens, max_context=max_context,
                     needle_every=needle_every, time_cap_s=_limit(time_cap, "--time-cap"),
                     turn_timeout_s=_limit(*turn_timeout), stop_on_miss=stop_on_miss,
                     content=ContentChoice(content).value, stall_after_s=stall_s, seed=seed)
+    spec.check(None)  # what needs no server, before any launch; the context is checked once it is known
+    return spec
 
 
 def _measure(model: str, launch: bool, as_json: bool,
