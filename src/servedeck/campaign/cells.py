@@ -21,7 +21,7 @@ from typing import Any, Iterable, Optional
 from servedeck.campaign.file import Campaign, Variant
 from servedeck.config import Config
 from servedeck.config.load import cross_check, replica_name
-from servedeck.config.schema import Deck as DeckModel, Model
+from servedeck.config.schema import Model, ModelsToml as DeckModel
 from servedeck.errors import ConfigError
 
 

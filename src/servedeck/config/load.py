@@ -14,7 +14,7 @@ from typing import Callable, Iterable
 
 from pydantic import ValidationError
 
-from servedeck.config.schema import Deck, Model
+from servedeck.config.schema import Model, ModelsToml
 from servedeck.config.tomlfile import problems as validation_lines
 from servedeck.config.tomlfile import read_toml
 from servedeck.errors import ConfigError, UnknownModelError
@@ -41,7 +41,7 @@ class Group:
 @dataclass(frozen=True)
 class Config:
     path: Path
-    deck: Deck  # models: as servedeck runs them (a replicated entry already expanded into its replicas)
+    deck: ModelsToml  # models: as servedeck runs them (a replicated entry already expanded into its replicas)
     groups: dict[str, Group] = field(default_factory=dict)
 
     @property
@@ -102,13 +102,13 @@ class Config:
         return v
 
 
-Check = Callable[[Deck], list[str]]  # more rules over the whole file (the engines' own: engines.check_deck)
+Check = Callable[[ModelsToml], list[str]]  # more rules over the whole file (the engines' own: engines.check_deck)
 
 
 def parse(text: str, path: Path, checks: Iterable[Check] = ()) -> Config:
     raw = read_toml(text, path)
     try:
-        deck = Deck.model_validate(raw)
+        deck = ModelsToml.model_validate(raw)
     except ValidationError as e:
         lines = validation_lines(e, f"{path}: ", "docs/config.md")
         raise ConfigError("\n".join(lines), hint="see docs/config.md for every key and its type") from None
@@ -126,7 +126,7 @@ def replica_name(name: str, r: int) -> str:
     return f"{name}.r{r}"
 
 
-def expand_replicas(deck: Deck) -> tuple[Deck, dict[str, Group], list[str]]:
+def expand_replicas(deck: ModelsToml) -> tuple[ModelsToml, dict[str, Group], list[str]]:
     """Each entry with replicas = N becomes N models NAME.r1 … NAME.rN: port + r - 1, the r-th gpus /
     cpus list, the entry's slot, served under the entry's served name, no aliases of their own (the
     group holds them). Everything else is the entry's."""
@@ -181,7 +181,7 @@ def load(path: Path, checks: Iterable[Check] = ()) -> Config:
     return parse(text, path, checks)
 
 
-def cross_check(deck: Deck, groups: dict[str, Group] | None = None) -> list[str]:
+def cross_check(deck: ModelsToml, groups: dict[str, Group] | None = None) -> list[str]:
     """Rules that span entries: builds exist, ports and names unique, enough GPUs for the layout."""
     groups = groups or {}
     problems: list[str] = []

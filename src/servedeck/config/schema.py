@@ -208,7 +208,10 @@ class Model(_Strict):
         return "".join(parts) or "tp1"
 
 
-class Deck(_Strict):
+class ModelsToml(_Strict):
+    """What models.toml holds, validated: the host, its builds and its models (a replicated entry not yet
+    expanded). Not the deck itself: that is `servedeck.deck.Deck`, the operations on what runs."""
+
     host: Host = Field(default_factory=Host)
     builds: dict[str, Build] = Field(default_factory=dict)
     models: dict[str, Model] = Field(default_factory=dict)

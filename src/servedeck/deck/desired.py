@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from servedeck.config import Build, Config, Deck as DeckConfig, Group, Model
+from servedeck.config import Build, Config, Group, Model, ModelsToml
 from servedeck.deck import state as S
 from servedeck.errors import StateError
 from servedeck.redact import REDACTED, redact_env, redact_settings_args
@@ -63,7 +63,7 @@ def config_from_settings(name: str, settings: dict, current: Config | None) -> C
     model["env"] = fill(model.get("env", {}), dict(cur_m.env) if cur_m else {}, f"models.{name}")
     model["args"] = fill_args(model.get("args", {}), dict(cur_m.args) if cur_m else {})
     build["env"] = fill(build.get("env", {}), dict(cur_b.env) if cur_b else {}, f"builds.{settings['build_name']}")
-    deck = DeckConfig(builds={settings["build_name"]: Build(**build)}, models={name: Model(**model)})
+    deck = ModelsToml(builds={settings["build_name"]: Build(**build)}, models={name: Model(**model)})
     groups = {}
     if settings.get("replica_of"):
         g = settings["replica_of"]

@@ -11,7 +11,7 @@ from servedeck.engines.base import Engine, LaunchSpec, MemoryModel, render_args
 from servedeck.errors import ConfigError
 
 if TYPE_CHECKING:
-    from servedeck.config.schema import Deck
+    from servedeck.config.schema import ModelsToml
 
 _BUILTIN = {
     "llamacpp": "servedeck.engines.llamacpp:ENGINE",
@@ -45,7 +45,7 @@ def all_engines() -> dict[str, Engine]:
     return dict(_load())
 
 
-def check_deck(deck: "Deck") -> list[str]:
+def check_deck(deck: "ModelsToml") -> list[str]:
     """The models.toml checks that need an engine: the build's engine is registered, and each model's
     args and keys make sense to that engine. `servedeck.modelsfile` composes them with config's own."""
     engines = _load()
