@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -95,3 +96,22 @@ def test_gate_runs_show_from_the_command_line(campaign_config, llama):
     assert shown.returncode == 0 and view["run"] in shown.stdout and "GATE" in shown.stdout
     table = _cli(campaign_config.path, "runs")
     assert view["run"] in table.stdout
+
+
+@pytest.mark.engine
+@pytest.mark.llamacpp
+def test_servedeck_ramp_is_the_run_bench_workload_ramp_makes(campaign_config, llama):
+    opts = ["--turn-tokens", "300", "--answer-tokens", "8", "--max-context", "1100", "--needle-every", "2",
+            "--seed", "5", "--no-gate", "--json"]
+    own = _cli(campaign_config.path, "ramp", "smollm2", *opts)
+    via_bench = _cli(campaign_config.path, "bench", "smollm2", "--workload", "ramp", *opts)
+    assert own.returncode == 0, own.stderr
+    assert via_bench.returncode == 0, via_bench.stderr
+    a, b = json.loads(own.stdout), json.loads(via_bench.stdout)
+    # the same spec on record (content prose, the turn timeout, the seed ...), the same kind of folder
+    assert a["workload"] == b["workload"]
+    assert a["workload"]["content"] == "prose" and a["workload"]["turn_timeout_s"] == 1200.0
+    assert a["kind"] == b["kind"] == "bench"
+    assert a["ramp"]["code"] == b["ramp"]["code"]
+    assert sorted(p.name for p in Path(a["path"]).iterdir()) == sorted(p.name for p in Path(b["path"]).iterdir())
+    assert a["run"] != b["run"]
