@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -153,3 +154,50 @@ def test_a_client_that_stops_reading_pauses_the_engine_and_the_door_does_not_gro
         code, err = s.stop()
         fast.stop()
     assert "Traceback" not in err, err
+
+
+def serve_in_thread(cfg, opts, on_ready) -> tuple[threading.Event, threading.Thread, list[BaseException]]:
+    """`serve()` in a thread of this test's process (as tests/door/doorkit.py's DoorThread does)."""
+    from servedeck.door.serve import serve
+
+    stop, errors = threading.Event(), []
+
+    def run() -> None:
+        try:
+            serve(cfg, opts, on_ready=on_ready, stop=stop)
+        except BaseException as e:
+            errors.append(e)
+
+    t = threading.Thread(target=run, name="door", daemon=True)
+    t.start()
+    return stop, t, errors
+
+
+def test_the_door_runs_on_the_event_loop_servedeck_loop_names(config, monkeypatch):
+    from servedeck.door import ServeOptions
+    from servedeck.loadgen.loop import current
+    from servedeck.modelsfile import load
+
+    monkeypatch.setenv("SERVEDECK_LOOP", "asyncio")  # uvloop is installed here: the door would pick it
+    seen: list[str] = []
+    up = threading.Event()
+    stop, t, errors = serve_in_thread(load(config), ServeOptions(port=0, watch=False),
+                                      lambda port: (seen.append(current()), up.set()))
+    try:
+        assert up.wait(60), errors
+    finally:
+        stop.set()
+        t.join(60)
+    assert seen == ["asyncio"]
+
+
+def test_a_bad_servedeck_loop_is_refused_naming_it(door_home, config):
+    env = dict(os.environ, SERVEDECK_HOME=str(door_home), SERVEDECK_CONFIG=str(config), SERVEDECK_LOOP="uv-loop")
+    try:
+        r = subprocess.run([sys.executable, "-m", "servedeck", "serve", "--port", str(free_port())], env=env,
+                           capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("serve ran on with SERVEDECK_LOOP=uv-loop instead of refusing it") from None
+    assert r.returncode == 2, r.stderr  # a user's mistake: UsageError
+    assert "SERVEDECK_LOOP='uv-loop'" in r.stderr
+    assert "Traceback" not in r.stderr

@@ -14,6 +14,7 @@ from servedeck.errors import RefusedError, ServedeckError
 from servedeck.door.manager import Manager
 from servedeck.door.metrics import DoorMetrics
 from servedeck.door.server import Door, run_door
+from servedeck.loadgen.loop import preferred, run as run_loop
 
 ENV_KEY = "SERVEDECK_API_KEY"
 
@@ -62,22 +63,14 @@ def build_door(cfg: Config | None, opts: ServeOptions, notify: Callable | None =
     return Door(mgr, metrics, api_keys=keys_of(cfg, opts.api_keys), host=opts.host, log_bodies=opts.log_bodies)
 
 
-def run_loop(coro) -> None:
-    """uvloop when installed (the `fast` extra, which scripts/setup.sh installs)."""
-    try:
-        import uvloop
-    except ImportError:
-        asyncio.run(coro)
-        return
-    uvloop.run(coro)
-
-
 def serve(cfg: Config | None, opts: ServeOptions, on_ready: Callable[[int], None] | None = None,
           stop: threading.Event | None = None) -> None:
-    """Run until SIGINT/SIGTERM (or `stop`). Engines keep running afterwards, as with `watch`."""
+    """Run until SIGINT/SIGTERM (or `stop`), on the event loop servedeck.loadgen.loop chooses (uvloop when
+    installed; SERVEDECK_LOOP). Engines keep running afterwards, as with `watch`."""
     from servedeck.watch import Notices, Redactor, Watcher
     from servedeck.watch.loop import watch_lock
 
+    loop_name = preferred()  # a bad SERVEDECK_LOOP is refused before anything starts
     notices = Notices(cfg.deck.host.on_notice if cfg else [], Redactor.from_config(cfg))
     watcher = None
     if opts.watch:
@@ -126,7 +119,7 @@ def serve(cfg: Config | None, opts: ServeOptions, on_ready: Callable[[int], None
             w.cancel()
 
     try:
-        run_loop(main())
+        run_loop(main(), loop_name)
     finally:
         stop.set()
         if t:

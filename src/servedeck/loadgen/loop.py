@@ -1,9 +1,11 @@
-"""Which event loop runs the client: uvloop when it is installed (`pip install servedeck[fast]`),
-else asyncio's own. Every run records the loop it ran on (LoadResult.loop, the self-check).
+"""Which event loop runs servedeck's async code, the client's and the door's: uvloop when it is
+installed (`pip install servedeck[fast]`), else asyncio's own. This is the one place that chooses it;
+every run records the loop it ran on (LoadResult.loop, the self-check).
 
 uvloop's callbacks cost about a third less than asyncio's at the same load (docs/loadgen.md, "how much
 one client core takes"), which is headroom the client's timestamps need on a busy host.
-SERVEDECK_LOOP=asyncio forces asyncio's loop (to compare the two, or when uvloop misbehaves).
+SERVEDECK_LOOP=asyncio forces asyncio's loop (to compare the two, or when uvloop misbehaves);
+SERVEDECK_LOOP=uvloop insists on uvloop.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import os
 from collections.abc import Coroutine
 from typing import Any, Literal, TypeVar
 
+from servedeck.errors import UsageError
+
 T = TypeVar("T")
 LoopName = Literal["uvloop", "asyncio"]
 
@@ -21,15 +25,16 @@ def preferred() -> LoopName:
     """The loop `run` would use now."""
     choice = os.environ.get("SERVEDECK_LOOP", "auto")
     if choice not in ("auto", "uvloop", "asyncio"):
-        raise ValueError(f"SERVEDECK_LOOP must be auto, uvloop or asyncio, got {choice!r}")
+        raise UsageError(f"SERVEDECK_LOOP={choice!r}: expected auto, uvloop or asyncio",
+                         hint="unset SERVEDECK_LOOP to run on uvloop when it is installed")
     if choice == "asyncio":
         return "asyncio"
     try:
         import uvloop  # noqa: F401
     except ImportError:
         if choice == "uvloop":
-            raise ValueError("SERVEDECK_LOOP=uvloop but uvloop is not installed: pip install 'servedeck[fast]'") \
-                from None
+            raise UsageError("SERVEDECK_LOOP=uvloop but uvloop is not installed",
+                             hint="pip install 'servedeck[fast]', or unset SERVEDECK_LOOP") from None
         return "asyncio"
     return "uvloop"
 
