@@ -5,4 +5,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
 "$here/setup.sh"
 cd "$repo"
+# Unbuffered: pytest's summary reaches the log as it is written, even if something kills pytest after
+# it (a run once ended at "short test summary info" with the count line lost in stdout's buffer).
+# tests/conftest.py bounds the interpreter's exit after the summary; the exit code is pytest's own.
+export PYTHONUNBUFFERED=1
 exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

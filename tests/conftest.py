@@ -147,6 +147,41 @@ def no_orphans_at_end():
                          f"{GUARD_WAIT_S:g} s after the last test (killed now):\n  " + "\n  ".join(names))
 
 
+# --- the end of the session: pytest's summary, then its own exit code -----------------------------
+# After the summary, the interpreter joins every non-daemon thread (and concurrent.futures its workers)
+# before it exits; one a test left blocked would hang the run with the count line unwritten. So once
+# pytest is done, a bounded wait, then the stacks of what still runs, and pytest's exit code.
+EXIT_WAIT_S = float(os.environ.get("SERVEDECK_TEST_EXIT_WAIT_S", "60"))
+_exit_status: list[int] = []
+
+
+def pytest_sessionfinish(session, exitstatus):
+    _exit_status.append(int(exitstatus))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config):
+    import faulthandler
+    import sys
+    import threading
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if not _exit_status or config.option.collectonly:
+        return
+    status = _exit_status[-1]
+
+    def bounded_exit() -> None:
+        time.sleep(EXIT_WAIT_S)
+        print(f"\npytest finished {EXIT_WAIT_S:g} s ago and the interpreter is still held by threads a test "
+              "left running; their stacks:", file=sys.stderr, flush=True)
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        sys.stderr.flush()
+        os._exit(status)
+
+    threading.Thread(target=bounded_exit, name="servedeck-test-exit", daemon=True).start()
+
+
 from ports import free_port  # noqa: E402  (below the kernel's ephemeral range: tests/ports.py says why)
 
 
