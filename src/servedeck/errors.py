@@ -12,6 +12,22 @@
     └── RunError              a campaign run could not be written or completed
         └── ServerDied        the engine went away during a gate or benchmark
 
+The exit code says which kind of trouble it was, wherever it was found: a user's mistake on the
+command line (a bad option value, a name that matches nothing) is a UsageError and exits 2, like
+typer's own usage errors and like ConfigError for a mistake in models.toml.
+
+    DoorError                 an answer the front door gives an HTTP client itself: a status and a body,
+    │                         never an exit code; raised where it is decided, written by the front
+    ├── door.manager.Refusal  the door will not serve the model now: 404 unknown, 429 queue full, 502/503
+    │                         start failed or refused, 504 not ready in time; says when to come back
+    ├── door.front.Answer     a response the door frames itself (400, 401, 403, 413, 431, 502), body built
+    └── door.relay.UpstreamError  the engine's connection failed (refused, reset, closed early): a 502
+                              before the answer began, an SSE error event after
+
+DoorError is a second root, not a ServedeckError: it carries an HTTP status, not a message for a
+terminal, and the door turns the deck's ServedeckErrors into Refusals (`except ServedeckError` in
+door/manager.py must never catch one of its own answers).
+
 Exceptions that never reach a user are converted where they are raised: supervisor.ready's Died and
 TimedOut become LaunchError in the deck; loadgen.sse's ProtocolError becomes a failed request record;
 gpu.gguf_header's GGUFError becomes PlanError; soak's ProtocolViolation becomes a recorded fault.
@@ -77,3 +93,8 @@ class RunError(ServedeckError):
 
 class ServerDied(RunError):
     """The engine went away during a gate or benchmark."""
+
+
+class DoorError(Exception):
+    """Base of the answers the front door gives an HTTP client itself (an HTTP status, never an exit
+    code): Refusal (door/manager.py), Answer (door/front.py), UpstreamError (door/relay.py)."""

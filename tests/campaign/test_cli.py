@@ -20,25 +20,25 @@ def _cli(cfg_path, *args: str, timeout: float = 600) -> subprocess.CompletedProc
 
 @pytest.mark.parametrize("args, code, message, hint", [
     (["gate", "nosuch"], 2, "no model or alias named 'nosuch'", "models defined"),
-    (["bench", "smollm2", "--concurrency", "1", "--rate", "2"], 1, "two different load shapes", "--concurrency 1,4,16"),
-    (["bench", "smollm2", "--concurrency", "1,x"], 1, "not a comma-separated list", "--concurrency 1,4,16"),
-    (["bench", "smollm2", "--request-timeout", "soon"], 1, "--request-timeout: 'soon' is not a duration", "90s"),
-    (["bench", "smollm2", "--workload", "ramp", "--stall-after", "x"], 1, "--stall-after: 'x' is not a duration",
+    (["bench", "smollm2", "--concurrency", "1", "--rate", "2"], 2, "two different load shapes", "--concurrency 1,4,16"),
+    (["bench", "smollm2", "--concurrency", "1,x"], 2, "not a comma-separated list", "--concurrency 1,4,16"),
+    (["bench", "smollm2", "--request-timeout", "soon"], 2, "--request-timeout: 'soon' is not a duration", "90s"),
+    (["bench", "smollm2", "--workload", "ramp", "--stall-after", "x"], 2, "--stall-after: 'x' is not a duration",
      "90s"),
     # the ramp's turns take --request-timeout when it is given: a bad one is named as the user wrote it
-    (["bench", "smollm2", "--workload", "ramp", "--request-timeout", "soon"], 1,
+    (["bench", "smollm2", "--workload", "ramp", "--request-timeout", "soon"], 2,
      "--request-timeout: 'soon' is not a duration", "90s"),
-    (["ramp", "smollm2", "--stall-after", "x"], 1, "--stall-after: 'x' is not a duration", "90s"),
-    (["ramp", "smollm2", "--turn-timeout", "soon"], 1, "--turn-timeout: 'soon' is not a duration", "90s"),
+    (["ramp", "smollm2", "--stall-after", "x"], 2, "--stall-after: 'x' is not a duration", "90s"),
+    (["ramp", "smollm2", "--turn-timeout", "soon"], 2, "--turn-timeout: 'soon' is not a duration", "90s"),
     # refused before the model is even looked up (victim is not running: that error would come first otherwise)
-    (["bench", "victim", "--requests", "0"], 1, "--requests must be at least 1", "--duration 60s"),
-    (["bench", "victim", "--output-tokens", "0"], 1, "outputs at least 1", "--output-tokens"),
-    (["bench", "victim", "--workload", "ramp", "--content", "random"], 1, "--content random is not for it",
+    (["bench", "victim", "--requests", "0"], 2, "--requests must be at least 1", "--duration 60s"),
+    (["bench", "victim", "--output-tokens", "0"], 2, "outputs at least 1", "--output-tokens"),
+    (["bench", "victim", "--workload", "ramp", "--content", "random"], 2, "--content random is not for it",
      "--content prose"),
-    (["ramp", "victim", "--turn-tokens", "8"], 1, "--turn-tokens must be at least 32", "--turn-tokens 2000"),
-    (["bench", "smollm2", "--slo", "ttft=fast"], 1, "not a duration", "90s"),
-    (["bench", "smollm2", "--slo", "speed=2s"], 1, "is not ttft", "ttft=2s,tpot=50ms"),
-    (["bench", "smollm2", "--client-procs", "0"], 1, "--client-procs must be at least 1", "splits the streams"),
+    (["ramp", "victim", "--turn-tokens", "8"], 2, "--turn-tokens must be at least 32", "--turn-tokens 2000"),
+    (["bench", "smollm2", "--slo", "ttft=fast"], 2, "not a duration", "90s"),
+    (["bench", "smollm2", "--slo", "speed=2s"], 2, "is not ttft", "ttft=2s,tpot=50ms"),
+    (["bench", "smollm2", "--client-procs", "0"], 2, "--client-procs must be at least 1", "splits the streams"),
     (["gate", "victim"], 7, "victim is not running", "--launch"),
     (["show", "nothing"], 7, "no runs under", "servedeck gate MODEL"),
 ])
@@ -76,7 +76,7 @@ def test_a_choice_not_offered_is_a_usage_error_naming_the_choices(campaign_confi
 def test_inputs_that_do_not_fit_the_context_are_refused(campaign_config, llama):
     r = _cli(campaign_config.path, "bench", "smollm2", "--input-tokens", "9000", "--output-tokens", "16",
              "--requests", "1", "--no-gate", timeout=60)
-    assert r.returncode == 1 and "do not fit the server's context of 8192" in r.stderr and "hint:" in r.stderr
+    assert r.returncode == 2 and "do not fit the server's context of 8192" in r.stderr and "hint:" in r.stderr
 
 
 @pytest.mark.engine

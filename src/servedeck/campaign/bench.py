@@ -29,7 +29,7 @@ from servedeck.campaign.stall import StallJudge
 from servedeck.campaign.target import Target
 from servedeck.engines import get_engine
 from servedeck.engines.metrics import metrics_snapshot_async, parse_prometheus
-from servedeck.errors import RunError, ServedeckError, ServerDied
+from servedeck.errors import RunError, ServerDied, UsageError
 from servedeck.gates.server import ServerTokens
 from servedeck.loadgen import (ClientConfig, ClosedLoop, LoadRun, OpenLoop, RequestRecord, RequestSpec,
                                Shape, Slo, StreamingClient, new_nonce, sized_requests, synthetic_requests,
@@ -126,8 +126,8 @@ class BenchSpec:
         if kind not in DEFAULTS:
             raise ValueError(f"workload {kind!r} is not a BenchSpec's (the ramp is a RampSpec)")
         if concurrency and rate:
-            raise ServedeckError("--concurrency and --rate are two different load shapes",
-                                 hint="give one: --concurrency 1,4,16 (closed loop) or --rate 2,4,8 (open loop)")
+            raise UsageError("--concurrency and --rate are two different load shapes",
+                             hint="give one: --concurrency 1,4,16 (closed loop) or --rate 2,4,8 (open loop)")
         gaps = ArrivalsChoice(arrivals).value
         shapes = tuple(OpenLoop(r, gaps) for r in rate) if rate else \
             tuple(ClosedLoop(c) for c in (concurrency or [1]))  # type: ignore[arg-type]
@@ -157,25 +157,25 @@ class BenchSpec:
         """Every rule on the spec, once. context None: before the server is asked, so a long prompt that
         is to fill the context (prompt_tokens None) is not sized yet and only its output is checked."""
         if not self.shapes:
-            raise ServedeckError("no load points", hint="give --concurrency 1,4 or --rate 2,4")
+            raise UsageError("no load points", hint="give --concurrency 1,4 or --rate 2,4")
         sized = self.workload != "long-prompt" or self.prompt_tokens is not None
         if self.output_tokens < 1 or (sized and self.prompt_size < 16):
-            raise ServedeckError("prompts need at least 16 tokens and outputs at least 1",
-                                 hint="check --input-tokens/--prompt-tokens and --output-tokens")
+            raise UsageError("prompts need at least 16 tokens and outputs at least 1",
+                             hint="check --input-tokens/--prompt-tokens and --output-tokens")
         if self.duration_s is None and self.requests is None:
-            raise ServedeckError("say how long each point runs", hint="--duration 60s or --requests N")
+            raise UsageError("say how long each point runs", hint="--duration 60s or --requests N")
         if self.requests is not None and self.requests < 1:
-            raise ServedeckError(f"--requests must be at least 1, got {self.requests}",
-                                 hint="or bound each point by time: --duration 60s")
+            raise UsageError(f"--requests must be at least 1, got {self.requests}",
+                             hint="or bound each point by time: --duration 60s")
         if self.client_procs < 1:
-            raise ServedeckError(f"--client-procs must be at least 1, got {self.client_procs}",
-                                 hint="1 runs the client in this process; N > 1 splits the streams over N processes")
+            raise UsageError(f"--client-procs must be at least 1, got {self.client_procs}",
+                             hint="1 runs the client in this process; N > 1 splits the streams over N processes")
         if self.warmup < 0:
-            raise ServedeckError(f"--warmup must be 0 or more, got {self.warmup}",
-                                 hint="--warmup 0 skips warm-up; warm-up prompts never repeat measured ones")
+            raise UsageError(f"--warmup must be 0 or more, got {self.warmup}",
+                             hint="--warmup 0 skips warm-up; warm-up prompts never repeat measured ones")
         if context and sized and self.prompt_size + self.output_tokens > context:
             flag = "--prompt-tokens" if self.workload == "long-prompt" else "--input-tokens"
-            raise ServedeckError(
+            raise UsageError(
                 f"{self.prompt_size} prompt + {self.output_tokens} output tokens do not fit the server's "
                 f"context of {context} tokens per request",
                 hint=f"lower {flag} or --output-tokens (their sum must stay at or under {context})")

@@ -35,7 +35,7 @@ from servedeck.campaign.stall import Quiet, StallWatch
 from servedeck.campaign.target import Target
 from servedeck.config.schema import merge_request
 from servedeck.engines.metrics import prefix_counters_async
-from servedeck.errors import ServedeckError
+from servedeck.errors import UsageError
 from servedeck.gates.server import ServerTokens
 from servedeck.loadgen import texts
 from servedeck.loadgen.prompts import _tag, chars_per_token, fit_length, new_nonce
@@ -64,24 +64,24 @@ class RampSpec:
 
     def check(self, context: Optional[int]) -> None:
         if self.turn_tokens < 32:
-            raise ServedeckError(f"--turn-tokens must be at least 32, got {self.turn_tokens}",
-                                 hint="each turn appends this much text, e.g. --turn-tokens 2000")
+            raise UsageError(f"--turn-tokens must be at least 32, got {self.turn_tokens}",
+                             hint="each turn appends this much text, e.g. --turn-tokens 2000")
         if self.answer_tokens < 1:
-            raise ServedeckError(f"--answer-tokens must be at least 1, got {self.answer_tokens}",
-                                 hint="the room each answer gets, e.g. --answer-tokens 64")
+            raise UsageError(f"--answer-tokens must be at least 1, got {self.answer_tokens}",
+                             hint="the room each answer gets, e.g. --answer-tokens 64")
         if self.needle_every < 0:
-            raise ServedeckError(f"--needle-every must be 0 (never) or more, got {self.needle_every}",
-                                 hint="--needle-every 4 asks for the planted code every fourth turn")
+            raise UsageError(f"--needle-every must be 0 (never) or more, got {self.needle_every}",
+                             hint="--needle-every 4 asks for the planted code every fourth turn")
         if self.content == "random":
-            raise ServedeckError("the ramp grows a conversation from real text; --content random is not for it",
-                                 hint="--content prose (default for the ramp) or --content code")
+            raise UsageError("the ramp grows a conversation from real text; --content random is not for it",
+                             hint="--content prose (default for the ramp) or --content code")
         limit = self.max_context or context
         if limit and self.turn_tokens + self.answer_tokens + 64 > limit:
-            raise ServedeckError(f"one turn ({self.turn_tokens} + {self.answer_tokens} answer tokens) does not fit "
-                                 f"a context of {limit} tokens", hint="lower --turn-tokens or raise --max-context")
+            raise UsageError(f"one turn ({self.turn_tokens} + {self.answer_tokens} answer tokens) does not fit "
+                             f"a context of {limit} tokens", hint="lower --turn-tokens or raise --max-context")
         if context and self.max_context and self.max_context > context:
-            raise ServedeckError(f"--max-context {self.max_context} is above what the server serves per request "
-                                 f"({context} tokens)", hint=f"use --max-context {context} or less")
+            raise UsageError(f"--max-context {self.max_context} is above what the server serves per request "
+                             f"({context} tokens)", hint=f"use --max-context {context} or less")
 
     def to_json(self) -> dict[str, Any]:
         return {"workload": "ramp", "points": [], "turn_tokens": self.turn_tokens,

@@ -15,7 +15,7 @@ from servedeck.campaign import measured, ramp as run_ramp
 from servedeck.campaign.bench import ArrivalsChoice, ContentChoice, WorkloadChoice, shape_label
 from servedeck.campaign.target import Target
 from servedeck.cli.app import app, configured_results_dir, console, err_console, load_config, print_json
-from servedeck.errors import ServedeckError
+from servedeck.errors import ServedeckError, UsageError
 from servedeck.gates import GateSpec, ProbeResult
 from servedeck.loadgen import Progress as LoadProgress, Slo
 from servedeck.loadgen.loop import run as run_loop
@@ -31,10 +31,10 @@ def _numbers(text: str, what: str, kind: type = int) -> list[Any]:
     try:
         vals = [kind(x) for x in text.replace(" ", "").split(",") if x]
     except ValueError:
-        raise ServedeckError(f"{what}: {text!r} is not a comma-separated list of numbers",
-                             hint=f"write it like {what} 1,4,16") from None
+        raise UsageError(f"{what}: {text!r} is not a comma-separated list of numbers",
+                         hint=f"write it like {what} 1,4,16") from None
     if not vals or any(v <= 0 for v in vals):
-        raise ServedeckError(f"{what}: every value must be above 0, got {text!r}", hint=f"write it like {what} 1,4,16")
+        raise UsageError(f"{what}: every value must be above 0, got {text!r}", hint=f"write it like {what} 1,4,16")
     return vals
 
 
@@ -42,7 +42,7 @@ def _depths(text: str) -> tuple[float, ...]:
     try:
         return tuple(float(x) for x in text.replace(" ", "").split(",") if x)
     except ValueError:
-        raise ServedeckError(f"--depths: {text!r} is not a list of fractions", hint="write it like 0.1,0.5,0.9") from None
+        raise UsageError(f"--depths: {text!r} is not a list of fractions", hint="write it like 0.1,0.5,0.9") from None
 
 
 def _slo(text: Optional[str]) -> Optional[Slo]:
@@ -52,7 +52,7 @@ def _slo(text: Optional[str]) -> Optional[Slo]:
     for part in text.replace(" ", "").split(","):
         key, eq, value = part.partition("=")
         if not eq or key not in ("ttft", "tpot", "e2e"):
-            raise ServedeckError(f"--slo: {part!r} is not ttft=…, tpot=… or e2e=…", hint="write it like ttft=2s,tpot=50ms")
+            raise UsageError(f"--slo: {part!r} is not ttft=…, tpot=… or e2e=…", hint="write it like ttft=2s,tpot=50ms")
         bounds[f"{key}_ms"] = seconds(value, f"--slo {key}") * 1000
     return Slo(**bounds)
 
@@ -293,7 +293,7 @@ def _limit(text: str, what: str) -> Optional[float]:
         return None
     value = seconds(text, what)
     if value <= 0:
-        raise ServedeckError(f"{what} must be above 0 or none, got {text!r}", hint=f"write it like {what} 30m")
+        raise UsageError(f"{what} must be above 0 or none, got {text!r}", hint=f"write it like {what} 30m")
     return value
 
 

@@ -17,7 +17,7 @@ from servedeck.deck import Deck
 from servedeck.deck import launch as L
 from servedeck.deck import state as S
 from servedeck.deck.records import StartResult
-from servedeck.errors import ServedeckError, UnknownModelError
+from servedeck.errors import ServedeckError, UnknownModelError, UsageError
 
 WAIT = typer.Option(0.0, "--wait", help="seconds to wait for another start/switch/stop to finish")
 
@@ -66,8 +66,8 @@ def start(
     names = [e.strip() for e in (evict or "").split(",") if e.strip()]
     if foreground:
         if group:
-            raise ServedeckError(f"{name} has replicas = {len(group.members)}; --foreground runs one server",
-                                 hint=f"run one per replica ({', '.join(group.members)}), e.g. one systemd unit each")
+            raise UsageError(f"{name} has replicas = {len(group.members)}; --foreground runs one server",
+                             hint=f"run one per replica ({', '.join(group.members)}), e.g. one systemd unit each")
         from servedeck.deck.foreground import run_foreground
 
         code = run_foreground(Deck(cfg), name, on_started=lambda res: _say_started(name, res),
@@ -117,7 +117,7 @@ def stop(
 ) -> None:
     """Stop models: SIGTERM to the engine's process group, a bounded grace, then SIGKILL."""
     if not models and not all_:
-        raise ServedeckError("name the models to stop, or pass --all")
+        raise UsageError("name the models to stop, or pass --all")
     try:
         cfg = load_config()
     except ServedeckError:
@@ -191,7 +191,7 @@ def logs(
         else:
             match = [p for p in past if p.name == launch]
             if not match:
-                raise ServedeckError(f"no launch {launch!r} of {name}", hint="launches: " + ", ".join(p.name for p in past[-10:]))
+                raise UsageError(f"no launch {launch!r} of {name}", hint="launches: " + ", ".join(p.name for p in past[-10:]))
             d = match[0]
     log = d / "engine.log"
     sys.stdout.write(L.log_tail(d, lines) + "\n")
@@ -264,5 +264,5 @@ def unit(
         sys.stdout.write(render_watch_unit(str(cfg.path.resolve()), seconds(interval, "--interval")))
         return
     if not model:
-        raise ServedeckError("name a model, or pass --watch")
+        raise UsageError("name a model, or pass --watch")
     sys.stdout.write(render_unit(Deck(cfg).render(model), str(cfg.path.resolve()), str(paths.home().resolve())))

@@ -11,7 +11,7 @@ import typer
 from servedeck import paths
 from servedeck.campaign.folder import campaigns_root, find_campaign, list_campaigns
 from servedeck.cli.app import app, configured_results_dir, console, print_json
-from servedeck.errors import RunError, ServedeckError
+from servedeck.errors import RunError, UsageError
 from servedeck.report.build import write
 from servedeck.report.collect import Collection, Run, collect, from_campaign, from_runs
 from servedeck.report.compare import compare as compare_runs, text as compare_text
@@ -69,8 +69,8 @@ def report(
 def _variant(ref: str, coll: Collection) -> list[Run]:
     runs = [r for r in coll.variants().get(ref, []) if r.kind == "bench"]
     if not runs:
-        raise ServedeckError(f"no bench runs of variant {ref!r} in {coll.folder}",
-                             hint="variants: " + ", ".join(coll.variants()))
+        raise UsageError(f"no bench runs of variant {ref!r} in {coll.folder}",
+                         hint="variants: " + ", ".join(coll.variants()))
     return runs
 
 
@@ -84,8 +84,8 @@ def _sides(a: str, b: str, coll: Optional[Collection], workload: Optional[str]) 
     if workload is None and common:
         workload = common[0]
     if workload not in common:
-        raise ServedeckError(f"variants {a!r} and {b!r} have no {workload or 'common'} workload to compare",
-                             hint="workloads measured on both: " + (", ".join(common) or "none"))
+        raise UsageError(f"variants {a!r} and {b!r} have no {workload or 'common'} workload to compare",
+                         hint="workloads measured on both: " + (", ".join(common) or "none"))
     return [r for r in ra if r.workload == workload], [r for r in rb if r.workload == workload]
 
 
@@ -103,11 +103,11 @@ def compare(
     if campaign is not None:
         folder = _campaign(campaign)
         if folder is None:
-            raise ServedeckError(f"--campaign {campaign!r} is not a campaign folder",
-                                 hint=f"give a folder holding campaign.json (under {_campaigns_root()})")
+            raise UsageError(f"--campaign {campaign!r} is not a campaign folder",
+                             hint=f"give a folder holding campaign.json (under {_campaigns_root()})")
         coll = from_campaign(folder)
     if not 0 <= noise < 1:
-        raise ServedeckError(f"--noise {noise} is not a fraction between 0 and 1", hint="e.g. --noise 0.02 for 2 %")
+        raise UsageError(f"--noise {noise} is not a fraction between 0 and 1", hint="e.g. --noise 0.02 for 2 %")
     side_a, side_b = _sides(a, b, coll, workload)
     result = compare_runs(side_a, side_b, noise=noise)
     if as_json:

@@ -30,6 +30,7 @@ import httptools
 
 from servedeck.door.manager import Refusal
 from servedeck.door.relay import END_CHUNK, Exchange, UpstreamError
+from servedeck.errors import DoorError
 
 if TYPE_CHECKING:
     from servedeck.door.server import Door
@@ -73,7 +74,7 @@ def error_body(status: int, message: str, hint: str | None = None, **extra: Any)
     return {"error": err}
 
 
-class Answer(Exception):
+class Answer(DoorError):
     """A response the door makes itself (an error), raised where it is decided."""
 
     def __init__(self, status: int, body: dict, headers: dict[str, str] | None = None, close: bool = False):

@@ -25,7 +25,7 @@ from servedeck.deck.deck import Deck, alive, ending_of
 from servedeck.deck.records import LaunchState, LiveRecord
 from servedeck.door import policy as Pol
 from servedeck.door.metrics import DoorMetrics
-from servedeck.errors import BusyError, LaunchError, RefusedError, ServedeckError
+from servedeck.errors import BusyError, DoorError, LaunchError, RefusedError, ServedeckError
 from servedeck.supervisor import process as P
 
 DECK_LOCK_WAIT_S = 120.0  # a deck call waits this long for the lock (the watch loop or a CLI command holds it)
@@ -35,7 +35,7 @@ ENGINE_STILL_UP_S = 0.5  # ... and how long an engine still running is given to 
 
 
 @dataclass
-class Refusal(Exception):
+class Refusal(DoorError):
     """An answer other than the model's own: status, message, and when to come back."""
 
     status: int

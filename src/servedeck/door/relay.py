@@ -34,6 +34,8 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from servedeck.errors import DoorError
+
 # A pooled connection idle longer than this is closed, not reused: uvicorn (vLLM) closes idle
 # keep-alive connections after 5 s, and a request written into a closing socket would be lost.
 IDLE_S = 3.0
@@ -42,7 +44,7 @@ END_CHUNK = b"0\r\n\r\n"
 Key = tuple[str, int, bool]  # (host, port, tls); a unix socket is ("unix:" + path, 0, False)
 
 
-class UpstreamError(Exception):
+class UpstreamError(DoorError):
     """The engine's connection failed: refused, reset, or closed before the response ended."""
 
 

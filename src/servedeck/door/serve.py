@@ -7,14 +7,17 @@ import asyncio
 import signal
 import threading
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from servedeck.config import Config
-from servedeck.errors import RefusedError, ServedeckError
+from servedeck.errors import RefusedError, UsageError
 from servedeck.door.manager import Manager
 from servedeck.door.metrics import DoorMetrics
 from servedeck.door.server import Door, run_door
 from servedeck.loadgen.loop import preferred, run as run_loop
+
+if TYPE_CHECKING:
+    from servedeck.watch import Notices, Watcher
 
 ENV_KEY = "SERVEDECK_API_KEY"
 
@@ -35,8 +38,8 @@ def parse_upstreams(items: list[str]) -> dict[str, list[str]]:
     for it in items:
         name, sep, url = it.partition("=")
         if not sep or not name or not url.startswith(("http://", "https://")):
-            raise ServedeckError(f"--upstream {it!r}: expected NAME=http://HOST:PORT",
-                                 hint="repeat --upstream with the same NAME to give a model several replicas")
+            raise UsageError(f"--upstream {it!r}: expected NAME=http://HOST:PORT",
+                             hint="repeat --upstream with the same NAME to give a model several replicas")
         out.setdefault(name, []).append(url)
     return out
 
@@ -47,8 +50,8 @@ def keys_of(cfg: Config | None, given: list[str]) -> list[str]:
         keys += list(cfg.deck.host.api_keys)
     for k in keys:
         if len(k) < 8:
-            raise ServedeckError("an api key must be at least 8 characters long",
-                                 hint=f"use a longer --api-key / {ENV_KEY}")
+            raise UsageError("an api key must be at least 8 characters long",
+                             hint=f"use a longer --api-key / {ENV_KEY}")
     return keys
 
 
@@ -57,8 +60,8 @@ def build_door(cfg: Config | None, opts: ServeOptions, notify: Callable | None =
     if cfg:
         clash = sorted(set(opts.external) & (set(cfg.models) | set(cfg.groups)))
         if clash:
-            raise ServedeckError(f"--upstream {clash[0]}: a model of that name is in {cfg.path}",
-                                 hint="give the outside server another name")
+            raise UsageError(f"--upstream {clash[0]}: a model of that name is in {cfg.path}",
+                             hint="give the outside server another name")
     mgr = Manager(cfg, metrics, external=opts.external, notify=notify)
     return Door(mgr, metrics, api_keys=keys_of(cfg, opts.api_keys), host=opts.host, log_bodies=opts.log_bodies)
 
@@ -68,15 +71,22 @@ def serve(cfg: Config | None, opts: ServeOptions, on_ready: Callable[[int], None
     """Run until SIGINT/SIGTERM (or `stop`), on the event loop servedeck.loadgen.loop chooses (uvloop when
     installed; SERVEDECK_LOOP). Engines keep running afterwards, as with `watch`."""
     from servedeck.watch import Notices, Redactor, Watcher
-    from servedeck.watch.loop import watch_lock
 
     loop_name = preferred()  # a bad SERVEDECK_LOOP is refused before anything starts
     notices = Notices(cfg.deck.host.on_notice if cfg else [], Redactor.from_config(cfg))
-    watcher = None
-    if opts.watch:
-        with watch_lock():  # refuse now, with the holder named, if another loop owns this state dir
-            pass
-        watcher = Watcher(cfg, opts.watch_interval_s, notices)
+    if not opts.watch:
+        _serve(cfg, opts, notices, None, loop_name, on_ready, stop)
+        return
+    watcher = Watcher(cfg, opts.watch_interval_s, notices)
+    # Refused now, with the holder named, if another loop owns this state dir; held until the door
+    # ends, so no other process can take the lock between this check and the loop.
+    with watcher.locked():
+        _serve(cfg, opts, notices, watcher, loop_name, on_ready, stop)
+
+
+def _serve(cfg: Config | None, opts: ServeOptions, notices: Notices, watcher: Watcher | None, loop_name: str,
+           on_ready: Callable[[int], None] | None, stop: threading.Event | None) -> None:
+    """The door, and the watch loop in a thread (when `watcher`: it holds the watch lock already)."""
     door = build_door(cfg, opts, notify=lambda kind, model, msg, **d: notices.emit(kind, model, msg, **d))
     if watcher is not None:  # the loop then does not call the door's launches "adopted"
         door.manager.on_launched = lambda rec: (watcher.launched.add(rec.launch_dir), watcher.known.add(rec.model))
@@ -86,7 +96,7 @@ def serve(cfg: Config | None, opts: ServeOptions, on_ready: Callable[[int], None
     def watch_thread() -> None:
         try:
             watcher.run(stop)  # type: ignore[union-attr]
-        except BaseException as e:  # e.g. BusyError: another loop took the lock in the meantime
+        except BaseException as e:  # a loop that fails ends the door with it
             errors.append(e)
             stop.set()
 

@@ -23,7 +23,7 @@ import httpx
 
 from servedeck.config.schema import merge_request
 from servedeck.engines.base import Endpoint
-from servedeck.errors import RunError
+from servedeck.errors import RunError, UsageError
 from servedeck.gates import haystack
 from servedeck.gates.server import ServerTokens
 
@@ -41,24 +41,22 @@ class GateSpec:
     timeout_s: float = 3600.0  # one probe; a long prompt on a CPU takes minutes
 
     def check(self) -> None:
-        from servedeck.errors import ServedeckError
-
         if not self.depths or any(not 0.0 <= d <= 1.0 for d in self.depths):
-            raise ServedeckError(f"--depths: each depth must be between 0 and 1, got {list(self.depths)}",
-                                 hint="write them like 0.1,0.5,0.9")
+            raise UsageError(f"--depths: each depth must be between 0 and 1, got {list(self.depths)}",
+                             hint="write them like 0.1,0.5,0.9")
         if self.repeats < 1:
-            raise ServedeckError(f"--repeats must be at least 1, got {self.repeats}",
-                                 hint="each repeat adds one probe per depth, e.g. --repeats 3")
+            raise UsageError(f"--repeats must be at least 1, got {self.repeats}",
+                             hint="each repeat adds one probe per depth, e.g. --repeats 3")
         if not 0.0 <= self.threshold <= 1.0:
-            raise ServedeckError(f"--threshold must be between 0 and 1, got {self.threshold}",
-                                 hint="the seed's publication threshold is 0.67 (two of three probes)")
+            raise UsageError(f"--threshold must be between 0 and 1, got {self.threshold}",
+                             hint="the seed's publication threshold is 0.67 (two of three probes)")
         if self.answer_tokens < 1:
-            raise ServedeckError(f"--answer-tokens must be at least 1, got {self.answer_tokens}",
-                                 hint="the gate's answer room; a reasoning model needs more (or a models.toml "
-                                      "`request` table turning thinking off)")
+            raise UsageError(f"--answer-tokens must be at least 1, got {self.answer_tokens}",
+                             hint="the gate's answer room; a reasoning model needs more (or a models.toml "
+                                  "`request` table turning thinking off)")
         if self.context < self.answer_tokens + 128:
-            raise ServedeckError(f"--context {self.context} leaves no room for a haystack",
-                                 hint=f"use at least {self.answer_tokens + 128} tokens")
+            raise UsageError(f"--context {self.context} leaves no room for a haystack",
+                             hint=f"use at least {self.answer_tokens + 128} tokens")
 
 
 @dataclass
