@@ -12,7 +12,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 
 from servedeck.campaign import BenchSpec, Outcome, RampSpec, bench as run_bench, compare_runs, gate as run_gate
 from servedeck.campaign import measured, ramp as run_ramp
-from servedeck.campaign.bench import ArrivalsChoice, ContentChoice, WorkloadChoice, shape_label
+from servedeck.campaign.bench import DEFAULTS, ArrivalsChoice, ContentChoice, WorkloadChoice, shape_label
 from servedeck.campaign.target import Target
 from servedeck.cli.app import app, configured_results_dir, console, err_console, load_config, print_json
 from servedeck.errors import ServedeckError, UsageError
@@ -183,7 +183,8 @@ def bench(
     arrivals: ArrivalsChoice = typer.Option(ArrivalsChoice.poisson, "--arrivals", help="with --rate: poisson (random "
                                             "gaps at the given mean rate) | constant (evenly spaced)"),
     input_tokens: int = typer.Option(1024, "--input-tokens", help="chat: prompt tokens as the server counts them"),
-    output_tokens: Optional[int] = typer.Option(None, "--output-tokens", help="default 1024 (chat), 64 (long-prompt), 256 (decode)"),
+    output_tokens: Optional[int] = typer.Option(None, "--output-tokens", help="default " + ", ".join(
+        f"{d.output_tokens} ({kind})" for kind, d in DEFAULTS.items())),
     prompt_tokens: Optional[int] = typer.Option(None, "--prompt-tokens", help="long-prompt: default context − output"),
     duration: Optional[str] = typer.Option(None, "--duration", help="per point, e.g. 60s (default for chat)"),
     requests: Optional[int] = typer.Option(None, "--requests", help="per point (long-prompt default 3)"),
