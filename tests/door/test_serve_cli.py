@@ -201,3 +201,56 @@ def test_a_bad_servedeck_loop_is_refused_naming_it(door_home, config):
     assert r.returncode == 2, r.stderr  # a user's mistake: UsageError
     assert "SERVEDECK_LOOP='uv-loop'" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def servedeck_watch(home: Path, config: Path) -> int | str:
+    """`servedeck watch` run in a process of its own on `home`: its exit code, or "ran" when it took
+    the state dir and was still watching 30 s later (then it is stopped)."""
+    p = subprocess.Popen([sys.executable, "-m", "servedeck", "watch", "--quiet"], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True,
+                         env=dict(os.environ, SERVEDECK_HOME=str(home), SERVEDECK_CONFIG=str(config)))
+    try:
+        return p.wait(30)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGTERM)
+        p.wait(30)
+        return "ran"
+
+
+def test_while_serve_runs_servedeck_watch_in_another_process_is_refused(tmp_path, config):
+    home = tmp_path / "home4"
+    home.mkdir()
+    s = ServeProcess(home, config)
+    try:
+        s.wait_up()
+        assert servedeck_watch(home, config) == 4  # BusyError: one loop per state dir
+    finally:
+        s.stop()
+
+
+def test_serve_holds_the_watch_lock_from_its_check_until_its_loop_runs(door_home, config, monkeypatch):
+    """No window: another `servedeck watch` tried between serve's check and its loop's start (here:
+    while serve builds its door, before the loop's thread starts) is refused too."""
+    import importlib
+
+    from servedeck.door import ServeOptions
+    from servedeck.modelsfile import load
+
+    door_serve = importlib.import_module("servedeck.door.serve")  # the module: servedeck.door.serve is also a function
+    tried: list[int | str] = []
+    real_build_door = door_serve.build_door
+
+    def build_door_after_a_rival(*args, **kw):
+        tried.append(servedeck_watch(door_home, config))
+        return real_build_door(*args, **kw)
+
+    monkeypatch.setattr(door_serve, "build_door", build_door_after_a_rival)
+    up = threading.Event()
+    stop, t, errors = serve_in_thread(load(config), ServeOptions(port=0, watch_interval_s=0.2),
+                                      lambda port: up.set())
+    try:
+        assert up.wait(90), errors
+    finally:
+        stop.set()
+        t.join(60)
+    assert tried == [4]

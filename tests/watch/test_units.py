@@ -105,3 +105,25 @@ def test_gpu_busy_means_processes_not_in_the_models_group():
     assert foreign_gpu_processes(inv, [0], {10, 11}) == []
     assert foreign_gpu_processes(inv, [], {10, 11}) == [(1, 99)]
     assert foreign_gpu_processes(SimpleNamespace(available=False), [0], set()) == []
+
+
+def test_a_watcher_holding_the_watch_lock_runs_under_it_while_others_are_refused():
+    from servedeck.watch import Watcher
+
+    w = Watcher(None, interval_s=0.05)
+    got: list[BaseException] = []
+    with w.locked():
+        t = threading.Thread(target=lambda: _try_lock(got))
+        t.start()
+        t.join()
+        w.run(max_ticks=1)  # the lock it was handed: not taken again, so not refused by itself
+    assert isinstance(got[0], BusyError)
+
+
+def test_a_watcher_that_ran_under_a_handed_lock_started_and_stopped():
+    from servedeck.watch import Watcher
+
+    w = Watcher(None, interval_s=0.05)
+    with w.locked():
+        w.run(max_ticks=1)
+    assert [n["kind"] for n in read_notices()] == ["started", "stopped"]

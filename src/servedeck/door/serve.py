@@ -7,7 +7,7 @@ import asyncio
 import signal
 import threading
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from servedeck.config import Config
 from servedeck.errors import RefusedError, UsageError
@@ -15,6 +15,9 @@ from servedeck.door.manager import Manager
 from servedeck.door.metrics import DoorMetrics
 from servedeck.door.server import Door, run_door
 from servedeck.loadgen.loop import preferred, run as run_loop
+
+if TYPE_CHECKING:
+    from servedeck.watch import Notices, Watcher
 
 ENV_KEY = "SERVEDECK_API_KEY"
 
@@ -68,15 +71,22 @@ def serve(cfg: Config | None, opts: ServeOptions, on_ready: Callable[[int], None
     """Run until SIGINT/SIGTERM (or `stop`), on the event loop servedeck.loadgen.loop chooses (uvloop when
     installed; SERVEDECK_LOOP). Engines keep running afterwards, as with `watch`."""
     from servedeck.watch import Notices, Redactor, Watcher
-    from servedeck.watch.loop import watch_lock
 
     loop_name = preferred()  # a bad SERVEDECK_LOOP is refused before anything starts
     notices = Notices(cfg.deck.host.on_notice if cfg else [], Redactor.from_config(cfg))
-    watcher = None
-    if opts.watch:
-        with watch_lock():  # refuse now, with the holder named, if another loop owns this state dir
-            pass
-        watcher = Watcher(cfg, opts.watch_interval_s, notices)
+    if not opts.watch:
+        _serve(cfg, opts, notices, None, loop_name, on_ready, stop)
+        return
+    watcher = Watcher(cfg, opts.watch_interval_s, notices)
+    # Refused now, with the holder named, if another loop owns this state dir; held until the door
+    # ends, so no other process can take the lock between this check and the loop.
+    with watcher.locked():
+        _serve(cfg, opts, notices, watcher, loop_name, on_ready, stop)
+
+
+def _serve(cfg: Config | None, opts: ServeOptions, notices: Notices, watcher: Watcher | None, loop_name: str,
+           on_ready: Callable[[int], None] | None, stop: threading.Event | None) -> None:
+    """The door, and the watch loop in a thread (when `watcher`: it holds the watch lock already)."""
     door = build_door(cfg, opts, notify=lambda kind, model, msg, **d: notices.emit(kind, model, msg, **d))
     if watcher is not None:  # the loop then does not call the door's launches "adopted"
         door.manager.on_launched = lambda rec: (watcher.launched.add(rec.launch_dir), watcher.known.add(rec.model))
@@ -86,7 +96,7 @@ def serve(cfg: Config | None, opts: ServeOptions, on_ready: Callable[[int], None
     def watch_thread() -> None:
         try:
             watcher.run(stop)  # type: ignore[union-attr]
-        except BaseException as e:  # e.g. BusyError: another loop took the lock in the meantime
+        except BaseException as e:  # a loop that fails ends the door with it
             errors.append(e)
             stop.set()
 

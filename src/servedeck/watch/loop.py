@@ -79,6 +79,7 @@ class Watcher:
         self.incidents: dict[str, Incident] = {}
         self.liveness: dict[str, dict[str, Any]] = {}
         self._load()
+        self.holds_lock = False  # True inside `locked()`
         self.known: set[str] = set()  # models this loop instance has seen running
         self.launched: set[str] = set()  # launch folders this loop instance relaunched
         self.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="liveness")
@@ -98,10 +99,27 @@ class Watcher:
         return self.notices.emit(kind, model, message, **detail)
 
     # --- the loop ------------------------------------------------------------------------------
-    def run(self, stop: threading.Event | None = None, max_ticks: int | None = None) -> None:
-        """Tick every `interval_s` until `stop` is set. Sleeps between ticks: never a busy loop."""
-        stop = stop or threading.Event()
+    @contextmanager
+    def locked(self) -> Iterator[Watcher]:
+        """Take the watch lock (BusyError naming the holder if another loop has it) and hold it for
+        this watcher until the block ends; `run` inside the block ticks under it. `serve` takes it so
+        before its door starts: from its check to the loop's end no other loop can take the state dir."""
         with watch_lock():
+            self._load()  # read under the lock: a loop that held it until now may have written it since
+            self.holds_lock = True
+            try:
+                yield self
+            finally:
+                self.holds_lock = False
+
+    def run(self, stop: threading.Event | None = None, max_ticks: int | None = None) -> None:
+        """Tick every `interval_s` until `stop` is set, under the watch lock (taken here unless this
+        watcher holds it already, in `locked()`). Sleeps between ticks: never a busy loop."""
+        stop = stop or threading.Event()
+        if self.holds_lock:
+            self._run(stop, max_ticks)
+            return
+        with self.locked():
             self._run(stop, max_ticks)
 
     def _run(self, stop: threading.Event, max_ticks: int | None) -> None:
