@@ -10,7 +10,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from servedeck.campaign import BenchSpec, Outcome, RampSpec, bench, measured, ramp
+from servedeck.campaign import BenchSpec, RampSpec
+from servedeck.campaign.session import Outcome, bench, measured, ramp
 from servedeck.fsio import read_jsonl
 from servedeck.loadgen import ClosedLoop
 from servedeck.runs import load

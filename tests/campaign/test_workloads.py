@@ -19,7 +19,8 @@ import httpx
 import pytest
 
 from campaignkit import run_bench as bench
-from servedeck.campaign import BenchSpec, Outcome, QuietReporter, RampSpec, compare_runs, measured, ramp
+from servedeck.campaign import BenchSpec, Outcome, QuietReporter, RampSpec, compare_runs, measured
+from servedeck.campaign.session import ramp
 from servedeck.fsio import read_jsonl
 from servedeck.loadgen import ClosedLoop
 from servedeck.runs import load

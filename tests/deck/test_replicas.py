@@ -70,7 +70,7 @@ def test_an_entry_with_replicas_starts_holds_its_slot_and_is_evicted_whole(tmp_p
 
 
 def test_a_bench_over_the_entry_spreads_across_both_replicas(tmp_path, engines_ready):
-    from servedeck.campaign import Outcome, bench, measured
+    from servedeck.campaign.session import Outcome, bench, measured
     from servedeck.loadgen.loop import run as run_loop
 
     cfg = config(tmp_path, engines_ready)

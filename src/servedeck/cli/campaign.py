@@ -10,8 +10,7 @@ import typer
 from rich.markdown import Markdown
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from servedeck.campaign import BenchSpec, Outcome, RampSpec, bench as run_bench, compare_runs, gate as run_gate
-from servedeck.campaign import measured, ramp as run_ramp
+from servedeck.campaign import BenchSpec, Outcome, RampSpec, compare_runs, measured, session
 from servedeck.campaign.bench import DEFAULTS, ArrivalsChoice, ContentChoice, WorkloadChoice, shape_label
 from servedeck.campaign.target import Target
 from servedeck.cli.app import app, configured_results_dir, console, err_console, load_config, print_json
@@ -143,7 +142,7 @@ def gate(
     outcome = Outcome()
     def run(rep: RichReporter) -> None:
         with measured(cfg, model, launch, outcome) as target:
-            asyncio.run(run_gate(target, spec, reporter=rep, outcome=outcome))
+            asyncio.run(session.gate(target, spec, reporter=rep, outcome=outcome))
 
     _guarded(outcome, run)
     view = load(outcome.folder) if outcome.folder else {}
@@ -217,7 +216,7 @@ def bench(
         rspec = _ramp_spec(turn_tokens, answer_tokens, max_context, needle_every, time_cap,
                            (request_timeout, "--request-timeout") if request_timeout else (turn_timeout, "--turn-timeout"),
                            stop_on_miss, content or ContentChoice.prose, stall_after, seed)
-        _measure(model, launch, as_json, lambda target, rep, outcome: run_ramp(
+        _measure(model, launch, as_json, lambda target, rep, outcome: session.ramp(
             target, rspec, gate_mode=gate_flag, gate_spec=gate_spec, reporter=rep, outcome=outcome))
         return
     stall_s = _limit(stall_after, "--stall-after")
@@ -229,7 +228,7 @@ def bench(
         slo=_slo(slo), repeat_prompt=repeat_prompt, seed=seed, content=content,
         request_timeout_s=_limit(request_timeout, "--request-timeout") if request_timeout else "default",
         stall_after_s=stall_s, check_outputs=check_outputs, client_procs=client_procs)
-    _measure(model, launch, as_json, lambda target, rep, outcome: run_bench(
+    _measure(model, launch, as_json, lambda target, rep, outcome: session.bench(
         target, spec, gate_mode=gate_flag, gate_spec=gate_spec, reporter=rep, outcome=outcome))
 
 
@@ -257,7 +256,7 @@ def ramp(
     gate_spec = GateSpec(context=gate_context or 0, answer_tokens=gate_answer_tokens)
     rspec = _ramp_spec(turn_tokens, answer_tokens, max_context, needle_every, time_cap,
                        (turn_timeout, "--turn-timeout"), stop_on_miss, content, stall_after, seed)
-    _measure(model, launch, as_json, lambda target, rep, outcome: run_ramp(
+    _measure(model, launch, as_json, lambda target, rep, outcome: session.ramp(
         target, rspec, gate_mode=gate_flag, gate_spec=gate_spec, reporter=rep, outcome=outcome))
 
 
