@@ -8,7 +8,7 @@ import re
 import threading
 from pathlib import Path
 
-from servedeck.door import ServeOptions, serve
+from servedeck.door.serve import ServeOptions, serve
 from servedeck.init import render_starter
 
 from ports import free_port, free_port_pair

@@ -23,8 +23,7 @@ def serve(
     log_bodies: bool = typer.Option(False, "--log-bodies", help="log request bodies (off: bodies are never logged)"),
 ) -> None:
     """One OpenAI-compatible endpoint for the whole deck: routes by model, starts and switches on demand."""
-    from servedeck.door import ServeOptions, serve as run
-    from servedeck.door.serve import keys_of, parse_upstreams
+    from servedeck.door.serve import ServeOptions, keys_of, parse_upstreams, serve as run
     from servedeck.door.front import is_loopback
 
     cfg = load_config()

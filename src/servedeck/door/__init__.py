@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
-from servedeck.door.serve import ServeOptions, serve
+from servedeck.door.serve import ServeOptions
 
-__all__ = ["ServeOptions", "serve"]
+# `serve` is reached as servedeck.door.serve.serve: re-exported here it would hide the module serve.py.
+__all__ = ["ServeOptions"]
