@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from servedeck import config
 from servedeck.config import Config
+from servedeck.config.load import load as config_load, parse as config_parse
 from servedeck.engines import check_deck
 
 
 def load(path: Path | str) -> Config:
-    return config.load(Path(path), checks=(check_deck,))
+    return config_load(Path(path), checks=(check_deck,))
 
 
 def parse(text: str, path: Path | str) -> Config:
-    return config.parse(text, Path(path), checks=(check_deck,))
+    return config_parse(text, Path(path), checks=(check_deck,))

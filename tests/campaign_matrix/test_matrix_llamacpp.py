@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from servedeck.config import load as load_models
+from servedeck.config.load import load as load_models
 from servedeck.deck import Deck
 from servedeck.init import render_starter
 from tests.conftest import TEST_MARK, SESSION, free_port

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from servedeck.config import parse
+from servedeck.config.load import parse
 from servedeck.deck import Deck
 from servedeck.deck.launch import cmd_sh
 from servedeck.engines.base import LaunchSpec
