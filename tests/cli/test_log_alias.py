@@ -6,7 +6,7 @@ import re
 
 from typer.testing import CliRunner
 
-from servedeck.cli import app
+from servedeck.cli.app import app
 from servedeck.deck import launch as L
 
 LINES = [f"engine line {i}" for i in range(1, 8)]

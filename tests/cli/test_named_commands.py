@@ -20,7 +20,7 @@ import pytest
 import typer.main
 from typer.testing import CliRunner
 
-from servedeck.cli import app
+from servedeck.cli.app import app
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "servedeck"

@@ -43,7 +43,7 @@ env = {{ VLLM_CPU_KVCACHE_SPACE = "2" }}
 
 
 def app():
-    from servedeck.cli import app as a  # importing servedeck.cli registers every command module
+    from servedeck.cli.app import app as a  # importing servedeck.cli (its package) registers every command module
 
     return a
 

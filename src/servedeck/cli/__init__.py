@@ -6,18 +6,19 @@ import sys
 
 from rich.text import Text
 
-from servedeck.cli.app import app, err_console
+# The Typer app is servedeck.cli.app.app: bound here as `app` it would hide the module cli/app.py.
+from servedeck.cli.app import app as root_app, err_console
 from servedeck.errors import ServedeckError
 
-# Importing a module registers its commands on `app`.
+# Importing a module registers its commands on `root_app`.
 from servedeck.cli import campaign, campaigns, cluster, deck, doctor, door, report, watch  # noqa: E402
 
-__all__ = ["app", "campaign", "campaigns", "cluster", "deck", "doctor", "door", "main", "report", "watch"]
+__all__ = ["campaign", "campaigns", "cluster", "deck", "doctor", "door", "main", "report", "watch"]
 
 
 def main() -> None:
     try:
-        app()
+        root_app()
     except ServedeckError as e:
         # Text, not markup: messages quote user input such as "[models.x]", which rich would eat.
         err_console.print(Text("error: ", style="bold red") + Text(e.message), highlight=False, soft_wrap=True)
