@@ -75,6 +75,16 @@ def moved(old: str | CellState, new: str | CellState) -> CellState:
 
 
 @dataclass(frozen=True)
+class Ending:
+    """How a cell's work ended, as its placement tells the runner (which records it: runner.py)."""
+
+    state: CellState
+    reason: Optional[str] = None
+    signature: Optional[str] = None  # the failure's classified signature (a launch that never came up)
+    fields: dict[str, Any] = field(default_factory=dict)  # the placement's own record fields (Ray: attempts)
+
+
+@dataclass(frozen=True)
 class Derived:
     cfg: Config  # the user's models.toml plus one entry per (variant, replica)
     models: dict[str, tuple[str, ...]]  # variant → its derived model names, one per replica

@@ -1,53 +1,45 @@
 """`servedeck campaign run`: every cell launched through the deck, gated, measured, stopped; unattended.
 
-Per cell: launch each replica (`deck.start` of its derived model entry) → gate (a run folder) → each
-workload (a run folder, inheriting the gate of this launch) → stop. How a cell ends:
+The runner owns every cell's state (cells.CellState, moved only through CampaignFolder.move_cell) and
+the one way a cell ends, wherever it ran:
     done        every workload ran (a failed gate is recorded, and marks the figures, but is not a failure)
     failed      a replica did not boot (its run folder holds the engine log and the classified cause),
-                or a server died mid-measurement; the campaign goes on with the next cell
+                or a server died mid-measurement, or its Ray node was lost; the campaign goes on
     timed-out   cell_timeout passed: the cell's engines were stopped, what finished is kept
     pending     Ctrl-C: the cell's engines are stopped and `campaign run --resume` redoes it
-Decisions (which cells, in what order, side by side or not) are cells.py's; this module carries them out.
+Where cells run is a placement passed in: `LocalPlacement` (this host, one cell at a time or side by
+side on threads) or cluster.dispatch's `RayPlacement` (a Ray task per cell). A cell's steps (launch,
+gate, workloads, stop) are steps.py's; their news reaches the runner through `CellNews`, from a thread
+here as from a Ray node. Decisions (which cells, in what order, side by side or not) are cells.py's.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import socket
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Protocol
 
 from servedeck.campaign import cells as C
-from servedeck.campaign.bench import BenchSpec
-from servedeck.campaign.file import Campaign, WorkloadCfg, parse
+from servedeck.campaign.file import Campaign, parse
 from servedeck.campaign.folder import CampaignFolder, campaigns_root, newest_unfinished
 from servedeck.campaign.outputs import compare_runs
-from servedeck.campaign.reporter import QuietReporter
-from servedeck.campaign.session import Outcome, bench as bench_on_target, gate as gate_on_target
+from servedeck.campaign.steps import LOCK_WAIT_S, CellNews, CellSteps, bench_spec
 from servedeck.campaign.summary import render_markdown
-from servedeck.campaign.target import Target, layout_facts
 from servedeck.config import Config
 from servedeck.deck import Deck
-from servedeck.deck import launch as L
 from servedeck.deck import state as S
-from servedeck.deck.deck import settings_of
-from servedeck.errors import ConfigError, LaunchError, RefusedError, RunError, ServedeckError
-from servedeck.gates.niah import GateSpec
+from servedeck.errors import ConfigError, RefusedError, RunError, ServedeckError
 from servedeck.hostcpu import usable_cpus
-from servedeck.loadgen import ClosedLoop, OpenLoop
-from servedeck.report.render import markdown
-from servedeck.runs import inventory
-from servedeck.runs.folder import RunFolder, runs_root
-from servedeck.runs.read import load as load_run
+from servedeck.runs.folder import runs_root
 from servedeck.supervisor import process as P
-from servedeck.timeparse import seconds
 
-LOCK_WAIT_S = 3600.0  # parallel cells queue for the deck lock while another one boots
+__all__ = ["CampaignReporter", "CellNews", "LocalPlacement", "Placement", "RunOptions", "Runner", "bench_spec",
+           "plan_campaign", "run_campaign"]
 
 
 class CampaignReporter(Protocol):
@@ -73,6 +65,25 @@ class QuietCampaignReporter:
         pass
 
 
+class Placement(Protocol):
+    """Where cells run. It never moves a cell's state: it says which cells start now, runs one cell's
+    work (returning how it ended) and stops what runs on Ctrl-C; the runner records the rest."""
+
+    parallel: bool  # cells may run side by side (each on a thread of this process)
+    resume_hint: str  # the command that redoes an interrupted cell
+    cancel_wait_s: Optional[float]  # after Ctrl-C, how long to wait for running cells (None: until they end)
+
+    def check(self, camp: Campaign, cells: list[C.Cell]) -> None: ...  # before a campaign folder exists
+    def bind(self, runner: "Runner") -> None: ...  # the runner it places cells for
+    def prepare(self) -> list[C.Cell]: ...  # before anything starts: checks; the cells to do now
+    def start_now(self, pending: list[C.Cell], running: list[C.Cell]) -> list[C.Cell]: ...
+    def begin_fields(self) -> dict[str, Any]: ...  # record fields as a cell begins
+    def run(self, cell: C.Cell) -> C.Ending: ...  # the cell's work, wherever it runs
+    def settle(self, cell: C.Cell) -> None: ...  # after its work ended, before its end is recorded
+    def stop(self, cells: list[C.Cell]) -> None: ...  # Ctrl-C: stop these running cells' engines
+    def lanes(self) -> int: ...  # how many cells run at once now (the ETA divides by it)
+
+
 @dataclass(frozen=True)
 class RunOptions:
     resume: bool = False
@@ -80,23 +91,6 @@ class RunOptions:
     parallel: bool = False
     retry_failed: bool = False
     evict: bool = False
-
-
-def bench_spec(w: WorkloadCfg) -> BenchSpec:
-    """A [[workloads]] entry → what `servedeck bench` would run, with the same defaults."""
-    if w.rate:
-        shapes: tuple[Any, ...] = tuple(OpenLoop(r, w.arrivals) for r in w.rate)
-    else:
-        shapes = tuple(ClosedLoop(c) for c in (w.concurrency or [1]))
-    duration_s = seconds(w.duration, "duration") if w.duration else None
-    requests = w.requests
-    if duration_s is None and requests is None:
-        duration_s, requests = (60.0, None) if w.kind == "chat" else (None, 3)
-    return BenchSpec(workload=w.kind, shapes=shapes, output_tokens=w.output_tokens or (1024 if w.kind == "chat" else 64),
-                     input_tokens=w.input_tokens if w.kind == "chat" else None,
-                     prompt_tokens=w.prompt_tokens if w.kind == "long-prompt" else None,
-                     duration_s=duration_s, requests=requests, warmup=w.warmup, seed=w.seed,
-                     client_procs=w.client_procs)
 
 
 def check_host(camp: Campaign, cells: list[C.Cell]) -> None:
@@ -109,15 +103,18 @@ def check_host(camp: Campaign, cells: list[C.Cell]) -> None:
 
 
 class Runner:
-    checks_host = True  # the CPU sets must exist here (not so for a head dispatching to Ray nodes)
+    """The one owner of a campaign's cells: which run, their states, how each ends; `place` says where."""
 
     def __init__(self, cfg: Config, camp: Campaign, opts: RunOptions, reporter: Optional[CampaignReporter] = None,
-                 head_folder: Optional[str] = None):
+                 head_folder: Optional[str] = None, place: Optional[Placement] = None,
+                 derived: Optional[C.Derived] = None):
         """`head_folder`: the name of a campaign folder another process keeps (a Ray node runs a cell of the
-        head's campaign): the record is held in memory, and no campaign folder is written here."""
+        head's campaign): the record is held in memory, and no campaign folder is written here.
+        `derived`: the model entries to launch, when the placement rewrote them (Ray's GPU grant)."""
         self.user_cfg = cfg
         self.opts = opts
         self.rep = reporter or QuietCampaignReporter()
+        self.place: Placement = place or LocalPlacement()
         root = campaigns_root(cfg.deck.host.results_dir)
         if opts.resume:
             found = newest_unfinished(root, camp)
@@ -127,17 +124,14 @@ class Runner:
             # a resume runs the campaign as it was frozen when it began, whatever the file says now
             camp = parse((found / "campaign.toml").read_text(), camp.path)
         self.camp = camp
-        self.derived = C.derive(cfg, camp)
+        self.derived = derived or C.derive(cfg, camp)
         self.cells = C.cell_list(camp, self.derived)
-        if self.checks_host:
-            check_host(camp, self.cells)
+        self.place.check(camp, self.cells)
         if opts.only:
             unknown = sorted(opts.only - {v.name for v in camp.variants})
             if unknown:
                 raise ConfigError(f"--only: no variant named {', '.join(unknown)} in {camp.path}",
                                   hint="variants: " + ", ".join(v.name for v in camp.variants))
-        self.deck = Deck(self.derived.cfg)
-        self.ours = {n for names in self.derived.models.values() for n in names}
         if head_folder is not None:
             self.folder = CampaignFolder.held_for(head_folder, camp, self.cells, self.derived.base)
         elif opts.resume:
@@ -148,26 +142,7 @@ class Runner:
         self.durations: list[float] = []
         self.interrupted = threading.Event()
         self.expired: set[str] = set()
-        # where cells run: this host; on a Ray node, also its node id (summary.json and campaign.json say it)
-        self.node: dict[str, Any] = {"host": socket.gethostname()}
-
-    # --- before anything starts ---------------------------------------------------------------
-    def reap(self) -> list[str]:
-        """Engines of this campaign left by a servedeck that is gone (SIGKILL): stop them, by process group."""
-        running = self.deck.running()
-        mine = [n for n in running if n in self.ours]
-        owners = {running[n].owner_pid for n in mine}
-        live_owner = [o for o in owners if o and o != os.getpid() and P.alive(o)]
-        if live_owner:
-            raise RefusedError(f"campaign {self.camp.name} is being run by servedeck pid {live_owner[0]} "
-                               f"(its engines: {', '.join(mine)})",
-                               hint="wait for it, or stop it (Ctrl-C in its terminal) before resuming")
-        if mine:
-            self.deck.stop(mine, wait_s=LOCK_WAIT_S)
-            for n in mine:
-                S.journal("campaign", n, "orphan-reaped", campaign=self.camp.name, folder=self.folder.path.name)
-            self.rep.note(f"stopped {len(mine)} engine(s) left by an earlier run of this campaign: {', '.join(mine)}")
-        return mine
+        self.place.bind(self)
 
     def todo(self) -> list[C.Cell]:
         out = []
@@ -180,59 +155,118 @@ class Runner:
                 self.folder.move_cell(cell.id, C.CellState.SKIPPED, reason="left out by --only")
         return out
 
-    def _running(self) -> dict[str, dict[str, Any]]:
-        return {n: r.to_json() for n, r in self.deck.running().items()}
+    # --- CellNews: what a cell's work reports, here or from a node ----------------------------------
+    def phase(self, cell: str, text: str) -> None:
+        self.rep.phase(cell, text)
 
-    def check_holders(self, todo: list[C.Cell]) -> None:
-        running = self._running()
-        for cell in todo:
-            held = C.holders_in_the_way(cell, running, self.ours)
-            if held and not self.opts.evict:
-                who = ", ".join(f"{h} (gpus {running[h].get('gpus')}, cpus {running[h].get('cpus')}, "
-                                f"pid {running[h].get('pid')})" for h in held)
-                raise RefusedError(f"cell {cell.id} needs GPUs {sorted(cell.gpus)} / CPUs {sorted(cell.cpus)}, "
-                                   f"held by {who}", hint="stop it, or pass --evict to let the campaign stop it")
+    def note(self, text: str) -> None:
+        self.rep.note(text)
+
+    def run_made(self, cell: str, run: str) -> None:
+        self.folder.add_run(cell, run)
+
+    def placed(self, cell: str, **fields: Any) -> None:
+        self.folder.set_cell(cell, **fields)
 
     # --- the loop -------------------------------------------------------------------------------
     def run(self) -> CampaignFolder:
-        self.reap()
-        todo = self.todo()
-        self.check_holders(todo)
+        todo = self.place.prepare()
         self.folder.save()
-        total = len(self.cells)
-        self.rep.begin(self.folder.path, total, self._done_count())
+        self.rep.begin(self.folder.path, len(self.cells), self._done_count())
         self._render()
-        if not self.opts.parallel:
-            for cell in todo:
-                self.run_cell(cell)
-            self._compare_outputs()
-            self._render()
-            return self.folder
-        pending = list(todo)
-        running: dict[Future[str], C.Cell] = {}
-        pool = ThreadPoolExecutor(max_workers=max(1, len(todo)), thread_name_prefix="cell")
         try:
-            while pending or running:
-                for cell in C.next_cells(pending, running.values(), parallel=True):
-                    pending.remove(cell)
-                    running[pool.submit(self.run_cell, cell)] = cell
-                finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
-                for f in finished:
-                    running.pop(f)
-                    f.result()
-        except KeyboardInterrupt:
-            self.interrupted.set()
-            for cell in running.values():
-                self._kill(cell)
-            wait(list(running))
-            raise
+            if self.place.parallel:
+                self._side_by_side(todo)
+            else:
+                for cell in todo:
+                    self.run_cell(cell)
         finally:
-            pool.shutdown(wait=True)
             self._render()
         self._compare_outputs()
         self._render()
         return self.folder
 
+    def _side_by_side(self, todo: list[C.Cell]) -> None:
+        pending = list(todo)
+        running: dict[Future[str], C.Cell] = {}
+        pool = ThreadPoolExecutor(max_workers=max(1, len(todo)), thread_name_prefix="cell")
+        try:
+            while pending or running:
+                for cell in self.place.start_now(pending, list(running.values())):
+                    pending.remove(cell)
+                    running[pool.submit(self.run_cell, cell)] = cell
+                # short waits: the main thread must see Ctrl-C
+                finished, _ = wait(list(running), timeout=0.5, return_when=FIRST_COMPLETED)
+                for f in finished:
+                    running.pop(f)
+                    f.result()
+        except KeyboardInterrupt:
+            self.interrupt(list(running.values()))
+            wait(list(running), timeout=self.place.cancel_wait_s)
+            raise
+        finally:
+            pool.shutdown(wait=self.place.cancel_wait_s is None, cancel_futures=True)
+
+    def interrupt(self, cells: list[C.Cell]) -> None:
+        """Ctrl-C: every running cell ends pending, its engines stopped where they run."""
+        self.interrupted.set()
+        self.place.stop(cells)
+
+    def time_out(self, cell: C.Cell) -> None:
+        """cell_timeout passed for a running cell: it ends timed-out, whatever its work says next."""
+        self.expired.add(cell.id)
+        self.rep.note(f"{cell.id}: cell_timeout {self.camp.head.cell_timeout} passed; stopping its engines")
+
+    def stopping(self, cell: C.Cell) -> bool:
+        """Whether a running cell is being stopped (Ctrl-C, cell_timeout): its work ends at the next step."""
+        return self.interrupted.is_set() or cell.id in self.expired
+
+    # --- one cell, from its start to its recorded end ----------------------------------------------
+    def run_cell(self, cell: C.Cell) -> str:
+        prior = self.folder.cell(cell.id)
+        earlier = prior.get("earlier_runs", []) + prior.get("runs", [])
+        self.folder.move_cell(cell.id, C.CellState.RUNNING, runs=[], earlier_runs=earlier, reason=None,
+                              signature=None, started=S.now_iso(), ended=None, **self.place.begin_fields())
+        t0 = time.monotonic()
+        ending = C.Ending(C.CellState.DONE)
+        try:
+            ending = self.place.run(cell)
+        except KeyboardInterrupt:
+            ending = C.Ending(C.CellState.PENDING, self._interrupted_reason())
+            raise
+        except ServedeckError as e:
+            ending = C.Ending(C.CellState.FAILED, e.message)
+        except Exception as e:  # a servedeck bug in one cell must not lose the others
+            ending = C.Ending(C.CellState.FAILED, f"servedeck failed: {type(e).__name__}: {e}")
+        finally:
+            state = self._end(cell, ending, t0)
+        return state.value
+
+    def _interrupted_reason(self) -> str:
+        return f"interrupted (Ctrl-C); `{self.place.resume_hint}` redoes this cell"
+
+    def _end(self, cell: C.Cell, ending: C.Ending, t0: float) -> C.CellState:
+        """How every cell ends: Ctrl-C makes it pending and a passed cell_timeout timed-out (unless its work
+        was done), then its engines settle, the record moves, progress and campaign.md follow."""
+        state, reason = ending.state, ending.reason
+        if self.interrupted.is_set() and state != C.CellState.DONE:
+            state, reason = C.CellState.PENDING, self._interrupted_reason()
+        elif cell.id in self.expired and state != C.CellState.DONE:
+            state = C.CellState.TIMED_OUT
+            reason = f"cell_timeout {self.camp.head.cell_timeout} passed; engines stopped" + \
+                (f" ({reason})" if reason else "")
+        self.place.settle(cell)
+        self.folder.move_cell(cell.id, state, reason=reason, signature=ending.signature, ended=S.now_iso(),
+                              **ending.fields)
+        if state.finished:
+            self.durations.append(time.monotonic() - t0)
+        remaining = sum(not C.CellState(c["state"]).finished for c in self.folder.doc["cells"])
+        self.rep.cell_end(cell.id, state.value, reason, self._done_count(), len(self.cells),
+                          C.eta_s(self.durations, remaining, self.place.lanes()))
+        self._render()
+        return state
+
+    # --- after the cells ------------------------------------------------------------------------
     def _compare_outputs(self) -> None:
         """`reference = "VARIANT"`: each done cell's greedy outputs against the reference variant's first done
         cell, token by token (identical, or the first diverging position and both continuations)."""
@@ -268,176 +302,93 @@ class Runner:
         except Exception as e:  # campaign.json is the record; a rendering bug must not stop the campaign
             self.rep.note(f"campaign.md not written: {type(e).__name__}: {e}")
 
-    def _kill(self, cell: C.Cell) -> None:
-        """Stop a cell's engines from outside its thread (timeout, Ctrl-C): their group, then the deck settles."""
-        for name in cell.models:
-            rec = S.read_live(name)
-            if rec and P.alive(rec.pid, rec.create_time):
-                P.stop_group(rec.pgid, 10.0)
 
-    def run_cell(self, cell: C.Cell) -> str:
-        prior = self.folder.cell(cell.id)
-        earlier = prior.get("earlier_runs", []) + prior.get("runs", [])
-        self.folder.move_cell(cell.id, C.CellState.RUNNING, runs=[], earlier_runs=earlier, reason=None,
-                              signature=None, started=S.now_iso(), ended=None, **self._node_fields())
-        t0 = time.monotonic()
-        timer = threading.Timer(self.camp.head.cell_timeout_s, self._expire, args=(cell,))
-        timer.daemon = True
-        timer.start()
-        state, reason, signature = C.CellState.DONE, None, None
-        try:
-            state, reason, signature = self._cell_work(cell)
-        except KeyboardInterrupt:
-            state, reason = C.CellState.PENDING, "interrupted (Ctrl-C); `servedeck campaign run FILE --resume` redoes this cell"
-            raise
-        except ServedeckError as e:
-            state, reason = C.CellState.FAILED, e.message
-        except Exception as e:  # a servedeck bug in one cell must not lose the others
-            state, reason = C.CellState.FAILED, f"servedeck failed: {type(e).__name__}: {e}"
-        finally:
-            timer.cancel()
-            if self.interrupted.is_set() and state != C.CellState.DONE:
-                state, reason = C.CellState.PENDING, "interrupted (Ctrl-C); `servedeck campaign run FILE --resume` redoes this cell"
-            elif cell.id in self.expired and state != C.CellState.DONE:
-                state = C.CellState.TIMED_OUT
-                reason = f"cell_timeout {self.camp.head.cell_timeout} passed; engines stopped" + \
-                    (f" ({reason})" if reason else "")
-            self._stop(cell)
-            self.folder.move_cell(cell.id, state, reason=reason, signature=signature, ended=S.now_iso())
-            if state.finished:
-                self.durations.append(time.monotonic() - t0)
-            done = self._done_count()
-            remaining = sum(not C.CellState(c["state"]).finished for c in self.folder.doc["cells"])
-            self.rep.cell_end(cell.id, state.value, reason, done, len(self.cells),
-                              C.eta_s(self.durations, remaining))
-            self._render()
-        return state.value
+class LocalPlacement:
+    """Cells on this host: one at a time, or (--parallel) side by side when their GPU/CPU sets are
+    disjoint, each on a thread; the cell's steps run in this process, under its cell_timeout. On a Ray
+    node, the node's one cell runs here too (`node`: the node's identity, as its records cite it)."""
 
-    def _node_fields(self) -> dict[str, Any]:
+    resume_hint = "servedeck campaign run FILE --resume"
+    cancel_wait_s: Optional[float] = None
+
+    def __init__(self, node: Optional[dict[str, Any]] = None):
+        # where cells run: this host; on a Ray node, also its node id (summary.json and campaign.json say it)
+        self.node = dict(node or {"host": socket.gethostname()})
+        self.parallel = False
+
+    def check(self, camp: Campaign, cells: list[C.Cell]) -> None:
+        check_host(camp, cells)
+
+    def bind(self, runner: Runner) -> None:
+        self.runner = runner
+        self.parallel = runner.opts.parallel
+        self.steps = CellSteps(runner.derived, runner.camp, runner.runs_root, runner.folder.path.name, self.node,
+                               evict=runner.opts.evict)
+
+    def prepare(self) -> list[C.Cell]:
+        self.reap()
+        todo = self.runner.todo()
+        self.check_holders(todo)
+        return todo
+
+    def reap(self) -> list[str]:
+        """Engines of this campaign left by a servedeck that is gone (SIGKILL): stop them, by process group."""
+        r, deck = self.runner, self.steps.deck
+        running = deck.running()
+        mine = [n for n in running if n in self.steps.ours]
+        owners = {running[n].owner_pid for n in mine}
+        live_owner = [o for o in owners if o and o != os.getpid() and P.alive(o)]
+        if live_owner:
+            raise RefusedError(f"campaign {r.camp.name} is being run by servedeck pid {live_owner[0]} "
+                               f"(its engines: {', '.join(mine)})",
+                               hint="wait for it, or stop it (Ctrl-C in its terminal) before resuming")
+        if mine:
+            deck.stop(mine, wait_s=LOCK_WAIT_S)
+            for n in mine:
+                S.journal("campaign", n, "orphan-reaped", campaign=r.camp.name, folder=r.folder.path.name)
+            r.note(f"stopped {len(mine)} engine(s) left by an earlier run of this campaign: {', '.join(mine)}")
+        return mine
+
+    def check_holders(self, todo: list[C.Cell]) -> None:
+        running = self.steps.running()
+        for cell in todo:
+            held = C.holders_in_the_way(cell, running, self.steps.ours)
+            if held and not self.runner.opts.evict:
+                who = ", ".join(f"{h} (gpus {running[h].get('gpus')}, cpus {running[h].get('cpus')}, "
+                                f"pid {running[h].get('pid')})" for h in held)
+                raise RefusedError(f"cell {cell.id} needs GPUs {sorted(cell.gpus)} / CPUs {sorted(cell.cpus)}, "
+                                   f"held by {who}", hint="stop it, or pass --evict to let the campaign stop it")
+
+    def start_now(self, pending: list[C.Cell], running: list[C.Cell]) -> list[C.Cell]:
+        return C.next_cells(pending, running, parallel=self.parallel)
+
+    def begin_fields(self) -> dict[str, Any]:
         return {"node": self.node["host"], **({"ray_node_id": self.node["ray_node_id"]}
                                                if self.node.get("ray_node_id") else {})}
 
-    def _expire(self, cell: C.Cell) -> None:
-        self.expired.add(cell.id)
-        self.rep.note(f"{cell.id}: cell_timeout {self.camp.head.cell_timeout} passed; stopping its engines")
-        self._kill(cell)
-
-    def _stop(self, cell: C.Cell) -> None:
-        try:  # the deck's stop also drops them from desired state: `restore` never brings a cell back
-            self.deck.stop(list(cell.models), wait_s=LOCK_WAIT_S)
-        except ServedeckError as e:
-            self.rep.note(f"{cell.id}: stopping its engines: {e.message}")
-
-    def _extra(self, cell: C.Cell) -> dict[str, Any]:
-        ms = [self.derived.cfg.models[n] for n in cell.models]
-        return {"campaign": {"name": self.camp.name, "folder": self.folder.path.name, "variant": cell.variant,
-                             "repeat": cell.repeat, "cell": cell.id},
-                **layout_facts(ms), "node": dict(self.node)}
-
-    def _cell_work(self, cell: C.Cell) -> tuple[C.CellState, Optional[str], Optional[str]]:
-        head = self.camp.head
-        held = C.holders_in_the_way(cell, self._running(), self.ours) if self.opts.evict else []
-        if held:
-            self.rep.phase(cell.id, f"evicting {', '.join(held)}")
-        targets: list[Target] = []
-        extra = self._extra(cell)
-        for i, name in enumerate(cell.models):
-            self.rep.phase(cell.id, f"launching {name}" + (f" (replica {i + 1}/{len(cell.models)})"
-                                                          if len(cell.models) > 1 else ""))
-            try:
-                rec = self.deck.start(name, wait_s=LOCK_WAIT_S, reason=f"campaign {self.camp.name}",
-                                      evict=held if i == 0 else ()).record
-            except LaunchError as e:
-                run = self._failed_launch(cell, name, e, extra)
-                self.folder.add_run(cell.id, run)
-                return C.CellState.FAILED, e.message, (e.cause or {}).get("signature") or (e.cause or {}).get("id")
-            targets.append(Target(name, self.derived.cfg, rec, launched=True, run_model=self.derived.base,
-                                  run_layout=cell.variant, extra=extra))
-            if self.interrupted.is_set() or cell.id in self.expired:
-                return C.CellState.FAILED, "stopped while launching", None
-        main = targets[0]
-        main.peers = targets[1:]
-        gate_ctx = head.gate.context if head.gate else 0
-        if head.gate:  # on every replica: each is a launch of its own (the workloads cite the first's)
-            for i, t in enumerate(targets):
-                self.rep.phase(cell.id, "gate" + (f" (replica {i + 1})" if len(targets) > 1 else ""))
-                out = _Listed(lambda run: self.folder.add_run(cell.id, run))
-                try:
-                    spec = GateSpec(context=head.gate.context, depths=tuple(head.gate.depths),
-                                    repeats=head.gate.repeats, threshold=head.gate.threshold, seed=head.gate.seed)
-                    asyncio.run(gate_on_target(t, spec, reporter=_PhaseReporter(self.rep, cell.id), outcome=out))
-                finally:
-                    if out.folder is not None:
-                        self.folder.add_run(cell.id, out.folder.name)
-        for k, w in enumerate(self.camp.file.workloads):
-            self.rep.phase(cell.id, f"workload {w.title}")
-            out = _Listed(lambda run: self.folder.add_run(cell.id, run))
-            spec = bench_spec(w)
-            if head.reference and k == 0:  # the fixed greedy prompts, compared with the reference variant's
-                spec = replace(spec, check_outputs=True, check_prompts=head.reference_prompts,
-                               check_tokens=head.reference_tokens)
-            try:
-                asyncio.run(bench_on_target(main, spec, gate_mode=None if head.gate else False,
-                                            gate_spec=GateSpec(context=gate_ctx),
-                                            reporter=_PhaseReporter(self.rep, cell.id), outcome=out))
-            finally:
-                if out.folder is not None:
-                    self.folder.add_run(cell.id, out.folder.name)
-        return C.CellState.DONE, None, None
-
-    def _failed_launch(self, cell: C.Cell, name: str, err: LaunchError, extra: dict[str, Any]) -> str:
-        """A launch that never came up is a result too: a run folder with its engine log and the cause."""
-        cfg = self.derived.cfg
-        model = cfg.models[name]
-        engine = cfg.deck.builds[model.build].engine
-        launches = L.past_launches(name)
-        launch_dir = launches[-1] if launches else None
-        lrec = L.read_launch(launch_dir) if launch_dir else {}
-        settings = settings_of(name, cfg)
-        settings.pop("since", None)
-        summary = {"kind": "launch", "model": self.derived.base, "model_entry": name, "engine": engine,
-                   "layout": cell.variant, "context": model.context, "configured_context": model.context,
-                   "served_name": model.served_name, "launch": {"launch_dir": str(launch_dir) if launch_dir else None,
-                                                                "started_at": lrec.get("started_at"),
-                                                                "launched_by_run": True},
-                   "host": inventory.host(), "gpus": inventory.gpus(), "config": settings,
-                   "command": (lrec.get("spec") or {}).get("argv"), "workload": {},
-                   "gate": {"status": "not run", "note": "the server never came up"}, "points": [],
-                   "cause": err.cause or lrec.get("cause"), "end_detail": lrec.get("end_detail"), **extra}
-        folder = RunFolder.create(self.runs_root, self.derived.base, cell.variant, model.context, engine, summary)
-        folder.attach_launch(str(launch_dir) if launch_dir else None, whole_log=True)
-        folder.finish("failed", err.message)
+    def run(self, cell: C.Cell) -> C.Ending:
+        r = self.runner
+        timer = threading.Timer(r.camp.head.cell_timeout_s, self._expire, args=(cell,))
+        timer.daemon = True
+        timer.start()
         try:
-            folder.write_markdown(markdown(load_run(folder.path)))
-        except Exception as e:
-            folder.update(markdown_error=f"{type(e).__name__}: {e}")
-        return folder.path.name
+            return self.steps.run(cell, r, lambda: r.stopping(cell))
+        finally:
+            timer.cancel()
 
+    def _expire(self, cell: C.Cell) -> None:
+        self.runner.time_out(cell)
+        self.steps.kill(cell)
 
-class _Listed(Outcome):
-    """An Outcome that lists its run folder in campaign.json the moment the session creates it."""
+    def settle(self, cell: C.Cell) -> None:
+        self.steps.stop(cell, self.runner)
 
-    def __init__(self, on_folder: Any) -> None:
-        super().__init__()
-        self._on_folder = on_folder
+    def stop(self, cells: list[C.Cell]) -> None:
+        for cell in cells:
+            self.steps.kill(cell)
 
-    def __setattr__(self, key: str, value: Any) -> None:
-        super().__setattr__(key, value)
-        if key == "folder" and value is not None and getattr(self, "_on_folder", None) is not None:
-            self._on_folder(value.name)
-
-
-class _PhaseReporter(QuietReporter):
-    """A gate's or bench's own progress, as the campaign's current phase."""
-
-    def __init__(self, rep: CampaignReporter, cell: str):
-        self.rep, self.cell = rep, cell
-
-    def stage(self, text: str) -> None:
-        self.rep.phase(self.cell, text)
-
-    def point_start(self, label: str, total: Optional[int], duration_s: Optional[float]) -> None:
-        self.rep.phase(self.cell, f"point {label}")
+    def lanes(self) -> int:
+        return 1
 
 
 def run_campaign(cfg: Config, camp: Campaign, opts: RunOptions,

@@ -9,7 +9,8 @@ campaign folder is the head's alone.
 
     connect.py   --ray auto | local | ADDRESS (or SERVEDECK_RAY_ADDRESS) → a connected driver
     node.py      what runs on a node: one cell (a streaming generator of files and phases), node facts
-    dispatch.py  the head: preflight on every node, one task per cell, node-loss retries, Ctrl-C
+    dispatch.py  the head: RayPlacement, the campaign runner's placement: preflight on every node, one
+                 task per cell, node-loss retries, Ctrl-C
     hosts.py     `servedeck hosts`: each node's host, GPUs, CPUs, servedeck version, doctor verdict
 
 Ray is the optional extra `servedeck[ray]`; nothing else in servedeck imports it.

@@ -13,6 +13,10 @@
     Ctrl-C      every running task is cancelled: each node stops its cell's engines by process group
                 and the cell goes back to pending for `--resume`
 
+The runner (campaign/runner.py) is the same as on one host: it owns every cell's state and how a cell
+ends; `RayPlacement` is the placement it is given. A node's news (phases, notes, run folders, where it
+runs) is replayed onto the runner's `CellNews`, the calls a local thread makes.
+
 Run folder names are made on the nodes; one sent here that collides with another cell's is renamed
 with a suffix (campaign.json lists the name it has here). A folder written in place keeps its name.
 """
@@ -21,8 +25,6 @@ from __future__ import annotations
 
 import secrets
 import threading
-import time
-from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, Optional
 
 from servedeck.campaign import cells as C
@@ -49,15 +51,18 @@ def _is_node_loss(e: BaseException) -> bool:
         isinstance(getattr(e, "cause", None), (X.NodeDiedError, X.WorkerCrashedError))
 
 
-class ClusterRunner(Runner):
-    checks_host = False  # CPU sets are the nodes' business: each node's Runner checks its own
+class RayPlacement:
+    """Every cell a Ray task, all submitted at once: Ray queues each until a node has its GPUs, CPUs and
+    host. cell_timeout is kept by the node's own runner (the head's clock would count the wait for a node)."""
 
-    def __init__(self, cfg: Config, camp: Campaign, opts: RunOptions, reporter: Optional[CampaignReporter] = None):
-        super().__init__(cfg, camp, opts, reporter)
+    parallel = True
+    resume_hint = "servedeck campaign run FILE --ray … --resume"
+    cancel_wait_s: Optional[float] = CANCEL_WAIT_S
+
+    def __init__(self) -> None:
         import ray
 
         self.ray = ray
-        self.models_toml = cfg.path.read_text()
         self.task = ray.remote(max_retries=0)(N.run_cell)
         self.inflight: dict[str, Any] = {}
         self.names: dict[tuple[str, str], str] = {}  # (cell, run name on its node) → name here
@@ -67,6 +72,13 @@ class ClusterRunner(Runner):
         # written into campaign.json: a node that finds it in its own results dir shares this one
         self.results_token = secrets.token_hex(8)
         self.in_place: dict[str, bool] = {}  # cell → its node writes its run folders in this results dir
+
+    def check(self, camp: Campaign, cells: list[C.Cell]) -> None:
+        pass  # CPU sets are the nodes' business: each node's runner checks its own
+
+    def bind(self, runner: Runner) -> None:
+        self.runner = runner
+        self.models_toml = runner.user_cfg.path.read_text()
 
     # --- before anything starts ---------------------------------------------------------------
     def nodes(self) -> list[dict[str, Any]]:
@@ -95,34 +107,40 @@ class ClusterRunner(Runner):
         on a CPU node. Ray hides the GPUs a task did not ask for (CUDA_VISIBLE_DEVICES empty)."""
         if cell.gpus:
             return max(cell.gpus) + 1
-        host = self.camp.variant(cell.variant).host
+        host = self.runner.camp.variant(cell.variant).host
         nodes = [n for n in self.nodes() if (n.get("Resources") or {}).get("CPU")]
         if host:
             nodes = [n for n in nodes if self._matches(n, host)]
         if not nodes or not all((n.get("Resources") or {}).get("GPU") for n in nodes):
             return 0
-        return sum(m.tp * m.pp * m.dp for m in (self.derived.cfg.models[n] for n in cell.models))
+        return sum(m.tp * m.pp * m.dp for m in (self.runner.derived.cfg.models[n] for n in cell.models))
 
     def cpus_of(self, cell: C.Cell) -> float:
         """The engine's CPUs (its pinned set, else one) for the whole cell; the client shares them, as on
         one host."""
         return float(len(cell.cpus) or 1)
 
+    def prepare(self) -> list[C.Cell]:
+        todo = self.runner.todo()
+        self.preflight(todo)
+        return todo
+
     def preflight(self, todo: list[C.Cell]) -> list[dict[str, Any]]:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+        r = self.runner
         nodes = self.nodes()
         problems: list[str] = []
-        for v in self.camp.variants:
+        for v in r.camp.variants:
             if v.host and not any(self._matches(n, v.host) for n in nodes):
                 problems.append(f"variants.{v.name}.host = {v.host!r}: no alive node offers it (nodes: "
                                 + ", ".join(f"{n.get('NodeManagerHostname')} {sorted(k for k in n['Resources'] if not k.startswith(('node:', 'CPU', 'GPU', 'memory', 'object_store')))}"
                                             for n in nodes) + ")")
-        builds = sorted({self.derived.cfg.models[n].build for c in todo for n in c.models})
+        builds = sorted({r.derived.cfg.models[n].build for c in todo for n in c.models})
         facts_task = self.ray.remote(num_cpus=0, max_retries=0)(N.facts)
         refs = {n["NodeID"]: facts_task.options(
             scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(
-            self.models_toml, str(self.user_cfg.path), self.derived.base, builds) for n in nodes}
+            self.models_toml, str(r.user_cfg.path), r.derived.base, builds) for n in nodes}
         seen = []
         for node_id, ref in refs.items():
             try:
@@ -131,115 +149,97 @@ class ClusterRunner(Runner):
                 problems.append(f"node {node_id[:12]}: the doctor could not run there: {type(e).__name__}: {e}")
                 continue
             seen.append(f)
-            for r in f["rows"]:
-                if r["status"] == "FAIL":
-                    problems.append(f"node {f['host']} ({node_id[:12]}): {r['check']} {r['subject']}: {r['saw']}"
-                                    + (f" — {r['action']}" if r.get("action") else ""))
+            for row in f["rows"]:
+                if row["status"] == "FAIL":
+                    problems.append(f"node {f['host']} ({node_id[:12]}): {row['check']} {row['subject']}: {row['saw']}"
+                                    + (f" — {row['action']}" if row.get("action") else ""))
         if problems:
             raise RefusedError("campaign refused before anything started:\n" + "\n".join(problems),
                                hint="install what is missing on those nodes (servedeck, the builds, the weights), "
                                     "or fix the variant's host; `servedeck hosts` shows every node")
-        self.folder.doc["cluster"] = {"address": getattr(self.ray.get_runtime_context(), "gcs_address", None),
-                                      "results_token": self.results_token,
-                                      "nodes": [{k: f[k] for k in ("host", "ray_node_id", "cpus", "servedeck", "doctor")}
-                                                | {"gpus": len(f["gpus"])} for f in seen]}
-        self.folder.save()
+        r.folder.doc["cluster"] = {"address": getattr(self.ray.get_runtime_context(), "gcs_address", None),
+                                   "results_token": self.results_token,
+                                   "nodes": [{k: f[k] for k in ("host", "ray_node_id", "cpus", "servedeck", "doctor")}
+                                             | {"gpus": len(f["gpus"])} for f in seen]}
+        r.folder.save()
         return seen
 
-    # --- the loop -------------------------------------------------------------------------------
-    def run(self):  # type: ignore[no-untyped-def]
-        todo = self.todo()
-        self.preflight(todo)
-        self.folder.save()
-        self.rep.begin(self.folder.path, len(self.cells), self._done_count())
-        self._render()
-        pool = ThreadPoolExecutor(max_workers=max(1, len(todo)), thread_name_prefix="ray-cell")
-        futures = [pool.submit(self.run_cell, c) for c in todo]
-        try:
-            while futures and not all(f.done() for f in futures):
-                wait(futures, timeout=0.5)  # short waits: the main thread must see Ctrl-C
-            for f in futures:
-                f.result()
-        except KeyboardInterrupt:
-            self.interrupted.set()
-            self.rep.note("Ctrl-C: cancelling every running cell; each node stops its engines")
-            where = dict(self.where)
-            for gen in list(self.inflight.values()):
-                try:
-                    self.ray.cancel(gen)
-                except Exception:
-                    pass
-            self._stop_on_nodes(where)
-            wait(futures, timeout=CANCEL_WAIT_S)
-            raise
-        finally:
-            pool.shutdown(wait=False, cancel_futures=True)
-            self._render()
-        self._compare_outputs()
-        self._render()
-        return self.folder
+    # --- the cells ------------------------------------------------------------------------------
+    def start_now(self, pending: list[C.Cell], running: list[C.Cell]) -> list[C.Cell]:
+        return list(pending)  # all at once: Ray places them (side by side where the nodes have room)
+
+    def begin_fields(self) -> dict[str, Any]:
+        return {"node": None, "ray_node_id": None, "attempts": []}
+
+    def settle(self, cell: C.Cell) -> None:
+        pass  # the node's runner stopped the cell's engines through its own deck
+
+    def lanes(self) -> int:
+        return max(1, len(self.inflight))
+
+    def stop(self, cells: list[C.Cell]) -> None:
+        self.runner.note("Ctrl-C: cancelling every running cell; each node stops its engines")
+        where = dict(self.where)
+        for gen in list(self.inflight.values()):
+            try:
+                self.ray.cancel(gen)
+            except Exception:
+                pass
+        self._stop_on_nodes(where)
 
     def _stop_on_nodes(self, where: dict[str, str]) -> None:
         """A stop task on each node that was running a cell, waited for (cancel alone returns at once)."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+        r = self.runner
         task = self.ray.remote(num_cpus=0, max_retries=0)(N.stop_cell)
         refs = {cid: task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote(
-            self._payload(next(c for c in self.cells if c.id == cid), 0)) for cid, node_id in where.items()}
+            self._payload(next(c for c in r.cells if c.id == cid), 0)) for cid, node_id in where.items()}
         for cid, ref in refs.items():
             try:
                 got = self.ray.get(ref, timeout=CANCEL_WAIT_S)
                 if got["stopped"]:
-                    self.rep.note(f"{cid}: stopped {', '.join(got['stopped'])} on {got['host']}")
+                    r.note(f"{cid}: stopped {', '.join(got['stopped'])} on {got['host']}")
             except Exception as e:
-                self.rep.note(f"{cid}: could not stop its engines on node {where[cid][:12]}: {type(e).__name__}: {e}")
+                r.note(f"{cid}: could not stop its engines on node {where[cid][:12]}: {type(e).__name__}: {e}")
         for cid in where:
             self._mark_unfinished(cid, "interrupted (Ctrl-C on the campaign's head); what the node had sent is kept")
 
     def _payload(self, cell: C.Cell, attempt: int) -> dict[str, Any]:
-        return {"models_toml": self.models_toml, "models_path": str(self.user_cfg.path),
-                "campaign_toml": self.camp.text, "campaign_path": str(self.camp.path), "cell": cell.id,
-                "evict": self.opts.evict, "head_folder": self.folder.path.name,
+        r = self.runner
+        return {"models_toml": self.models_toml, "models_path": str(r.user_cfg.path),
+                "campaign_toml": r.camp.text, "campaign_path": str(r.camp.path), "cell": cell.id,
+                "evict": r.opts.evict, "head_folder": r.folder.path.name,
                 "results_token": self.results_token, "attempt": attempt}
 
-    def run_cell(self, cell: C.Cell) -> str:
-        prior = self.folder.cell(cell.id)
-        earlier = prior.get("earlier_runs", []) + prior.get("runs", [])
+    def run(self, cell: C.Cell) -> C.Ending:
+        """Attempts of one cell: another alive node after a node loss, `retries` times."""
+        r = self.runner
+        earlier = list(r.folder.cell(cell.id).get("earlier_runs") or [])
         attempts: list[dict[str, Any]] = []
-        t0 = time.monotonic()
+        r.placed(cell.id, attempts=attempts)
         state, reason, signature = C.CellState.FAILED, None, None
-        for attempt in range(1 + self.camp.head.retries):
-            if self.interrupted.is_set():
+        for attempt in range(1 + r.camp.head.retries):
+            if r.interrupted.is_set():
                 break
-            self.folder.move_cell(cell.id, C.CellState.RUNNING, runs=[], earlier_runs=earlier, reason=None, signature=None,
-                                 started=S.now_iso(), ended=None, node=None, ray_node_id=None, attempts=attempts)
+            if attempt:  # the record starts again: the lost attempt's runs are earlier runs now
+                r.placed(cell.id, runs=[], earlier_runs=earlier, reason=None, signature=None, started=S.now_iso(),
+                         ended=None, node=None, ray_node_id=None, attempts=attempts)
             state, reason, signature, info = self._attempt(cell, attempt)
-            attempts.append({"node": info.get("host"), "ray_node_id": info.get("ray_node_id"), "state": state,
-                             "reason": reason, "runs": list(self.folder.cell(cell.id).get("runs") or [])})
-            if state == C.CellState.FAILED and info.get("lost") and attempt < self.camp.head.retries:
+            attempts.append({"node": info.get("host"), "ray_node_id": info.get("ray_node_id"), "state": state.value,
+                             "reason": reason, "runs": list(r.folder.cell(cell.id).get("runs") or [])})
+            if state == C.CellState.FAILED and info.get("lost") and attempt < r.camp.head.retries:
                 earlier = earlier + attempts[-1]["runs"]
-                self.rep.note(f"{cell.id}: {reason}; retrying on another node in {RETRY_PAUSE_S:.0f} s")
-                if self.interrupted.wait(RETRY_PAUSE_S):
+                r.note(f"{cell.id}: {reason}; retrying on another node in {RETRY_PAUSE_S:.0f} s")
+                if r.interrupted.wait(RETRY_PAUSE_S):
                     break
                 continue
             break
-        if not attempts:  # Ctrl-C came before its first attempt: the cell never began, its record stays
-            return self.folder.state(cell.id).value
-        if self.interrupted.is_set() and state != C.CellState.DONE:
-            state, reason = C.CellState.PENDING, "interrupted (Ctrl-C); `servedeck campaign run FILE --ray … --resume` redoes this cell"
-        self.folder.move_cell(cell.id, state, reason=reason, signature=signature, ended=S.now_iso(),
-                              attempts=attempts, earlier_runs=earlier)
-        if state.finished:
-            self.durations.append(time.monotonic() - t0)
-        remaining = sum(not C.CellState(c["state"]).finished for c in self.folder.doc["cells"])
-        self.rep.cell_end(cell.id, state.value, reason, self._done_count(), len(self.cells),
-                          C.eta_s(self.durations, remaining, max(1, len(self.inflight))))
-        self._render()
-        return state.value
+        return C.Ending(state, reason, signature, fields={"attempts": attempts, "earlier_runs": earlier})
 
     def _options(self, cell: C.Cell) -> dict[str, Any]:
         opts: dict[str, Any] = {"num_cpus": self.cpus_of(cell), "num_gpus": self.gpus_of(cell)}
-        opts.update(self._host_ask(self.camp.variant(cell.variant).host))
+        opts.update(self._host_ask(self.runner.camp.variant(cell.variant).host))
         if self.lost and "scheduling_strategy" not in opts:
             # a retry: on another alive node that fits (Ray has no anti-affinity; name one that is not lost)
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -254,9 +254,10 @@ class ClusterRunner(Runner):
     def _attempt(self, cell: C.Cell, attempt: int) -> tuple[C.CellState, Optional[str], Optional[str], dict[str, Any]]:
         from ray import exceptions as X
 
+        r = self.runner
         payload = self._payload(cell, attempt)
         info: dict[str, Any] = {}
-        self.rep.phase(cell.id, "waiting for a node" + (f" (attempt {attempt + 1})" if attempt else ""))
+        r.phase(cell.id, "waiting for a node" + (f" (attempt {attempt + 1})" if attempt else ""))
         gen = self.task.options(**self._options(cell)).remote(payload)
         self.inflight[cell.id] = gen
         try:
@@ -266,9 +267,8 @@ class ClusterRunner(Runner):
                     info.update(msg)
                     self.where[cell.id] = msg["ray_node_id"]
                     self.in_place[cell.id] = bool(msg.get("runs_in_place"))
-                    self.folder.set_cell(cell.id, node=msg["host"], ray_node_id=msg["ray_node_id"],
-                                         node_gpus=msg["gpus"] or None)
-                    self.rep.phase(cell.id, f"on {msg['host']} ({msg['ray_node_id'][:8]})")
+                    r.placed(cell.id, node=msg["host"], ray_node_id=msg["ray_node_id"], node_gpus=msg["gpus"] or None)
+                    r.phase(cell.id, f"on {msg['host']} ({msg['ray_node_id'][:8]})")
                 elif msg["kind"] == "sync":
                     self._receive(cell, msg)
                 elif msg["kind"] == "end":
@@ -285,7 +285,7 @@ class ClusterRunner(Runner):
                 self.lost.add(node)
                 info["lost"] = True
                 self._mark_unfinished(cell.id, f"node lost: {info.get('host')} (Ray node {node[:12]}) died while "
-                                                "this run was being written; what it had sent is kept")
+                                               "this run was being written; what it had sent is kept")
                 return (C.CellState.FAILED, f"node lost: {info.get('host', '?')} (Ray node {node[:12]}) died mid-cell; "
                         f"partial run folders kept", None, info)
             if isinstance(e, X.RayTaskError) and isinstance(e.cause, (KeyboardInterrupt, X.TaskCancelledError)):
@@ -294,26 +294,25 @@ class ClusterRunner(Runner):
             return C.CellState.FAILED, f"on {info.get('host', 'a node')}: {msg or f'{type(e).__name__}: {e}'}"[:2000], None, info
         finally:
             self.inflight.pop(cell.id, None)
-            if not self.interrupted.is_set():
+            if not r.interrupted.is_set():
                 self.where.pop(cell.id, None)
 
     def _receive(self, cell: C.Cell, msg: dict[str, Any]) -> None:
+        """A node's news, onto the runner's CellNews as a local thread would call it; its files first."""
+        r = self.runner
         for kind, text in msg.get("items") or []:
             if kind == "phase":
-                self.rep.phase(cell.id, text)
+                r.phase(cell.id, text)
             else:
-                self.rep.note(f"{cell.id}: {text}")
+                r.note(f"{cell.id}: {text}")
         for run, files in (msg.get("files") or {}).items():
-            here = self._name_here(cell, run)
-            base = self.runs_root / here
+            base = r.runs_root / self._name_here(cell, run)
             for rel, data in files.items():
                 path = base / rel
                 path.parent.mkdir(parents=True, exist_ok=True)
                 atomic_write_bytes(path, data)
         for run in msg.get("runs") or []:
-            here = self._name_here(cell, run)
-            if here not in (self.folder.cell(cell.id).get("runs") or []):
-                self.folder.add_run(cell.id, here)
+            r.run_made(cell.id, self._name_here(cell, run))
 
     def _name_here(self, cell: C.Cell, run: str) -> str:
         """The run folder's name in this results dir: its own when its node wrote it here, else a folder made
@@ -324,14 +323,14 @@ class ClusterRunner(Runner):
                 if self.in_place.get(cell.id):
                     self.names[key] = run
                 else:
-                    self.runs_root.mkdir(parents=True, exist_ok=True)
-                    self.names[key] = unique_dir(self.runs_root, run).name
+                    self.runner.runs_root.mkdir(parents=True, exist_ok=True)
+                    self.names[key] = unique_dir(self.runner.runs_root, run).name
             return self.names[key]
 
     def _mark_unfinished(self, cell_id: str, reason: str) -> None:
         """A run folder the node never closed (its copy here still says running) says why it stops there."""
-        for run in self.folder.cell(cell_id).get("runs") or []:
-            folder = RunFolder.open(self.runs_root / run)
+        for run in self.runner.folder.cell(cell_id).get("runs") or []:
+            folder = RunFolder.open(self.runner.runs_root / run)
             if folder is not None:
                 folder.finish("failed", reason)
 
@@ -341,5 +340,4 @@ def run_on_ray(cfg: Config, camp: Campaign, opts: RunOptions, address: str,
     from servedeck.cluster.connect import connected
 
     with connected(address):
-        return ClusterRunner(cfg, camp, opts, reporter).run()
-
+        return Runner(cfg, camp, opts, reporter, place=RayPlacement()).run()

@@ -1,15 +1,17 @@
 """What runs on a Ray node: one campaign cell, and the node's facts for `servedeck hosts`/preflight.
 
-A cell task is servedeck's own Runner.run_cell on this node, with this node's SERVEDECK_HOME (deck
-state, locks) and results dir; the models.toml and campaign file arrive as text in the payload. The
-campaign's record stays the head's: the node holds its cell's entry in memory and writes no campaign
-folder. The task is a streaming generator: while the cell runs it yields the cell's run folder names
-and phases, and, when this node's results dir is not the head's, what changed in those folders (file
-contents, so no shared filesystem is needed); the head writes them into its own results dir as they
-come, so a node that dies mid-cell leaves the head everything it had sent. When the node's results dir
-is the head's (one host, or a shared filesystem: the node finds the head's campaign folder there with
-this campaign's token), its run folders already are where the head's readers look and only their
-names travel. Its last item is the cell's record (state, reason, runs).
+A cell task is servedeck's own Runner.run_cell with the same LocalPlacement as one host's, on this node,
+with this node's SERVEDECK_HOME (deck state, locks) and results dir; the models.toml and campaign file
+arrive as text in the payload. The campaign's record stays the head's: the node holds its cell's entry
+in memory and writes no campaign folder. The task is a streaming generator: while the cell runs it
+yields the cell's run folder names and phases, and, when this node's results dir is not the head's, what
+changed in those folders (file contents, so no shared filesystem is needed); the head writes them into
+its own results dir as they come, so a node that dies mid-cell leaves the head everything it had sent.
+When the node's results dir is the head's (one host, or a shared filesystem: the node finds the head's
+campaign folder there with this campaign's token), its run folders already are where the head's readers
+look and only their names travel. Its last item is the cell's record (state, reason, runs). The head
+replays each item onto its runner's CellNews (phase, note, run_made, placed): the calls a cell's thread
+makes there.
 
 GPUs: the task asks Ray for the cell's GPU count; Ray sets CUDA_VISIBLE_DEVICES for the worker and
 `ray.get_gpu_ids()` names the physical GPUs it granted. A variant's `gpus` are positions within that
@@ -37,7 +39,7 @@ from servedeck import __version__, paths
 from servedeck.campaign import cells as C
 from servedeck.campaign.file import parse as parse_campaign
 from servedeck.campaign.folder import campaigns_root
-from servedeck.campaign.runner import RunOptions, Runner
+from servedeck.campaign.runner import LocalPlacement, RunOptions, Runner
 from servedeck.config import Config
 from servedeck.deck import Deck
 from servedeck.errors import ConfigError, ServedeckError
@@ -81,11 +83,12 @@ class _NodeReporter:
         return out
 
 
-def place_gpus(runner: Runner, cell: C.Cell, granted: list[int]) -> C.Cell:
-    """Rewrite the cell's model entries from positions in Ray's grant to physical GPU indices."""
+def place_gpus(derived: C.Derived, cell: C.Cell, granted: list[int]) -> C.Derived:
+    """The derived model entries with the cell's GPUs rewritten from positions in Ray's grant to physical
+    indices (a new Derived; `derived` is left as it was)."""
     if not granted:
-        return cell
-    models = dict(runner.derived.cfg.deck.models)
+        return derived
+    models = dict(derived.cfg.deck.models)
     pos = 0
     for name in cell.models:
         m = models[name]
@@ -100,10 +103,8 @@ def place_gpus(runner: Runner, cell: C.Cell, granted: list[int]) -> C.Cell:
             n = m.tp * m.pp * m.dp
             phys, pos = granted[pos:pos + n], pos + n
         models[name] = m.model_copy(update={"gpus": phys})
-    deck = runner.derived.cfg.deck.model_copy(update={"models": models})
-    runner.derived = replace(runner.derived, cfg=Config(path=runner.derived.cfg.path, deck=deck))
-    runner.deck = Deck(runner.derived.cfg)
-    return replace(cell, gpus=frozenset(g for n in cell.models for g in models[n].gpus))
+    deck = derived.cfg.deck.model_copy(update={"models": models})
+    return replace(derived, cfg=Config(path=derived.cfg.path, deck=deck))
 
 
 def shares_head_results(results_dir: Optional[str], head_folder: str, token: str) -> bool:
@@ -153,13 +154,15 @@ def run_cell(payload: dict[str, Any]) -> Iterator[dict[str, Any]]:
         # a worker's working directory is Ray's; the node's own results live in its servedeck home
         os.environ["SERVEDECK_RESULTS"] = str(paths.home() / "results")
     camp = parse_campaign(payload["campaign_toml"], Path(payload["campaign_path"]))
+    derived = C.derive(cfg, camp)
+    granted = [int(g) for g in ray.get_gpu_ids()]
+    derived = place_gpus(derived, next(c for c in C.cell_list(camp, derived) if c.id == payload["cell"]), granted)
     rep = _NodeReporter()
-    runner = Runner(cfg, camp, RunOptions(evict=bool(payload.get("evict"))), rep, head_folder=payload["head_folder"])
-    runner.node = dict(me)
+    # the same runner and placement as one host's: the record held in memory, the news sent on below
+    runner = Runner(cfg, camp, RunOptions(evict=bool(payload.get("evict"))), rep, head_folder=payload["head_folder"],
+                    place=LocalPlacement(node=me), derived=derived)
     in_place = shares_head_results(cfg.deck.host.results_dir, payload["head_folder"], payload.get("results_token", ""))
     cell = next(c for c in runner.cells if c.id == payload["cell"])
-    granted = [int(g) for g in ray.get_gpu_ids()]
-    cell = place_gpus(runner, cell, granted)
     yield {"kind": "started", **me, "gpus": granted, "pid": os.getpid(), "runs_in_place": in_place,
            "models": {n: list(runner.derived.cfg.models[n].gpus) for n in cell.models}}
     box: dict[str, Any] = {}
@@ -194,8 +197,7 @@ def run_cell(payload: dict[str, Any]) -> Iterator[dict[str, Any]]:
     except BaseException:
         # the head's Ctrl-C (ray.cancel raises KeyboardInterrupt here): stop this cell's engines by
         # process group, let run_cell record it and stop them through the deck, then end
-        runner.interrupted.set()
-        runner._kill(cell)
+        runner.interrupt([cell])
         t.join(120)
         raise
 
