@@ -122,7 +122,8 @@ def plan(
 @app.command()
 def gpu(json_out: bool = typer.Option(False, "--json")) -> None:
     """GPUs, memory, power, and which process (and which servedeck model) holds what."""
-    from servedeck.gpu import holders, inventory
+    from servedeck.gpu import inventory
+    from servedeck.gpu.holders import holders
 
     inv = inventory()
     hs = holders(inv) if inv.available else []
