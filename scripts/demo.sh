@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The README's main job, start to finish: set everything up (cached after the first run), then in a
 # scratch folder write a models.toml, start the default model (SmolLM2-135M on llama.cpp), gate it,
-# benchmark it at two concurrencies, show the run's summary, and stop it. On 2 cores, once set up: 215 s
-# on a quiet box (2026-11-30, the README's figure), 429 s at load average 5.5-6.3 (start 3 s, gate
-# 153 s, bench 268 s: `time bash scripts/demo.sh` on a fresh machine, 2026-12-01, where set-up took
-# 477 s more: llama-server build ~5 min, vLLM wheel, models). The scratch folder (state, results) is
+# benchmark it at two concurrencies, show the run's summary, and stop it. `time bash scripts/demo.sh` on
+# a fresh clone with an empty SERVEDECK_CACHE and no Chromium, 2 cores, load average ~2, 2026-12-01:
+# 568 s, of which set-up 451 s (llama-server build 317 s, vLLM wheel 76 s) and the demo 117 s (start 4 s,
+# gate 64 s, bench 42 s); once set up, only the demo's part. Under load it takes longer (429 s for the
+# demo part at load average 5.5-6.3, the same day). The scratch folder (state, results) is
 # kept and named at the end.
 #
 #   SERVEDECK_DEMO_DIR   where to work (default: a new temp folder)
