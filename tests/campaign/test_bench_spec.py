@@ -101,3 +101,15 @@ def test_the_context_check_names_the_option_to_lower():
 def test_the_ramp_is_not_a_bench_spec():
     with pytest.raises(ValueError, match="RampSpec"):
         BenchSpec.from_options(WorkloadChoice.ramp)
+
+
+@pytest.mark.parametrize("kind, output, duration_s, requests", [
+    ("chat", 1024, 60.0, None),
+    ("long-prompt", 64, None, 3),
+])
+def test_a_campaign_workload_gets_the_same_defaults_as_servedeck_bench(kind, output, duration_s, requests):
+    from servedeck.campaign.file import WorkloadCfg
+    from servedeck.campaign.steps import bench_spec
+
+    spec = bench_spec(WorkloadCfg(kind=kind))
+    assert (spec.output_tokens, spec.duration_s, spec.requests) == (output, duration_s, requests)

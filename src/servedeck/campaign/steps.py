@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Protocol
 
 from servedeck.campaign import cells as C
-from servedeck.campaign.bench import BenchSpec
+from servedeck.campaign.bench import DEFAULTS, BenchSpec
 from servedeck.campaign.file import Campaign, WorkloadCfg
 from servedeck.campaign.reporter import QuietReporter
 from servedeck.campaign.session import Outcome, bench as bench_on_target, gate as gate_on_target
@@ -53,11 +53,12 @@ def bench_spec(w: WorkloadCfg) -> BenchSpec:
         shapes: tuple[Any, ...] = tuple(OpenLoop(r, w.arrivals) for r in w.rate)
     else:
         shapes = tuple(ClosedLoop(c) for c in (w.concurrency or [1]))
+    default = DEFAULTS[w.kind]  # the same per-workload defaults as `servedeck bench`'s
     duration_s = seconds(w.duration, "duration") if w.duration else None
     requests = w.requests
     if duration_s is None and requests is None:
-        duration_s, requests = (60.0, None) if w.kind == "chat" else (None, 3)
-    return BenchSpec(workload=w.kind, shapes=shapes, output_tokens=w.output_tokens or (1024 if w.kind == "chat" else 64),
+        duration_s, requests = default.duration_s, default.requests
+    return BenchSpec(workload=w.kind, shapes=shapes, output_tokens=w.output_tokens or default.output_tokens,
                      input_tokens=w.input_tokens if w.kind == "chat" else None,
                      prompt_tokens=w.prompt_tokens if w.kind == "long-prompt" else None,
                      duration_s=duration_s, requests=requests, warmup=w.warmup, seed=w.seed,
