@@ -6,7 +6,8 @@ import asyncio
 import json
 
 from servedeck.loadgen import ClientConfig, RequestRecord, RequestSpec, StreamingClient
-from servedeck.loadgen.sse import ResponseParser
+from servedeck.loadgen.response import Response
+from servedeck.loadgen.sse import EventStream, StreamFacts
 from ports import free_port  # below the kernel's ephemeral range: tests/ports.py says why
 
 
@@ -115,18 +116,28 @@ LLAMA_CPP = [  # as llama-server sent them (trimmed), including its null-content
 ]
 
 
-def _feed_in_pieces(raw: bytes, size: int) -> ResponseParser:
-    p = ResponseParser()
+def _feed_in_pieces(raw: bytes, size: int, **kw) -> Response:
+    p = Response(**kw)
     for k, i in enumerate(range(0, len(raw), size)):
         p.feed(float(k), raw[i : i + size])
     assert p.done
     return p
 
 
+def _facts(p: Response) -> StreamFacts:
+    assert p.events is not None
+    return p.events.facts()
+
+
+def _events(p: Response) -> EventStream:
+    assert p.events is not None
+    return p.events
+
+
 def test_llama_cpp_stream_parsed_at_any_read_boundary():
     raw = _http(LLAMA_CPP)
     for size in (1, 7, 64, len(raw)):
-        f = _feed_in_pieces(raw, size).facts()
+        f = _facts(_feed_in_pieces(raw, size))
         assert sum(f.chunk_n) == 2 and len(f.chunk_t) == 2
         assert (f.prompt_tokens, f.output_tokens, f.cached_tokens) == (32, 2, 24)
         assert f.timings is not None and f.timings["prompt_n"] == 8
@@ -141,10 +152,10 @@ def test_empty_content_first_chunk_and_crlf_events():
         b"data: [DONE]",
     ]
     p = _feed_in_pieces(_http(events, sep=b"\r\n\r\n"), 5)
-    f = p.facts()
+    f = _facts(p)
     assert f.chunk_n == [1, 1]
     assert f.chunk_t[0] > 0  # the role chunk's read is not the first token
-    assert p.saw_done_marker
+    assert _events(p).saw_done_marker
 
 
 def test_json_with_spaces_takes_the_fast_path_and_keeps_the_finish():
@@ -159,8 +170,8 @@ def test_json_with_spaces_takes_the_fast_path_and_keeps_the_finish():
         b"data: [DONE]",
     ]
     p = _feed_in_pieces(_http(events), 7)
-    assert len(p._raw) == 2  # only the finishing chunk and the usage event are kept for decoding
-    f = p.facts()
+    assert len(_events(p)._raw) == 2  # only the finishing chunk and the usage event are kept for decoding
+    f = _facts(p)
     assert f.chunk_n == [1, 1, 1, 1] and f.finish_reason == "length" and f.output_tokens == 4
 
 
@@ -173,15 +184,15 @@ def test_continuous_usage_counts_are_read_without_json_decoding():
     events = [chunk(b"a", 1), chunk(b"bcd", 4), chunk(b"e", 5), chunk(b"f", 6, b'"length"'),
               b'data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":6}}', b"data: [DONE]"]
     p = _feed_in_pieces(_http(events), 1000)
-    assert len(p._raw) == 2  # the finishing chunk and the usage event
-    f = p.facts()
+    assert len(_events(p)._raw) == 2  # the finishing chunk and the usage event
+    f = _facts(p)
     assert f.chunk_n == [1, 3, 1, 1] and f.chunk_n_from_server
     assert (f.prompt_tokens, f.output_tokens, f.finish_reason) == (7, 6, "length")
 
 
 def test_error_event_inside_a_200_stream():
     events = [b'data: {"choices":[{"delta":{"content":"a"}}]}', b'data: {"error":{"message":"out of memory"}}']
-    f = _feed_in_pieces(_http(events), 1000).facts()
+    f = _facts(_feed_in_pieces(_http(events), 1000))
     assert f.error == "out of memory"
 
 
@@ -190,3 +201,49 @@ def test_content_length_error_body():
     raw = b"HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body
     p = _feed_in_pieces(raw, 3)
     assert p.status == 404 and "model not found" in p.body_text
+
+
+def test_interim_100_continue_is_not_the_answer():
+    """httptools frames the response: a 100 Continue before the real head is skipped, not taken as
+    the status (the hand-written parser before issue 21 took it as the whole response)."""
+    raw = b"HTTP/1.1 100 Continue\r\n\r\n" + _http(LLAMA_CPP)
+    p = _feed_in_pieces(raw, 9)
+    assert p.status == 200
+
+
+def test_a_repeated_header_keeps_every_value():
+    raw = (b"HTTP/1.1 200 OK\r\nVary: Accept\r\nVary: Origin\r\nContent-Type: text/event-stream\r\n"
+           b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
+    assert _feed_in_pieces(raw, 4).headers["vary"] == "Accept, Origin"
+
+
+def test_bytes_that_are_not_http_raise_protocol_error():
+    import pytest
+
+    from servedeck.loadgen.response import ProtocolError
+
+    with pytest.raises(ProtocolError):
+        Response().feed(0.0, b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")
+
+
+def test_text_kept_on_request_content_and_reasoning_apart():
+    events = [
+        b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}',
+        b'data: {"choices":[{"delta":{"reasoning_content":"hmm "}}]}',
+        b'data: {"choices":[{"delta":{"content":"Your"}}]}',
+        b'data: {"choices":[{"delta":{"content":" friend"},"finish_reason":"stop"}]}',
+        b"data: [DONE]",
+    ]
+    f = _facts(_feed_in_pieces(_http(events), 11, keep_text=True))
+    assert (f.text, f.reasoning) == ("Your friend", "hmm ")
+    assert f.chunk_n == [1, 1, 1] and f.finish_reason == "stop"
+    # without keep_text the counts are the same and no text is decoded
+    f = _facts(_feed_in_pieces(_http(events), 11))
+    assert f.chunk_n == [1, 1, 1] and f.text == ""
+
+
+def test_body_until_close_ends_at_eof():
+    p = Response()
+    p.feed(0.0, b"HTTP/1.1 500 Oops\r\nContent-Type: text/plain\r\n\r\nbroken")
+    assert not p.done and p.eof(1.0)
+    assert p.status == 500 and p.body_text == "broken" and not p.keep_alive

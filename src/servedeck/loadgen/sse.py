@@ -1,10 +1,11 @@
-"""Incremental HTTP/1.1 response framing and SSE event splitting, kept off the JSON path.
+"""SSE event splitting, kept off the JSON path (the HTTP framing around it is response.py's).
 
-`ResponseParser.feed(t, data)` runs inside the socket's data_received callback, so it only
-frames bytes and tags each SSE event with the arrival time `t` of the read that completed it.
+`EventStream.feed(t, body)` runs inside the socket's read callback, under httptools' on_body, so
+it only splits events and tags each with the arrival time `t` of the read that completed it.
 Events that plainly carry one content token take a fast path (a couple of `bytes.find`); the
 few others (role-only first chunk, finish, usage, llama.cpp timings, errors) are kept raw and
-decoded once the response has ended (`finish`), where their cost no longer shifts timestamps.
+decoded once the response has ended (`facts`), where their cost no longer shifts timestamps.
+Hand-written because no SSE library splits at this cost or keeps the read's arrival time.
 """
 
 from __future__ import annotations
@@ -13,19 +14,6 @@ import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
-
-# Parser states.
-_HEAD = 0  # reading status line + headers
-_CHUNK_SIZE = 1  # chunked body: expecting "<hex>\r\n"
-_CHUNK_DATA = 2  # chunked body: inside a chunk
-_CHUNK_CRLF = 3  # chunked body: the CRLF after a chunk
-_TRAILER = 4  # chunked body: trailers up to the empty line
-_LENGTH = 5  # Content-Length body
-_UNTIL_CLOSE = 6  # body ends when the server closes
-_DONE = 7
-
-_MAX_HEAD = 64 * 1024
-_MAX_ERROR_BODY = 16 * 1024
 
 # Matches `"content":` and `"reasoning_content":` (chat) in one search; `"text":` (completions).
 # JSON may put spaces after the colon (Python's json.dumps does by default): they are skipped.
@@ -41,10 +29,6 @@ _SPACE = 0x20
 _PENDING = -1  # chunk_n placeholder: decide after the response ends
 
 
-class ProtocolError(Exception):
-    """The server's bytes are not HTTP/1.1 as we understand it."""
-
-
 @dataclass
 class StreamFacts:
     """What the raw events said, decoded after the response ended."""
@@ -58,25 +42,17 @@ class StreamFacts:
     timings: dict[str, Any] | None = None
     finish_reason: str | None = None
     error: str | None = None
+    # Only with EventStream(keep_text=True): the answer's text, and its reasoning apart
+    text: str = ""
+    reasoning: str = ""
 
 
-class ResponseParser:
-    """One HTTP response. States advance only forward; `done` once the body is complete."""
+class EventStream:
+    """The events of one SSE body as its bytes arrive; `end(t)` once the body is complete."""
 
-    __slots__ = (
-        "state", "status", "headers", "keep_alive", "is_sse", "t_first_byte", "t_end",
-        "saw_done_marker", "chunk_t", "chunk_n", "_raw", "_usage", "_spaced", "_buf", "_remaining", "_sse", "_sep",
-        "_body",
-    )
+    __slots__ = ("saw_done_marker", "chunk_t", "chunk_n", "_raw", "_usage", "_spaced", "_sse", "_sep", "_keep")
 
-    def __init__(self) -> None:
-        self.state = _HEAD
-        self.status: int | None = None
-        self.headers: dict[str, str] = {}
-        self.keep_alive = True
-        self.is_sse = False
-        self.t_first_byte: float | None = None
-        self.t_end: float | None = None
+    def __init__(self, keep_text: bool = False) -> None:
         self.saw_done_marker = False
         self.chunk_t: list[float] = []
         self.chunk_n: list[int] = []
@@ -85,132 +61,18 @@ class ResponseParser:
         # continuous usage (vLLM's continuous_usage_stats): read with two finds, no JSON decoding
         self._usage: dict[int, tuple[int | None, int]] = {}
         self._spaced: bool | None = None  # the server puts a space after JSON's colons
-        self._buf = b""
-        self._remaining = 0
         self._sse = b""
         self._sep: bytes | None = None
-        self._body = bytearray()  # non-SSE bodies (errors), capped
+        # keep every event for decoding (the text is wanted): one request, not a measured stream
+        self._keep = keep_text
 
-    @property
-    def done(self) -> bool:
-        return self.state == _DONE
-
-    @property
-    def body_text(self) -> str:
-        return bytes(self._body).decode("utf-8", "replace")
-
-    def feed(self, t: float, data: bytes) -> bytes:
-        """Consume bytes that arrived at `t`; return bytes past the end of this response."""
-        if self.t_first_byte is None:
-            self.t_first_byte = t
-        buf = self._buf + data if self._buf else data
-        while buf and self.state != _DONE:
-            st = self.state
-            if st == _CHUNK_DATA:
-                rem = self._remaining
-                if len(buf) <= rem:
-                    self._on_body(t, buf)
-                    self._remaining = rem - len(buf)
-                    buf = b""
-                    if self._remaining == 0:
-                        self.state = _CHUNK_CRLF
-                else:
-                    self._on_body(t, buf[:rem])
-                    buf = buf[rem:]
-                    self._remaining = 0
-                    self.state = _CHUNK_CRLF
-            elif st == _CHUNK_CRLF:
-                if len(buf) < 2:
-                    break
-                buf = buf[2:]
-                self.state = _CHUNK_SIZE
-            elif st == _CHUNK_SIZE:
-                i = buf.find(b"\r\n")
-                if i < 0:
-                    break
-                try:
-                    size = int(buf[:i].split(b";", 1)[0], 16)
-                except ValueError:
-                    raise ProtocolError(f"bad chunk size line {buf[:i][:40]!r}") from None
-                buf = buf[i + 2 :]
-                if size == 0:
-                    self.state = _TRAILER
-                else:
-                    self._remaining = size
-                    self.state = _CHUNK_DATA
-            elif st == _TRAILER:
-                i = buf.find(b"\r\n")
-                if i < 0:
-                    break
-                buf = buf[i + 2 :]
-                if i == 0:
-                    self._finish(t)
-            elif st == _LENGTH:
-                rem = self._remaining
-                take = buf[:rem]
-                buf = buf[rem:]
-                self._on_body(t, take)
-                self._remaining = rem - len(take)
-                if self._remaining == 0:
-                    self._finish(t)
-            elif st == _UNTIL_CLOSE:
-                self._on_body(t, buf)
-                buf = b""
-            else:  # _HEAD
-                i = buf.find(b"\r\n\r\n")
-                if i < 0:
-                    if len(buf) > _MAX_HEAD:
-                        raise ProtocolError("response headers larger than 64 KiB")
-                    break
-                self._on_head(buf[:i].decode("latin-1"))
-                buf = buf[i + 4 :]
-                if self.state == _LENGTH and self._remaining == 0:
-                    self._finish(t)
-        if self.state == _DONE:
-            self._buf = b""
-            return buf
-        self._buf = buf
-        return b""
-
-    def eof(self, t: float) -> bool:
-        """The connection closed; True if that legitimately ended the response."""
-        if self.state == _UNTIL_CLOSE:
-            self._finish(t)
-        return self.state == _DONE
-
-    def _finish(self, t: float) -> None:
-        self.state = _DONE
-        self.t_end = t
+    def end(self, t: float) -> None:
         if self._sse.strip():  # a last event without its blank line
             self._on_event(t, self._sse.strip())
             self._sse = b""
 
-    def _on_head(self, head: str) -> None:
-        lines = head.split("\r\n")
-        parts = lines[0].split(" ", 2)
-        if len(parts) < 2 or not parts[0].startswith("HTTP/"):
-            raise ProtocolError(f"bad status line {lines[0][:80]!r}")
-        self.status = int(parts[1])
-        for line in lines[1:]:
-            name, _, value = line.partition(":")
-            self.headers[name.strip().lower()] = value.strip()
-        conn = self.headers.get("connection", "").lower()
-        self.keep_alive = "close" not in conn and (parts[0] != "HTTP/1.0" or "keep-alive" in conn)
-        self.is_sse = self.status == 200 and "text/event-stream" in self.headers.get("content-type", "")
-        if "chunked" in self.headers.get("transfer-encoding", "").lower():
-            self.state = _CHUNK_SIZE
-        elif "content-length" in self.headers:
-            self.state = _LENGTH
-            self._remaining = int(self.headers["content-length"])
-        else:
-            self.state = _UNTIL_CLOSE
-            self.keep_alive = False
-
-    def _on_body(self, t: float, data: bytes) -> None:
-        if not self.is_sse:
-            if len(self._body) < _MAX_ERROR_BODY:
-                self._body += data[: _MAX_ERROR_BODY - len(self._body)]
-            return
+    def feed(self, t: float, data: bytes) -> None:
+        """Body bytes that arrived at `t` (any piece: events may span several)."""
         s = self._sse + data if self._sse else data
         sep = self._sep
         if sep is None:
@@ -257,7 +119,7 @@ class ResponseParser:
         text = 0 < k < n - 1 and ev[k] == _QUOTE and ev[k + 1] != _QUOTE
         usage = _has_usage(ev)
         plain = b'"timings"' not in ev and (_FINISH_STR_SPACED if spaced else _FINISH_STR) not in ev
-        if text and plain:
+        if text and plain and not self._keep:
             if not usage:
                 self.chunk_t.append(t)
                 self.chunk_n.append(1)
@@ -314,6 +176,8 @@ class ResponseParser:
                     f.error = f.error or (e.get("message") if isinstance(e, dict) else None) or str(e)
                 usage = obj.get("usage")
                 has_content, finish = _choice_content(obj)
+                if self._keep and has_content:
+                    _take_text(f, obj)
                 if finish:
                     f.finish_reason = finish
                 if isinstance(usage, dict):
@@ -398,6 +262,19 @@ def _choice_content(obj: dict[str, Any]) -> tuple[bool, str | None]:
         or delta.get("tool_calls")
     )
     return has, finish
+
+
+def _take_text(f: StreamFacts, obj: dict[str, Any]) -> None:
+    c = obj["choices"][0]  # _choice_content found content there
+    if isinstance(c.get("text"), str):
+        f.text += c["text"]
+        return
+    delta = c.get("delta") or {}
+    if isinstance(delta.get("content"), str):
+        f.text += delta["content"]
+    thought = delta.get("reasoning_content") or delta.get("reasoning")
+    if isinstance(thought, str):
+        f.reasoning += thought
 
 
 def _take_usage(f: StreamFacts, usage: dict[str, Any]) -> None:
