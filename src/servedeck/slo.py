@@ -232,10 +232,12 @@ def judge(records: Sequence[RequestRecord], slo: SloSpec, *, client: Optional[di
     failing = [row for row in rows if not row["passed"]]
     binding = max(rows, key=lambda row: math.inf if row["ratio"] is None else row["ratio"]) if rows else None
     client_bound = bool((client or {}).get("client_bound"))
+    ttfts = [r.ttft * 1000.0 for r in ok if r.ttft is not None]
     return {"slo": slo.name, "passed": not failing and bool(measured), "measured": len(measured),
             "failed_requests": len(measured) - len(ok), "thresholds": rows,
             "missed": [row["key"] for row in failing],
             "binding": binding["key"] if binding else None,  # closest to (or furthest past) its limit
             "good_requests": good, "goodput_request_s": good / window if window > 0 else None,
             "output_tok_s": output_tok_s, "window_s": window,
+            "ttft_p50_ms": float(np.median(ttfts)) if ttfts else None,
             "client_bound": client_bound, "client_reasons": list((client or {}).get("reasons") or [])}

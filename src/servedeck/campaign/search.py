@@ -1,0 +1,212 @@
+"""The capacity search's decisions, pure: which load to measure next, from what was measured so far.
+
+    search = Search(SearchOptions(start=1, cap=64, cap_reason="--max 64", resolution=Resolution(0.1)))
+    while (load := search.next_load()) is not None:
+        search.tell(load, measure(load))        # measure: load -> a judged point (servedeck.slo.judge)
+    search.result()                             # boundary, steps, binding constraint, cliff or smooth
+
+Bracket: from `start`, double until the SLO fails or the cap is reached. Bisect: halve the gap between
+the last passing and the first failing load until it is within the resolution of the failing one. Verify:
+measure both again (fresh prompts). The last passing load is the highest that passed every time it was
+measured, below the lowest that failed every time (the first failing); a load with mixed verdicts is
+unstable and holds neither end, so a lucky pass cannot hold the boundary and an unlucky failure cannot
+cap it. When a re-measure disagrees the search says so and widens: past a last passing load that now
+fails it bisects again below; past a first failing load that now passes it brackets again above. A
+client-bound point is not a result: the search stops there and says so. `max_steps` bounds the search.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+Judged = dict[str, Any]  # servedeck.slo.judge's answer: "passed", "binding", "thresholds", "client_bound", ...
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """How close the boundary must be: `relative` of the first failing load (0.1 = 10 %), or `absolute`."""
+
+    relative: Optional[float] = None
+    absolute: Optional[float] = None
+
+    def width(self, hi: float) -> float:
+        return self.absolute if self.absolute is not None else (self.relative or 0.1) * hi
+
+    @property
+    def text(self) -> str:
+        return f"{self.absolute:g}" if self.absolute is not None else f"{(self.relative or 0.1) * 100:g}%"
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    start: float
+    cap: float
+    cap_reason: str  # what set the cap: "--max 512", "the engine's 4 slots", ...
+    resolution: Resolution = field(default_factory=lambda: Resolution(0.1))
+    integer: bool = True  # concurrency: whole numbers; rate: any positive number
+    max_steps: int = 30
+
+
+@dataclass
+class Step:
+    load: float
+    judged: Judged
+    phase: str  # bracket | bisect | verify | widen
+    why: str  # why this load was measured
+    then: str = ""  # what the search concluded from it
+
+
+class Search:
+    """States: searching (next_load returns a load) → done (next_load returns None; result() final)."""
+
+    def __init__(self, opts: SearchOptions):
+        self.opts = opts
+        self.steps: list[Step] = []
+        self.notes: list[str] = []  # disagreements, the cap, client-bound points: said to the user
+        self._verdict: Optional[str] = None
+        self._pending: Optional[tuple[str, str]] = None  # (phase, why) of the load next_load handed out
+
+    # --- what was measured -------------------------------------------------------------------------
+    def _runs(self, load: float) -> list[bool]:
+        """Every verdict at this load (a client-bound point is no verdict)."""
+        return [s.judged["passed"] for s in self.steps if s.load == load and not s.judged.get("client_bound")]
+
+    def _loads(self) -> list[float]:
+        return sorted({s.load for s in self.steps})
+
+    def _bracket(self) -> tuple[Optional[float], Optional[float]]:
+        """(last passing, first failing): the lowest load that failed every time it was measured, and the
+        highest load below it that passed every time. Loads with mixed verdicts lie between (unstable)."""
+        fails = [x for x in self._loads() if self._runs(x) and not any(self._runs(x))]
+        hi = fails[0] if fails else None
+        good = [x for x in self._loads() if self._runs(x) and all(self._runs(x)) and (hi is None or x < hi)]
+        return (good[-1] if good else None), hi
+
+    def _unstable(self) -> list[float]:
+        return [x for x in self._loads() if len(set(self._runs(x))) > 1]
+
+    # --- decisions ---------------------------------------------------------------------------------
+    def next_load(self) -> Optional[float]:
+        if self._verdict is not None:
+            return None
+        decision = self._decide()
+        if decision is None:
+            return None
+        load, phase, why = decision
+        self._pending = (phase, why)
+        return load
+
+    def tell(self, load: float, judged: Judged) -> None:
+        phase, why = self._pending or ("bracket", "measured")
+        self._pending = None
+        step = Step(load, judged, phase, why)
+        self.steps.append(step)
+        if judged.get("client_bound"):
+            step.then = "client-bound: not a result; the search stops here"
+            self.notes.append(f"{self._label(load)}: the client, not the server, set the pace "
+                              f"({'; '.join(judged.get('client_reasons') or []) or 'self-check'}): not a result, "
+                              "so the search stopped; more client processes (--client-procs) would help")
+            self._verdict = "client-bound"
+            return
+        runs = self._runs(load)
+        if len(runs) > 1 and len(set(runs)) > 1:
+            first = "passed" if runs[0] else "failed"
+            now = "passes" if judged["passed"] else "fails"
+            self.notes.append(f"{self._label(load)} {first} at first and {now} on re-measure: the two disagree, "
+                              "so the search widens around it (a load passes only when every measurement did)")
+        step.then = ("passed" if judged["passed"] else f"failed ({', '.join(judged.get('missed') or []) or '-'})")
+
+    def _label(self, load: float) -> str:
+        return f"c={load:g}" if self.opts.integer else f"rate={load:g}/s"
+
+    def _mid(self, lo: float, hi: float) -> Optional[float]:
+        if self.opts.integer:
+            m = float((int(lo) + int(hi)) // 2)
+            return m if lo < m < hi else None
+        return float(f"{(lo + hi) / 2:.4g}")
+
+    def _decide(self) -> Optional[tuple[float, str, str]]:
+        o = self.opts
+        if len(self.steps) >= o.max_steps:
+            self.notes.append(f"the search used its {o.max_steps} steps before the boundary settled")
+            self._verdict = "step budget spent"
+            return None
+        if not self.steps:
+            return o.start, "bracket", "the smallest load"
+        lo, hi = self._bracket()
+        widening = bool(self._unstable())
+        if hi is None:  # nothing failed every time so far: double, up to the cap
+            if lo is None:  # the smallest load passed once and failed once
+                return o.start, "verify", "the smallest load disagreed with itself: measure it again"
+            if lo >= o.cap:
+                if len(self._runs(lo)) < 2:
+                    return lo, "verify", f"re-measure the cap ({o.cap_reason}) with fresh prompts"
+                self.notes.append(f"the SLO still holds at the cap, {self._label(lo)} ({o.cap_reason}): "
+                                  "the capacity is at least that")
+                self._verdict = "capped"
+                return None
+            nxt = min(lo * 2, o.cap)
+            while self._runs(nxt) and nxt < o.cap:  # an unstable load in the way: step past it
+                nxt = min(nxt * 2, o.cap)
+            why = f"{self._label(lo)} passed: double" + (" (up to the cap)" if nxt == o.cap else "")
+            return nxt, ("widen" if widening else "bracket"), why
+        if lo is None:  # the smallest load failed
+            if len(self._runs(hi)) < 2:
+                return hi, "verify", "the smallest load failed: re-measure it with fresh prompts"
+            self.notes.append(f"the SLO fails already at the smallest load, {self._label(hi)}")
+            self._verdict = "fails at smallest load"
+            return None
+        if hi - lo > o.resolution.width(hi):
+            mid = self._mid(lo, hi)
+            if mid is not None and not self._runs(mid):
+                return mid, ("widen" if widening else "bisect"), \
+                    f"between {self._label(lo)} (passed) and {self._label(hi)} (failed)"
+        if len(self._runs(lo)) < 2:
+            return lo, "verify", "re-measure the last passing load with fresh prompts"
+        if len(self._runs(hi)) < 2:
+            return hi, "verify", "re-measure the first failing load with fresh prompts"
+        self._verdict = "found"
+        return None
+
+    # --- the answer --------------------------------------------------------------------------------
+    def result(self) -> dict[str, Any]:
+        lo, hi = self._bracket()
+        first_fail = [s for s in self.steps if s.load == hi and not s.judged["passed"]]
+        last_pass = [s for s in self.steps if s.load == lo and s.judged["passed"]]
+        binding = first_fail[-1].judged.get("binding") if first_fail else None
+        return {"verdict": self._verdict or "searching", "capacity": lo,
+                "boundary": {"max_passing": lo, "min_failing": hi, "unstable": self._unstable()},
+                "binding": binding, "shape": _shape(last_pass, first_fail),
+                "cap": {"load": self.opts.cap, "reason": self.opts.cap_reason},
+                "resolution": self.opts.resolution.text, "notes": list(self.notes),
+                "steps": [{"step": i + 1, "load": s.load, "phase": s.phase, "why": s.why, "then": s.then,
+                           "passed": s.judged["passed"], "judged": s.judged} for i, s in enumerate(self.steps)]}
+
+
+CLIFF_RATIO = 2.0  # TTFT at the first failing load at least this many times the last passing one's
+
+
+def _figure(judged: Judged, prefix: str) -> Optional[float]:
+    for row in judged.get("thresholds") or []:
+        if row["key"].startswith(prefix) and row.get("value") is not None:
+            return float(row["value"])
+    return None
+
+
+def _shape(last_pass: list[Step], first_fail: list[Step]) -> Optional[dict[str, Any]]:
+    """Cliff (queueing: TTFT jumps past the boundary) or smooth, from the TTFT median either side."""
+    if not last_pass or not first_fail:
+        return None
+    a = [s.judged.get("ttft_p50_ms") for s in last_pass]
+    b = [s.judged.get("ttft_p50_ms") for s in first_fail]
+    a = [x for x in a if x]
+    b = [x for x in b if x is not None]
+    if not a or not b:
+        return {"kind": "unknown", "detail": "no TTFT on one side of the boundary"}
+    before, after = max(a), min(b)
+    ratio = after / before
+    kind = "cliff" if ratio >= CLIFF_RATIO else "smooth"
+    return {"kind": kind, "ttft_p50_ms_last_passing": before, "ttft_p50_ms_first_failing": after,
+            "ratio": ratio, "detail": (f"TTFT p50 {before:.0f} → {after:.0f} ms across the boundary (×{ratio:.1f}): "
+                                       + ("queueing, a cliff" if kind == "cliff" else "a smooth rise"))}

@@ -1,0 +1,116 @@
+"""The capacity search's decisions (campaign/search.py), driven by plain functions of the load: each
+test says which loads pass before the search runs, and checks what the search made of them."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from servedeck.campaign.search import Resolution, Search, SearchOptions
+
+
+def point(passed: bool, ttft_ms: float = 100.0, binding: str = "ttft_p95", client_bound: bool = False) -> dict:
+    return {"passed": passed, "binding": binding, "missed": [] if passed else [binding],
+            "ttft_p50_ms": ttft_ms, "client_bound": client_bound, "client_reasons": ["lag"] if client_bound else [],
+            "thresholds": [{"key": binding, "value": ttft_ms, "passed": passed}]}
+
+
+def run(measure: Callable[[float, int], dict], **opts) -> dict:
+    """Drive a search; `measure(load, n)` gets how many times this load was measured before."""
+    o = dict(start=1, cap=512, cap_reason="--max 512", resolution=Resolution(0.1))
+    o.update(opts)
+    s = Search(SearchOptions(**o))
+    seen: dict[float, int] = {}
+    while (load := s.next_load()) is not None:
+        s.tell(load, measure(load, seen.get(load, 0)))
+        seen[load] = seen.get(load, 0) + 1
+    return s.result()
+
+
+def below(boundary: float) -> Callable[[float, int], dict]:
+    return lambda load, n: point(load <= boundary)
+
+
+def test_finds_a_boundary_within_the_resolution():
+    r = run(below(37))
+    lo, hi = r["boundary"]["max_passing"], r["boundary"]["min_failing"]
+    assert r["verdict"] == "found"
+    assert lo <= 37 < hi
+    assert hi - lo <= 0.1 * hi
+
+
+def test_brackets_by_doubling_before_it_bisects():
+    r = run(below(37))
+    bracket = [s["load"] for s in r["steps"] if s["phase"] == "bracket"]
+    assert bracket == [1, 2, 4, 8, 16, 32, 64]
+
+
+def test_the_boundary_is_measured_twice_on_each_side():
+    r = run(below(37))
+    loads = [s["load"] for s in r["steps"]]
+    assert loads.count(r["boundary"]["max_passing"]) == 2
+    assert loads.count(r["boundary"]["min_failing"]) == 2
+
+
+def test_integer_loads_stop_at_adjacent_values():
+    r = run(below(5), resolution=Resolution(absolute=0.0))
+    assert (r["boundary"]["max_passing"], r["boundary"]["min_failing"]) == (5, 6)
+
+
+def test_fails_at_the_smallest_load_is_said_plainly():
+    r = run(lambda load, n: point(False))
+    assert r["verdict"] == "fails at smallest load"
+    assert r["capacity"] is None
+    assert any("fails already at the smallest load" in n for n in r["notes"])
+
+
+def test_a_load_that_always_passes_stops_at_the_cap():
+    r = run(lambda load, n: point(True), cap=16, cap_reason="the engine's 16 slots")
+    assert r["verdict"] == "capped" and r["capacity"] == 16
+    assert any("the engine's 16 slots" in n for n in r["notes"])
+
+
+def test_a_lucky_pass_does_not_hold_the_boundary():
+    # the true boundary is 16; 20 passes only the first time it is measured
+    r = run(lambda load, n: point(load <= 16 or (load == 20 and n == 0)))
+    assert r["capacity"] <= 16
+    assert any("c=20 passed at first and fails on re-measure" in n for n in r["notes"])
+
+
+def test_an_unlucky_failure_is_re_measured_and_the_search_widens_above_it():
+    # the true boundary is 40; 32 (a doubling step) fails only the first time it is measured
+    r = run(lambda load, n: point(load <= 40 and not (load == 32 and n == 0)))
+    assert r["boundary"]["unstable"] == [32]
+    assert any(s["phase"] == "widen" for s in r["steps"])
+    assert 36 <= r["capacity"] <= 40
+    assert any("c=32 failed at first and passes on re-measure" in n for n in r["notes"])
+
+
+def test_a_client_bound_point_ends_the_search_as_no_result():
+    r = run(lambda load, n: point(True, client_bound=load >= 8))
+    assert r["verdict"] == "client-bound"
+    assert r["capacity"] == 4
+
+
+def test_binding_constraint_comes_from_the_first_failing_point():
+    r = run(lambda load, n: point(load <= 10, binding="ttft_p95" if load <= 10 else "tpot_p95"))
+    assert r["binding"] == "tpot_p95"
+
+
+def test_ttft_jump_across_the_boundary_is_a_cliff():
+    r = run(lambda load, n: point(load <= 10, ttft_ms=100.0 if load <= 10 else 900.0))
+    assert r["shape"]["kind"] == "cliff"
+
+
+def test_gradual_ttft_rise_is_smooth():
+    r = run(lambda load, n: point(load <= 10, ttft_ms=100.0 + load))
+    assert r["shape"]["kind"] == "smooth"
+
+
+def test_rate_search_is_not_held_to_whole_numbers():
+    r = run(lambda load, n: point(load <= 3.3), start=0.5, integer=False, cap=64)
+    assert 3.3 - 0.1 * r["boundary"]["min_failing"] <= r["capacity"] <= 3.3
+
+
+def test_the_step_budget_bounds_the_search():
+    r = run(below(37), max_steps=5)
+    assert len(r["steps"]) == 5 and r["verdict"] == "step budget spent"
