@@ -18,8 +18,18 @@ Medians over --reps repetitions; the host's load average is recorded with every 
 optional open-loop ramp (--capacity-streams) finds the most streamed tokens/s one client core takes
 while schedule lag p99 stays under 5 ms.
 
+--before-tree PATH adds servedeck's client as a source tree (a git worktree) has it, run in a process
+of its own (PYTHONPATH=PATH/src) at each point, interleaved with the others: before and after a
+change in one run, on the same instrument, under the same neighbours ("before" in the client column):
+
+    git worktree add /tmp/loadgen-before 33d2f12        # the client before issue 21's httptools framing
+    .venv/bin/python bench/loadgen_accuracy.py --modes realistic --clients servedeck \
+        --before-tree /tmp/loadgen-before --concurrency 1 64 256 --reps 5
+    git worktree remove /tmp/loadgen-before
+
     .venv/bin/python bench/loadgen_accuracy.py [--reps 3] [--modes cheap realistic]
-        [--clients servedeck aiohttp] [--client-procs 1 2 4] [--loops auto] [--gc quiet] [--out PATH]
+        [--clients servedeck aiohttp] [--client-procs 1 2 4] [--loops auto] [--gc quiet]
+        [--before-tree PATH] [--out PATH]
 """
 
 from __future__ import annotations
@@ -28,9 +38,12 @@ import argparse
 import itertools
 import json
 import os
+import pickle
 import platform
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -75,7 +88,7 @@ class Variant:
     """One way of running the client: which client, in how many processes, on which loop, how GC runs."""
 
     mode: str  # the instrument's mode
-    client: str  # servedeck | aiohttp
+    client: str  # servedeck | aiohttp | before (servedeck's client from --before-tree, in its own process)
     procs: int = 1
     loop: str = "auto"  # auto | asyncio | uvloop (auto: uvloop when installed)
     gc: str = "quiet"  # quiet: no automatic GC in the measured phase (LoadRun's default) | default
@@ -123,6 +136,34 @@ async def drive(kind: str, urls: list[str], shape: Any, n: int, max_tokens: int,
     finally:
         for c in clients:
             await c.__aexit__(None, None, None)
+
+
+def before_point(tree: Path, v: Variant, url: str, conc: int, n: int, tokens: int) -> LoadResult:
+    """One closed-loop point driven by the client of another source tree, in a process of its own:
+    this script again (`--one-point`), importing servedeck from TREE/src (the API drive() uses is the
+    same on both sides). The LoadResult comes back pickled; perf_counter is the system's monotonic
+    clock, so its times compare with the instrument's as the in-process client's do."""
+    with tempfile.TemporaryDirectory(prefix="loadgen-before-") as d:
+        out = Path(d) / "result.pickle"
+        job = {"url": url, "conc": conc, "n": n, "tokens": tokens, "quiet_gc": v.gc == "quiet", "out": str(out)}
+        env = {**os.environ, "PYTHONPATH": str(tree / "src"), "SERVEDECK_LOOP": v.loop}
+        subprocess.run([sys.executable, str(Path(__file__).resolve()), "--one-point", json.dumps(job)],
+                       env=env, check=True)
+        return pickle.loads(out.read_bytes())
+
+
+def one_point(job_json: str) -> None:
+    """The child side of before_point: drive one point with whatever servedeck this process imports."""
+    import servedeck.loadgen
+
+    job = json.loads(job_json)
+    where = Path(servedeck.loadgen.__file__).resolve().parents[2]
+    if where != Path(os.environ["PYTHONPATH"]).resolve():  # the other tree must be the one measured
+        sys.exit(f"--one-point imported servedeck from {where}, not from PYTHONPATH={os.environ['PYTHONPATH']}")
+    loop = os.environ.get("SERVEDECK_LOOP", "auto")
+    res = run_loop(drive("servedeck", [job["url"]], ClosedLoop(job["conc"]), job["n"], job["tokens"], job["conc"],
+                         quiet_gc=job["quiet_gc"]), None if loop == "auto" else loop)  # type: ignore[arg-type]
+    Path(job["out"]).write_bytes(pickle.dumps(res))
 
 
 def run_variant(v: Variant, coro_or_run: Any) -> LoadResult:
@@ -174,12 +215,16 @@ def pct(values: list[float], q: float) -> float | None:
     return float(np.percentile(values, q)) if values else None
 
 
-def accuracy_point(inst: BenchInstrument, v: Variant, conc: int, rounds: int) -> dict[str, Any]:
+def accuracy_point(inst: BenchInstrument, v: Variant, conc: int, rounds: int,
+                   before_tree: Path | None = None) -> dict[str, Any]:
     inst.clear()
     n = max(10, conc * rounds)
     load_before = load1()
     quiet = v.gc == "quiet"
-    if v.procs > 1:
+    if v.client == "before":
+        assert before_tree is not None
+        res = before_point(before_tree, v, inst.url, conc, n, inst.tokens)
+    elif v.procs > 1:
         specs = list(synthetic_requests(64, inst.tokens, n=n))
         warm = list(synthetic_requests(64, 4, n=min(8, conc), kind="warmup"))
         run = ProcessLoadRun(ClientConfig(inst.url, model="instrument"), ClosedLoop(conc), specs, procs=v.procs,
@@ -292,6 +337,18 @@ def fmt(x: Any, nd: int = 2) -> str:
     return "—" if x is None else f"{x:.{nd}f}" if isinstance(x, float) else str(x)
 
 
+def tree_commit(tree: Path) -> str | None:
+    """The commit a source tree is at (and "+changes" when its files differ from it), None outside git."""
+    try:
+        head = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "--", "src"], capture_output=True,
+                               text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+changes" if dirty else "")
+
+
 def cpus_of(text: str | None) -> set[int] | None:
     if not text:
         return None
@@ -330,8 +387,18 @@ def main() -> None:
     ap.add_argument("--ttft-ms", type=float, default=50.0)
     ap.add_argument("--itl-ms", type=float, default=20.0)
     ap.add_argument("--tokens", type=int, default=100)
+    ap.add_argument("--before-tree", type=Path, default=None,
+                    help="a source tree (git worktree) whose servedeck client also runs, in its own process, "
+                         "interleaved: before/after in one run")
+    ap.add_argument("--one-point", default=None, help=argparse.SUPPRESS)  # before_point's child
     ap.add_argument("--out", type=Path, default=HERE / "results" / "loadgen_accuracy.json")
     a = ap.parse_args()
+    if a.one_point:
+        one_point(a.one_point)
+        return
+    if a.before_tree is not None and not (a.before_tree / "src" / "servedeck" / "loadgen" / "client.py").is_file():
+        ap.error(f"--before-tree {a.before_tree}: no src/servedeck/loadgen/client.py there "
+                 "(make one with: git worktree add /tmp/loadgen-before 33d2f12)")
     client_cpus = cpus_of(a.client_cpus) or ({a.client_cpu} if a.client_cpu is not None else None)
 
     variants: list[Variant] = []
@@ -339,6 +406,8 @@ def main() -> None:
         if client == "aiohttp" and procs != 1:
             continue
         variants.append(Variant(mode, client, procs, loop, gcm))
+        if a.before_tree is not None and client == "servedeck" and procs == 1:
+            variants.append(Variant(mode, "before", 1, loop, gcm))
     icpus = cpus_of(a.instrument_cpus)
     timing = (a.ttft_ms, a.itl_ms, a.tokens)
     insts = {m: BenchInstrument(m, *timing, cpus=icpus) for m in a.modes}
@@ -358,6 +427,8 @@ def main() -> None:
         "client_affinity": sorted(os.sched_getaffinity(0)),
         "preferred_loop": preferred(),
         "variants": [asdict(v) for v in variants],
+        "before_tree": {"path": str(a.before_tree), "commit": tree_commit(a.before_tree)} if a.before_tree else None,
+        "after_commit": tree_commit(HERE.parent),
         "targets_realistic": {str(k): {"ttft_err_p50_ms": t[0], "ttft_err_p99_ms": t[1], "rate_pct": t[2]}
                               for k, t in TARGETS.items()},
         "platform": {"python": platform.python_version(), "machine": platform.machine(),
@@ -372,7 +443,7 @@ def main() -> None:
         for rep in range(a.reps):
             for conc in a.concurrency:
                 for v in variants:
-                    r = accuracy_point(insts[v.mode], v, conc, a.rounds)
+                    r = accuracy_point(insts[v.mode], v, conc, a.rounds, a.before_tree)
                     runs.setdefault((v.label, conc), []).append(r)
                     console.log(f"rep {rep + 1}/{a.reps} {v.label} c={conc}: TTFT err p50 {fmt(r['ttft_err_p50_ms'])} "
                                 f"p99 {fmt(r['ttft_err_p99_ms'])} ms, rate {fmt(r['rate_pct_of_ideal'], 1)} %, "
