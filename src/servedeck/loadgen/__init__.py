@@ -8,10 +8,13 @@
     figures = summarize_run(result, slo=Slo(ttft_ms=500, tpot_ms=50))
 
 Several client processes on one schedule: ProcessLoadRun(config, shape, specs, procs=N, ...).
+One request at a time (gates, the ramp, the soak, reference outputs): ApiClient(base_url).chat(body)
+and friends (loadgen/api.py), on the same client, text and usage back.
 Definitions of every figure: docs/loadgen.md. The measuring instrument used to check this
 package's timing is servedeck.testing.instrument (a separate process, not part of the runtime).
 """
 
+from servedeck.loadgen.api import ApiClient, Reply
 from servedeck.loadgen.client import ClientConfig, Streamer, StreamingClient
 from servedeck.loadgen.prompts import (
     TokenCounter,
@@ -27,7 +30,7 @@ from servedeck.loadgen.schedule import ClosedLoop, LoadResult, LoadRun, OpenLoop
 from servedeck.loadgen.stats import Slo, Thresholds, summarize, summarize_run
 
 __all__ = [
-    "ClientConfig", "ClosedLoop", "LoadResult", "LoadRun", "OpenLoop", "ProcessLoadRun", "Progress", "RequestRecord",
+    "ApiClient", "ClientConfig", "ClosedLoop", "LoadResult", "LoadRun", "OpenLoop", "ProcessLoadRun", "Progress", "Reply", "RequestRecord",
     "RequestSpec", "Shape", "Slo", "Streamer", "StreamingClient", "Thresholds", "TokenCounter",
     "fit_prompt", "new_nonce", "run_load", "sized_requests", "summarize", "summarize_run",
     "synthetic_requests", "synthetic_text",

@@ -24,8 +24,7 @@ from urllib.parse import urlsplit
 
 from servedeck.config.schema import merge_request
 from servedeck.loadgen.records import RequestRecord, RequestSpec
-from servedeck.loadgen.response import ProtocolError, Response
-from servedeck.loadgen.sse import StreamFacts
+from servedeck.loadgen.response import ERROR_BODY, ProtocolError, Response
 
 Api = Literal["chat", "completions"]
 
@@ -144,22 +143,13 @@ class StreamingClient:
         self._host = u.hostname or ""
         self._port = u.port or (443 if u.scheme == "https" else 80)
         self._ssl: ssl.SSLContext | None = ssl.create_default_context() if u.scheme == "https" else None
-        base = u.path.rstrip("/")
+        self.root = u.path.rstrip("/")  # what a path such as "/v1/models" is appended to
+        base = self.root
         if not base.endswith("/v1"):
             base += "/v1"
         self._path = base + ("/chat/completions" if config.api == "chat" else "/completions")
-        host_header = self._host if u.port is None else f"{self._host}:{u.port}"
-        lines = [
-            f"POST {self._path} HTTP/1.1",
-            f"Host: {host_header}",
-            "Content-Type: application/json",
-            "Accept: text/event-stream",
-            "User-Agent: servedeck-loadgen",
-        ]
-        if config.api_key:
-            lines.append(f"Authorization: Bearer {config.api_key}")
-        lines += [f"{k}: {v}" for k, v in config.headers.items()]
-        self._head = "\r\n".join(lines)
+        self._host_header = self._host if u.port is None else f"{self._host}:{u.port}"
+        self._head = self.request_head("POST", self._path, "text/event-stream")
         self._idle: list[_Connection] = []
         self._all: set[_Connection] = set()
         self._slots = asyncio.Semaphore(config.max_connections) if config.max_connections else None
@@ -169,6 +159,21 @@ class StreamingClient:
         # plain Protocol path allocates a fresh 256 KiB bytes object per recv instead: measured
         # 30 µs a read against 5 µs with recv_into this buffer.
         self._buf = memoryview(bytearray(256 * 1024))
+
+    def request_head(self, method: str, path: str, accept: str) -> str:
+        """The request line and this client's headers, without the final CRLF (callers add theirs)."""
+        c = self.config
+        lines = [
+            f"{method} {path} HTTP/1.1",
+            f"Host: {self._host_header}",
+            "Content-Type: application/json",
+            f"Accept: {accept}",
+            "User-Agent: servedeck-loadgen",
+        ]
+        if c.api_key:
+            lines.append(f"Authorization: Bearer {c.api_key}")
+        lines += [f"{k}: {v}" for k, v in c.headers.items()]
+        return "\r\n".join(lines)
 
     async def __aenter__(self) -> StreamingClient:
         return self
@@ -248,8 +253,19 @@ class StreamingClient:
         if self._closed:
             raise RuntimeError("StreamingClient.send after aclose()")
         record.prompt_tokens_expected = spec.prompt_tokens_expected
-        payload = self._request_bytes(spec)
+        await self.exchange(self._request_bytes(spec), record, t0)
+
+    async def exchange(self, payload: bytes, record: RequestRecord, t0: float, *, sse: bool = True,
+                       keep_text: bool = False, max_body: int = ERROR_BODY,
+                       timeout_s: float | None | str = "config") -> Response | None:
+        """Send prebuilt request bytes on a pooled connection and fill `record`; the response comes
+        back too (None when none came). `sse`: a 200 must be an event stream (else it is an error);
+        `timeout_s` "config" takes the config's request_timeout_s. Never raises except CancelledError."""
+        if self._closed:
+            raise RuntimeError("StreamingClient.exchange after aclose()")
+        timeout = self.config.request_timeout_s if timeout_s == "config" else timeout_s
         acquired = False
+        response = None
         try:
             if self._slots is not None:
                 await self._slots.acquire()
@@ -257,9 +273,11 @@ class StreamingClient:
             # A pooled connection the server already closed fails before any byte comes back;
             # that is not the request's fault, so it gets exactly one fresh connection.
             for attempt in (0, 1):
-                retry = await self._attempt(payload, record, t0, fresh_only=attempt == 1)
+                retry, response = await self._attempt(payload, record, t0, attempt == 1,
+                                                      Response(max_body, keep_text), sse, timeout)  # type: ignore[arg-type]
                 if not retry:
                     break
+            return response
         except asyncio.CancelledError:
             if record.status is None:  # cancelled while waiting for a slot or a connection
                 _fail(record, t0, "cancelled before it was sent", status="cancelled")
@@ -268,7 +286,8 @@ class StreamingClient:
             if acquired and self._slots is not None:
                 self._slots.release()
 
-    async def _attempt(self, payload: bytes, record: RequestRecord, t0: float, fresh_only: bool) -> bool:
+    async def _attempt(self, payload: bytes, record: RequestRecord, t0: float, fresh_only: bool, parser: Response,
+                       sse: bool, timeout_s: float | None) -> tuple[bool, Response | None]:
         conn: _Connection | None = None
         reused = False
         while self._idle and not fresh_only:
@@ -282,20 +301,19 @@ class StreamingClient:
                 conn = await self._connect()
             except asyncio.TimeoutError:
                 _fail(record, t0, f"connect timeout after {self.config.connect_timeout_s:g} s")
-                return False
+                return False, None
             except OSError as e:
                 _fail(record, t0, f"connect failed: {e}")
-                return False
+                return False, None
         loop = asyncio.get_running_loop()
-        parser = Response()
         waiter: asyncio.Future[None] = loop.create_future()
         conn.parser, conn.waiter, conn.failure, conn.dropped_unanswered = parser, waiter, None, False
         conn.t0 = t0
         conn.request_id = record.id
         conn.t_last = perf_counter() - t0
         timer = None
-        if self.config.request_timeout_s is not None:
-            timer = loop.call_later(self.config.request_timeout_s, _expire, conn, self.config.request_timeout_s)
+        if timeout_s is not None:
+            timer = loop.call_later(timeout_s, _expire, conn, timeout_s)
         t_send = perf_counter()
         assert conn.transport is not None
         conn.transport.write(payload)
@@ -310,19 +328,19 @@ class StreamingClient:
                 timer.cancel()
         if conn.dropped_unanswered and reused and not fresh_only:
             self._release(conn, reusable=False)
-            return True
+            return True, None
         ok = parser.done and conn.failure is None
         self._release(conn, reusable=ok and parser.keep_alive)
         if not ok:
             _finish(record, parser, t0, t_send, "error", conn.failure or "response ended early")
         elif parser.status != 200:
             _finish(record, parser, t0, t_send, "error", f"HTTP {parser.status}: {parser.body_text[:500]}")
-        elif not parser.is_sse:
+        elif sse and not parser.is_sse:
             ctype = parser.headers.get("content-type", "?")
             _finish(record, parser, t0, t_send, "error", f"expected text/event-stream, got {ctype}")
         else:
             _finish(record, parser, t0, t_send, "ok", None)
-        return False
+        return False, parser
 
 
 def _expire(conn: _Connection, timeout_s: float) -> None:
@@ -339,7 +357,7 @@ def _finish(
     record: RequestRecord, p: Response, t0: float, t_send: float, status: str, error: str | None
 ) -> None:
     """Copy what the response brought (already in run-relative seconds) into the record."""
-    facts = p.events.facts() if p.events is not None else StreamFacts()
+    facts = p.facts()
     record.t_send = t_send - t0
     record.http_status = p.status
     record.t_first_byte = p.t_first_byte

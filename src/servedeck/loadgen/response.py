@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import httptools
 
-from servedeck.loadgen.sse import EventStream
+from servedeck.loadgen.sse import EventStream, StreamFacts
 
 ERROR_BODY = 16 * 1024  # what a streaming request keeps of a non-SSE body: enough for the error
 
@@ -26,7 +26,7 @@ class ProtocolError(Exception):
 class Response:
     __slots__ = ("status", "headers", "keep_alive", "is_sse", "t_first_byte", "t_end", "done", "extra",
                  "events", "_parser", "_t", "_has_head", "_interim", "_until_close", "_body", "_max_body",
-                 "_keep_text")
+                 "_keep_text", "_facts")
 
     def __init__(self, max_body: int = ERROR_BODY, keep_text: bool = False) -> None:
         self.status: int | None = None
@@ -46,6 +46,7 @@ class Response:
         self._body = bytearray()
         self._max_body = max_body
         self._keep_text = keep_text
+        self._facts: StreamFacts | None = None
 
     @property
     def body(self) -> bytes:
@@ -59,6 +60,12 @@ class Response:
     def chunks(self) -> int:
         """Content chunks so far (a live count, for progress and stall watches)."""
         return len(self.events.chunk_n) if self.events is not None else 0
+
+    def facts(self) -> StreamFacts:
+        """What the events said (decoded once, on first call; empty for a body that was not SSE)."""
+        if self._facts is None:
+            self._facts = self.events.facts() if self.events is not None else StreamFacts()
+        return self._facts
 
     def feed(self, t: float, data: bytes | memoryview) -> None:
         """Consume bytes that arrived at `t`. Raises ProtocolError on bytes that are not HTTP."""

@@ -42,6 +42,7 @@ class StreamFacts:
     timings: dict[str, Any] | None = None
     finish_reason: str | None = None
     error: str | None = None
+    usage: dict[str, Any] | None = None  # the last usage object as the server wrote it (decoded events)
     # Only with EventStream(keep_text=True): the answer's text, and its reasoning apart
     text: str = ""
     reasoning: str = ""
@@ -181,6 +182,7 @@ class EventStream:
                 if finish:
                     f.finish_reason = finish
                 if isinstance(usage, dict):
+                    f.usage = usage
                     _take_usage(f, usage)
                 if isinstance(obj.get("timings"), dict):
                     f.timings = obj["timings"]
