@@ -41,6 +41,8 @@ from servedeck.loadgen.spread import Spread
 from servedeck.loadgen.texts import CONTENTS, Content
 from servedeck.runs.figures import counter_delta, headline, point_figures
 from servedeck.runs.folder import RunFolder
+from servedeck.telemetry.figures import of_point as point_telemetry
+from servedeck.telemetry.point import sampled
 
 Workload = Literal["chat", "long-prompt", "decode"]
 
@@ -306,7 +308,7 @@ async def run_point(index: int, shape: Shape, spec: BenchSpec, target: Target, f
         point["prompts"] = how
         conc = shape.concurrency if isinstance(shape, ClosedLoop) else None
         cfg = _config(target, spec)  # client processes (--client-procs) talk to the first replica only
-        async with _client(target, spec) as client:
+        async with _client(target, spec) as client, sampled(folder.path, target, index) as telemetry:
             # With client processes the connections that matter are theirs; this one only warms up.
             await client.prewarm(min(conc or 16, 256) if spec.client_procs == 1 else max(1, len(warm)))
             if warm:
@@ -360,6 +362,7 @@ async def run_point(index: int, shape: Shape, spec: BenchSpec, target: Target, f
                     if gen_before and gen_after and gen_before[i] is not None and gen_after[i] is not None:
                         r["generated_tokens_by_server"] = gen_after[i] - gen_before[i]
         point["load"] = run.result().meta()
+        point["telemetry"] = telemetry.facts
         point["counters"] = counter_delta(before, after)
         point["spec_counters"] = {"before": spec_before, "after": spec_after}
         point["speculation_configured"] = target.speculation
@@ -427,6 +430,7 @@ async def _watch_long(client: StreamingClient, judge: StallJudge, spec: BenchSpe
 
 def _finish_point(folder: RunFolder, point: dict[str, Any], records: list[RequestRecord], spec: BenchSpec) -> None:
     point["figures"] = point_figures(records, point, spec.to_json())
+    point["figures"]["telemetry"] = point_telemetry(folder.path, point, records)
     point["headline"] = headline(point["figures"])
     _put_point(folder, point)
 

@@ -210,6 +210,8 @@ class Engine:
     #   prompt_tokens, generation_tokens, running, waiting     progress and queue
     #   prefix_queries, prefix_hits                            prompt tokens looked up / found in the prefix cache
     #   prompt_tokens_cached                                   tokens reused (engines that count processed + cached)
+    #   kv_usage                                               share of the KV cache in use now (0..1, a gauge)
+    #   preemptions                                            requests preempted so far (a counter)
     metrics: dict[str, str] = {}
     # per-chunk token counts in streamed responses (`stream_options.continuous_usage_stats`)
     stream_usage_per_chunk: bool = False
@@ -358,6 +360,19 @@ class Engine:
     async def count_chat(self, post: Post, served_name: str, messages: list[dict[str, str]]) -> int:
         """Tokens the server will prefill for this chat request, template and generation prompt included."""
         return token_count(await post("/tokenize", {"model": served_name, "messages": messages}))
+
+    def telemetry_series(self) -> dict[str, str]:
+        """The /metrics series the telemetry sampler reads through a run (servedeck name → Prometheus
+        name): KV usage, running and waiting requests, preemptions, prefix-cache hits (tokens), tokens
+        generated, speculation drafts and accepted tokens. A key this engine has no series for is absent."""
+        keys = ("kv_usage", "running", "waiting", "preemptions", "prefix_hits", "generation_tokens")
+        out = {k: self.metrics[k] for k in keys if k in self.metrics}
+        if "prefix_hits" not in out and "prompt_tokens_cached" in self.metrics:
+            out["prefix_hits"] = self.metrics["prompt_tokens_cached"]  # tokens reused from the cache, same meaning
+        for ours, theirs in (("spec_drafts", "drafts"), ("spec_accepted", "accepted_tokens")):
+            if theirs in self.spec_metrics:
+                out[ours] = self.spec_metrics[theirs]
+        return out
 
     def prefix_counters(self, metrics: dict[str, float]) -> Optional[dict[str, float]]:
         """{"queries": prompt tokens looked up, "hits": found in the cache} from a parsed /metrics page."""

@@ -31,6 +31,9 @@ class SGLang(Engine):
         "running": "sglang:num_running_reqs",
         "waiting": "sglang:num_queue_reqs",
         "cache_hit_rate": "sglang:cache_hit_rate",
+        # SGLang's production-metrics page: "sglang:token_usage" is the share of KV-cache tokens in use
+        # (documented only: no SGLang runs here). It documents no preemption (retraction) counter.
+        "kv_usage": "sglang:token_usage",
     }
     boot_patterns = [
         BootPattern("kv_alloc",

@@ -42,6 +42,8 @@ class VLLM(Engine):
         "waiting": "vllm:num_requests_waiting",
         "prefix_queries": "vllm:prefix_cache_queries_total",
         "prefix_hits": "vllm:prefix_cache_hits_total",
+        "kv_usage": "vllm:kv_cache_usage_perc",  # a fraction 0..1 despite the name (vLLM 0.32)
+        "preemptions": "vllm:num_preemptions_total",
     }
     spec_metrics = {
         "drafts": "vllm:spec_decode_num_drafts_total",

@@ -1,0 +1,83 @@
+"""Telemetry beside real bench points: llama.cpp (SmolLM2, --metrics as servedeck renders it) and
+vLLM's CPU build. No GPU here: the GPU source says it is unavailable and why, and the point runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from telemetrykit import run_bench
+from servedeck.campaign import BenchSpec
+from servedeck.fsio import read_jsonl
+from servedeck.loadgen import ClosedLoop
+from servedeck.runs import load
+
+pytestmark = [pytest.mark.engine]
+
+
+def _spec(concurrency: int = 2, requests: int = 4) -> BenchSpec:
+    return BenchSpec(workload="chat", shapes=(ClosedLoop(concurrency),), input_tokens=64, output_tokens=24,
+                     requests=requests, warmup=1)
+
+
+def _engine_samples(folder) -> list[dict]:
+    return [ln for ln in read_jsonl(folder / "telemetry.jsonl") if ln["source"] == "engine" and ln["kind"] == "sample"]
+
+
+@pytest.mark.llamacpp
+def test_llamacpp_bench_point_writes_telemetry_and_figures_rebuild_from_it(campaign_config, llama, monkeypatch):
+    monkeypatch.setenv("SERVEDECK_TELEMETRY_ENGINE_S", "0.2")  # a tiny point: several samples in it
+    out = run_bench(campaign_config, "smollm2", _spec(), gate_mode=False)
+    folder = out.folder
+    lines = read_jsonl(folder / "telemetry.jsonl")
+    start = next(ln for ln in lines if ln["source"] == "engine" and ln["kind"] == "start")
+    # the adapter's names, as the real llama-server serves them (no KV-usage series in this build)
+    assert start["series"] == {"running": "llamacpp:requests_processing", "waiting": "llamacpp:requests_deferred",
+                               "prefix_hits": "llamacpp:prompt_tokens_cached_total",
+                               "generation_tokens": "llamacpp:tokens_predicted_total",
+                               "spec_drafts": "llamacpp:spec_decode_num_drafts_total",
+                               "spec_accepted": "llamacpp:spec_decode_num_accepted_tokens_total"}
+    samples = _engine_samples(folder)
+    assert len(samples) >= 3
+    assert not any(s.get("absent") for s in samples)  # every named series is on the page
+    assert max(s["running"] for s in samples) >= 1  # the engine was seen busy with the point's requests
+    gen = [s["generation_tokens"] for s in samples]
+    assert gen == sorted(gen) and gen[-1] > gen[0]  # tokens generated while sampled
+    gpu = [ln for ln in lines if ln["source"] == "gpu"]
+    assert [g["kind"] for g in gpu] == ["unavailable"]  # no GPU on this machine: said once, nothing sampled
+    assert "NVIDIA driver" in gpu[0]["reason"]
+    end = next(ln for ln in lines if ln["source"] == "engine" and ln["kind"] == "end")
+    assert end["samples"] == len(samples) and end["errors"] == 0
+    summary = json.loads((folder / "summary.json").read_text())
+    written = summary["points"][0]["figures"]["telemetry"]
+    assert written["sampled"] is True and written["engine"]["max_running"] >= 1
+    assert written["gpu"]["unavailable"] == gpu[0]["reason"]
+    assert load(folder)["points"][0]["figures"]["telemetry"] == written  # rebuilt from the files: the same
+
+
+@pytest.mark.llamacpp
+def test_llamacpp_requests_joined_to_engine_state_at_arrival(campaign_config, llama, monkeypatch):
+    monkeypatch.setenv("SERVEDECK_TELEMETRY_ENGINE_S", "0.1")
+    out = run_bench(campaign_config, "smollm2", _spec(concurrency=2, requests=6), gate_mode=False)
+    tele = load(out.folder)["points"][0]["figures"]["telemetry"]
+    arrivals = tele["arrivals"]
+    assert arrivals["requests"] == 6
+    assert arrivals["joined"] >= 4  # the first may go out before the first sample lands
+    assert sum(g["requests"] for g in arrivals["ttft_by_waiting"]) == arrivals["joined"]
+
+
+@pytest.mark.vllm
+def test_vllm_bench_point_samples_kv_usage_and_queue(campaign_config, vllm, monkeypatch):
+    monkeypatch.setenv("SERVEDECK_TELEMETRY_ENGINE_S", "0.2")
+    out = run_bench(campaign_config, "smollm2-vllm", _spec(), gate_mode=False)
+    lines = read_jsonl(out.folder / "telemetry.jsonl")
+    start = next(ln for ln in lines if ln["source"] == "engine" and ln["kind"] == "start")
+    assert start["series"]["kv_usage"] == "vllm:kv_cache_usage_perc"
+    assert start["series"]["preemptions"] == "vllm:num_preemptions_total"
+    samples = _engine_samples(out.folder)
+    assert samples and not any(s.get("absent") for s in samples)  # every named series is on the real page
+    assert max(s["kv_usage"] for s in samples) > 0  # the KV cache held the point's requests
+    assert all(0 <= s["kv_usage"] <= 1 for s in samples)  # a share, not a percentage
+    tele = load(out.folder)["points"][0]["figures"]["telemetry"]
+    assert tele["engine"]["peak_kv_usage"] > 0
