@@ -22,7 +22,6 @@ into summary.json.
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import time
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from servedeck.engines.metrics import prefix_counters_async
 from servedeck.errors import UsageError
 from servedeck.gates.server import ServerTokens
 from servedeck.loadgen import texts
+from servedeck.loadgen.api import ApiClient
 from servedeck.loadgen.prompts import _tag, chars_per_token, fit_length, new_nonce
 from servedeck.loadgen.texts import Content
 from servedeck.runs.folder import RunFolder
@@ -107,46 +107,21 @@ class _Turn:
     status: str = "ok"
 
 
-async def stream_turn(http: httpx.AsyncClient, url: str, body: dict[str, Any], quiet: Quiet) -> _Turn:
-    """One streamed chat request; `quiet` is told of every line so a watchdog can see the silence."""
-    turn = _Turn(t_send=time.perf_counter())
-    quiet.begin(turn.t_send)
-    async with http.stream("POST", url, json=body, timeout=httpx.Timeout(None, connect=10.0)) as r:
-        if r.status_code != 200:
-            turn.status, turn.error = "error", f"HTTP {r.status_code}: {(await r.aread())[:300]!r}"
-            return turn
-        async for line in r.aiter_lines():
-            now = time.perf_counter()
-            quiet.byte(now)
-            if not line.startswith("data:"):
-                continue
-            data = line[5:].strip()
-            if data == "[DONE]":
-                break
-            try:
-                ev = json.loads(data)
-            except ValueError:
-                continue
-            if ev.get("error"):
-                turn.status, turn.error = "error", f"error in stream: {str(ev['error'])[:300]}"
-                break
-            if isinstance(ev.get("usage"), dict):
-                turn.usage = ev["usage"]
-            if isinstance(ev.get("timings"), dict):
-                turn.timings = ev["timings"]
-            for ch in ev.get("choices") or []:
-                delta = ch.get("delta") or {}
-                text = delta.get("content") or ""
-                thought = delta.get("reasoning_content") or delta.get("reasoning") or ""
-                if text or thought:
-                    turn.t_first = turn.t_first or now
-                    turn.chunks += 1
-                    quiet.token()
-                turn.content += text  # the answer as it came, without its reasoning
-                if ch.get("finish_reason"):
-                    turn.finish_reason = ch["finish_reason"]
-    turn.t_end = time.perf_counter()
-    return turn
+async def stream_turn(api: ApiClient, body: dict[str, Any], quiet: Quiet) -> _Turn:
+    """One streamed chat request on the load generator's client; `quiet` follows it (last byte,
+    chunks) so a watchdog can see the silence. Failures come back in the turn, never raised."""
+    quiet.begin(time.perf_counter())
+    quiet.follow = lambda: _live(api)
+    reply = await api.chat(body)
+    r = reply.record
+    return _Turn(t_send=r.t_send if r.t_send is not None else quiet.t_begin, t_first=r.t_first_token,
+                 t_end=r.t_end, content=reply.text, chunks=reply.chunks, usage=reply.usage, timings=reply.timings,
+                 finish_reason=reply.finish_reason, error=reply.error, status="ok" if reply.ok else "error")
+
+
+def _live(api: ApiClient) -> Optional[tuple[float, int]]:
+    busy = api.in_flight()  # the ramp sends one request at a time
+    return (time.perf_counter() - busy[0][1], busy[0][2]) if busy else None
 
 
 def turn_line(i: int, turn: _Turn, needle: Optional[dict[str, Any]], cached_from_counters: Optional[float],
@@ -218,10 +193,9 @@ async def run_ramp(spec: RampSpec, target: Target, context: int, folder: RunFold
     history: list[dict[str, str]] = []
     lines: list[dict[str, Any]] = []
     start = time.perf_counter()
-    url = target.base_url.rstrip("/") + "/v1/chat/completions"
     cutoff: dict[str, Any] = {"reason": "", "turn": 0}
     folder.update(ramp={"status": "running", "file": FILE, "code": code, "nonce": nonce, "limit": limit})
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient() as http, ApiClient(target.base_url) as api:
         tokens = ServerTokens(http, target.base_url, target.served_name, target.engine)
         i = 0
         while True:
@@ -265,16 +239,13 @@ async def run_ramp(spec: RampSpec, target: Target, context: int, folder: RunFold
             watch = StallWatch(target, spec.stall_after_s, spec.turn_timeout_s,
                                on_tick=lambda q, i=i: reporter.stage(
                                    f"turn {i}: {q.tokens} tokens so far, last byte {q.since_byte():.0f} s ago"))
-            task = asyncio.ensure_future(stream_turn(http, url, body, quiet))
+            task = asyncio.ensure_future(stream_turn(api, body, quiet))
             verdict = await watch.watch(task, quiet)
             if verdict is not None:
                 turn = _Turn(t_send=quiet.t_begin, status=verdict["status"], error=verdict["detail"],
                              content="", chunks=quiet.tokens)
             else:
-                try:
-                    turn = task.result()
-                except (httpx.HTTPError, OSError) as e:
-                    turn = _Turn(t_send=quiet.t_begin, status="error", error=f"{type(e).__name__}: {e}"[:300])
+                turn = task.result()
             from_counters = None
             if turn.status == "ok" and before is not None:
                 after = await prefix_counters_async(target.engine, target.base_url)

@@ -31,6 +31,14 @@ class Quiet:
     t_begin: float = 0.0
     t_last: float = 0.0
     tokens: int = 0
+    # the live request's (perf_counter of its last byte, chunks so far), None when none is in flight:
+    # read at each look, so the client need not report every byte
+    follow: Optional[Callable[[], Optional[tuple[float, int]]]] = None
+
+    def refresh(self) -> None:
+        live = self.follow() if self.follow is not None else None
+        if live is not None:
+            self.t_last, self.tokens = live
 
     def begin(self, t: float) -> None:
         self.t_begin = self.t_last = t
@@ -113,6 +121,7 @@ class StallWatch:
             done, _ = await asyncio.wait({task}, timeout=self.tick_s)
             if done:
                 return None
+            quiet.refresh()
             now = time.perf_counter()
             if now - last_tick >= 10.0:
                 self.on_tick(quiet)
