@@ -18,7 +18,8 @@ from servedeck.runs import load
 
 pytestmark = [pytest.mark.engine]
 
-RUN_FILES = ["cmd.sh", "server.log", "boot.json", "niah.log", "requests.jsonl", "summary.json", "summary.md"]
+RUN_FILES = ["cmd.sh", "server.log", "boot.json", "niah.log", "requests.jsonl", "summary.json", "summary.md",
+             "telemetry.jsonl"]
 
 
 def _point(view: dict, i: int = 0) -> dict:
