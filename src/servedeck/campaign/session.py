@@ -33,6 +33,7 @@ from servedeck.gates.server import server_context
 from servedeck.report.render import markdown
 from servedeck.runs import inventory
 from servedeck.runs.folder import RunFolder, runs_root
+from servedeck.telemetry.point import sampled_ramp
 from servedeck.watch.notices import Redactor
 from servedeck.runs.read import gate_view, list_runs, load, summary_of
 
@@ -296,7 +297,8 @@ async def _ramp_async(target: Target, spec: RampSpec, gate_mode: Optional[bool],
 
     async def work() -> None:
         await _gate_or_inherit(folder, target, gate_mode, gate_spec, inherited, reporter, outcome)
-        cutoff = await run_ramp(spec, target, ctx, folder, reporter)
+        async with sampled_ramp(folder, target):
+            cutoff = await run_ramp(spec, target, ctx, folder, reporter)
         reporter.stage(f"ramp stopped after turn {cutoff['turn']}: {cutoff['reason']}")
         failed = (folder.summary.get("ramp") or {}).get("ok_turns", 0) == 0
         _finish(folder, "failed" if failed else "ok", f"no turn finished: {cutoff['reason']}" if failed else None)

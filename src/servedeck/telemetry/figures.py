@@ -197,21 +197,37 @@ def point_telemetry(lines: list[dict[str, Any]], point: dict[str, Any], records:
     if not lines:
         return {"sampled": False, "reason": "telemetry.jsonl holds no line of this point"}
     window = window_of(point)
-    eng, gpu = engine_figures(lines, window), gpu_figures(lines, window)
     measured = [r for r in records if r.kind == "measured"]
     out_tokens = sum(r.output_tokens or r.streamed_tokens or 0 for r in measured if r.status == "ok")
-    done = sum(r.status == "ok" for r in measured)
-    if gpu.get("energy_j") is not None:
-        e = gpu["energy_j"]
-        gpu["output_tokens"], gpu["requests"] = out_tokens, done
-        gpu["j_per_output_token"] = e / out_tokens if out_tokens else None
-        gpu["j_per_request"] = e / done if done else None
-        gpu["output_tokens_per_j"] = out_tokens / e if e > 0 else None
+    eng, gpu = engine_figures(lines, window), energy_figures(lines, window, out_tokens,
+                                                             sum(r.status == "ok" for r in measured))
     rows = arrivals(measured, (point.get("load") or {}).get("t0_perf_counter"), lines, eng.get("interval_s"))
     joined = [r for r in rows if r.get("waiting") is not None or r.get("kv_usage") is not None]
     return {"sampled": True, "window_s": None if window is None else window[1] - window[0],
             "engine": eng, "gpu": gpu,
             "arrivals": {"requests": len(rows), "joined": len(joined), "ttft_by_waiting": ttft_by_waiting(rows)}}
+
+
+def energy_figures(lines: list[dict[str, Any]], window: Optional[tuple[float, float]], output_tokens: int,
+                   requests: int) -> dict[str, Any]:
+    """gpu_figures, with the energy set against the output tokens and requests finished in the window."""
+    gpu = gpu_figures(lines, window)
+    if gpu.get("energy_j") is not None:
+        e = gpu["energy_j"]
+        gpu["output_tokens"], gpu["requests"] = output_tokens, requests
+        gpu["j_per_output_token"] = e / output_tokens if output_tokens else None
+        gpu["j_per_request"] = e / requests if requests else None
+        gpu["output_tokens_per_j"] = output_tokens / e if e > 0 else None
+    return gpu
+
+
+def span_telemetry(lines: list[dict[str, Any]], window: tuple[float, float], output_tokens: int,
+                   requests: int) -> dict[str, Any]:
+    """The figures of a stretch that is not a bench point (a ramp's conversation): no request join."""
+    if not lines:
+        return {"sampled": False, "reason": "telemetry.jsonl holds no line of this stretch"}
+    return {"sampled": True, "window_s": window[1] - window[0], "engine": engine_figures(lines, window),
+            "gpu": energy_figures(lines, window, output_tokens, requests)}
 
 
 def of_point(run: Path, point: dict[str, Any], records: list[RequestRecord]) -> dict[str, Any]:

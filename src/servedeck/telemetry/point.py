@@ -47,3 +47,23 @@ async def sampled(folder_path: Path, target: Any, point: Any) -> AsyncIterator[P
         yield sampler
     finally:
         await asyncio.to_thread(sampler.stop)
+
+
+@asynccontextmanager
+async def sampled_ramp(folder: Any, target: Any) -> AsyncIterator[PointSampler]:
+    """A ramp's conversation, sampled as one stretch (point "ramp"); its figures go to summary.json's
+    `ramp.telemetry` (output tokens and turns from ramp.jsonl's finished turns)."""
+    import time
+
+    from servedeck.fsio import read_jsonl
+    from servedeck.telemetry.figures import read_lines, span_telemetry
+
+    begin = time.perf_counter()
+    async with sampled(folder.path, target, "ramp") as sampler:
+        yield sampler
+    end = time.perf_counter()
+    turns = [t for t in read_jsonl(folder.path / "ramp.jsonl") if t.get("status") == "ok"] \
+        if (folder.path / "ramp.jsonl").exists() else []
+    fig = span_telemetry(read_lines(folder.path).get("ramp", []), (begin, end),
+                         sum(t.get("completion_tokens") or 0 for t in turns), len(turns))
+    folder.update(ramp={**(folder.summary.get("ramp") or {}), "telemetry": fig, "telemetry_sampler": sampler.facts})
