@@ -81,3 +81,28 @@ def test_vllm_bench_point_samples_kv_usage_and_queue(campaign_config, vllm, monk
     assert all(0 <= s["kv_usage"] <= 1 for s in samples)  # a share, not a percentage
     tele = load(out.folder)["points"][0]["figures"]["telemetry"]
     assert tele["engine"]["peak_kv_usage"] > 0
+
+
+@pytest.mark.llamacpp
+def test_engine_without_metrics_the_point_runs_and_telemetry_says_why(tmp_path, engines_ready, monkeypatch):
+    from ports import free_port
+    from servedeck.campaign.session import Outcome, bench, measured
+    from servedeck.init import render_starter
+    from servedeck.loadgen.loop import run as run_loop
+    from servedeck.modelsfile import load as load_models
+
+    # metrics = false: servedeck renders no --metrics, so this real llama-server serves no /metrics page
+    text = render_starter().replace("port = 8081", f"port = {free_port()}", 1) \
+        .replace("args = { parallel = 4 }", "args = { parallel = 2, metrics = false }", 1)
+    path = tmp_path / "models.toml"
+    path.write_text(text)
+    out = Outcome()
+    with measured(load_models(path), "smollm2", True, out) as target:  # started for this test, stopped after it
+        run_loop(bench(target, _spec(requests=2), gate_mode=False, outcome=out))
+    summary = json.loads((out.folder / "summary.json").read_text())
+    point = summary["points"][0]
+    assert point["status"] == "ok" and point["figures"]["counts"]["ok"] == 2  # the load ran regardless
+    why = point["telemetry"]["not_sampled"]["engine"]
+    assert "/metrics answered 501" in why or "/metrics answered 404" in why
+    assert "--metrics" in why  # and what turns it on
+    assert point["figures"]["telemetry"]["engine"]["unavailable"] == why
