@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from servedeck.door.policy import (
     DRAINING, FAILED, READY, STARTING, STOPPED, STOPPING, Replica, Settings, View, decide, idle_expired, pick_replica,
 )
@@ -132,3 +134,15 @@ def test_ttl_expiry():
     assert not idle_expired(v, 60.0, 100.0) and idle_expired(v, 60.0, 110.0)
     assert not idle_expired(View("a", "main", READY, inflight=1, ready_since=0.0), 1.0, 100.0)
     assert not idle_expired(View("a", "main", STOPPED), 1.0, 100.0)
+
+
+def test_replica_policies_are_found_by_name_and_an_unknown_one_is_named():
+    from servedeck.door import policy as P
+    from servedeck.errors import UsageError
+
+    rs = [Replica("http://a", outstanding=1), Replica("http://b", outstanding=0)]
+    assert P.replica_policy().pick(None, rs).url == "http://b"
+    assert P.replica_policy("least-outstanding").name == "least-outstanding"
+    with pytest.raises(UsageError) as e:
+        P.replica_policy("round-robin")
+    assert "'round-robin'" in str(e.value) and "least-outstanding" in e.value.hint

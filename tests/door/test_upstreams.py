@@ -216,3 +216,80 @@ def test_management_and_proxied_requests_share_one_kept_alive_connection(outside
                 assert r.status_code == 200
                 seen.add(r.extensions["network_stream"].get_extra_info("client_addr"))
     assert len(seen) == 1  # one client port: the door kept the connection through every route
+
+
+# --- the door's own routes, answered by the front (door/management.py) ------------------------------
+
+def test_the_events_stream_sends_a_snapshot_in_chunks_and_the_door_goes_on(outside_door):
+    host, port = outside_door.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall(b"GET /events HTTP/1.1\r\nHost: door\r\n\r\n")
+        got = b""
+        while b"\n\n" not in got.partition(b"event: snapshot")[2]:  # one whole event
+            chunk = s.recv(65536)
+            assert chunk, got[:300]
+            got += chunk
+    head, _, rest = got.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 ") and b"text/event-stream" in head.lower(), head
+    assert b"transfer-encoding: chunked" in head.lower(), head
+    data = rest.partition(b"data: ")[2].partition(b"\n\n")[0]
+    assert {m["model"] for m in json.loads(data)["models"]} == {"ruler", "pair", "nobody"}
+    assert httpx.get(outside_door.url + "/v1/models").status_code == 200  # the client's leaving ended nothing else
+
+
+def test_an_unknown_management_path_is_404_naming_it_and_a_post_is_405(outside_door):
+    r = httpx.get(outside_door.url + "/no-such-page")
+    assert r.status_code == 404 and "/no-such-page" in r.json()["error"]["message"]
+    r = httpx.post(outside_door.url + "/metrics", content=b"x")
+    assert r.status_code == 405 and r.headers["allow"] == "GET, HEAD"
+
+
+def test_management_answers_keep_their_content_types_and_frame_for_http_1_0(outside_door):
+    types = {p: httpx.get(outside_door.url + p).headers["content-type"] for p in ("/", "/metrics", "/door/status")}
+    assert types == {"/": "text/html; charset=utf-8", "/metrics": "text/plain; version=0.0.4; charset=utf-8",
+                     "/door/status": "application/json; charset=utf-8"}
+    got = _raw(outside_door, b"GET /metrics HTTP/1.0\r\nHost: door\r\n\r\n")
+    head, _, rest = got.partition(b"\r\n\r\n")
+    length = next(int(v) for k, _, v in (ln.partition(b": ") for ln in head.split(b"\r\n"))
+                  if k.lower() == b"content-length")
+    assert len(rest) == length and b"servedeck_door_requests" in rest
+
+
+def test_pipelined_management_and_proxied_requests_are_answered_in_order(outside_door):
+    got = _raw(outside_door, b"GET /door/status HTTP/1.1\r\nHost: door\r\n\r\n" + _post(body("between", max_tokens=2))
+               + b"GET /v1/models HTTP/1.1\r\nHost: door\r\nConnection: close\r\n\r\n")
+    parts = got.split(b"HTTP/1.1 200 ")
+    assert len(parts) == 4 and parts[0] == b"", got[:300]
+    assert b'"recent"' in parts[1] and parts[2].count(b"data: ") == 3 and b'"object": "list"' in parts[3]
+
+
+class _ByHeader:
+    """A replica policy written for this test: the replica the x-replica header numbers, and what it was asked."""
+
+    name = "by-header"
+    asks: list = []
+
+    def pick(self, ask, replicas):
+        self.asks.append(ask)
+        return replicas[int(ask.header(b"x-replica"))]
+
+
+def test_the_replica_policy_in_policy_py_routes_and_reads_headers_and_body(instruments, monkeypatch):
+    from servedeck.door import policy as P
+
+    monkeypatch.setitem(P.POLICIES, "by-header", _ByHeader)
+    monkeypatch.setattr(P, "DEFAULT_POLICY", "by-header")
+    a, b = instruments
+    a.clear()
+    b.clear()
+    d = DoorThread(None, ServeOptions(port=0, watch=False, external={"pair": [a.url, b.url]}))
+    try:
+        for i in range(3):
+            r = httpx.post(d.url + "/v1/completions", json=dict(body(f"to-b{i}"), model="pair"),
+                           headers={"x-replica": "1"}, timeout=30)
+            assert r.status_code == 200
+    finally:
+        d.close()
+    assert len(a.records()) == 0 and len(b.records()) == 3
+    last = _ByHeader.asks[-1]
+    assert last.path == b"/v1/completions" and last.doc["prompt"] == "to-b2" and b'"to-b2"' in last.body

@@ -24,7 +24,7 @@ def serve(
 ) -> None:
     """One OpenAI-compatible endpoint for the whole deck: routes by model, starts and switches on demand."""
     from servedeck.door.serve import ServeOptions, keys_of, parse_upstreams, serve as run
-    from servedeck.door.front import is_loopback
+    from servedeck.door.admission import is_loopback
 
     cfg = load_config()
     opts = ServeOptions(host=host, port=port, api_keys=[api_key] if api_key else [],

@@ -1,5 +1,19 @@
-"""The door's client side: HTTP/1.1 from clients, parsed by httptools, each request answered from the
-socket's own callbacks.
+"""The door's HTTP/1.1 to its clients, in one place: requests parsed by httptools, and every response
+the door writes (the engine's head with its body piped after it, a whole answer, an event stream),
+each request answered from the socket's own callbacks.
+
+The connection knows nothing of what a request means: it hands each one to a `Handler` (door/server.py's
+`Door`), the way the relay hands an engine's response to its `Listener`:
+
+    handler.admit(req)               # its head is read: None, or the Answer it gets instead (keys, loopback)
+    handler.handle(req)              # it is read in full: answer it, now or later (may raise Answer)
+    handler.ended(req, ex)           # the engine's response it was sent on was written in full
+    handler.failed(req, ex, exc)     # ... failed (before its head went out when not req.head_sent)
+    handler.gone(req)                # the client left before it was answered (its task and exchange
+                                     #   are already cancelled and aborted)
+
+The handler answers through the request: `req.respond(Answer)`, `req.respond_body(...)`,
+`req.open_stream(...)`/`send`/`end`, or by starting an upstream exchange with `req` as its listener.
 
 Why not aiohttp's server for this (what the door used first): every request paid for a handler task,
 a `Request`, the middleware and router, a `StreamResponse` and separate writes for the head, the
@@ -8,32 +22,21 @@ simultaneous requests waited ~55 µs each behind each other on the H200 host (do
 request for a ready model is parsed, routed, and written to the engine in the read callback that
 brought it; the engine's head goes out with the first body piece in one write. A task is made only
 when a request must wait (for a boot, a switch, or a new engine connection).
-
-Routes:
-    /v1/*  (but GET /v1/models)     proxied to the model named by the JSON body's "model"
-    everything else                 relayed, over a unix socket, to the door's aiohttp app
-                                    (door/server.py: /v1/models, /metrics, /, /events, /door/status)
-Api keys and the loopback rule for management endpoints are checked here, for every route.
 """
 
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import json
 import logging
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any, Iterable, Protocol
 
 import httptools
 
-from servedeck.door.manager import Refusal
 from servedeck.door.relay import END_CHUNK, Exchange, UpstreamError
 from servedeck.errors import DoorError
-
-if TYPE_CHECKING:
-    from servedeck.door.server import Door
 
 log = logging.getLogger("servedeck.door")
 
@@ -47,26 +50,16 @@ HOP = {b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorizatio
        b"expect", b"proxy-connection"}  # the door answers a client's Expect: 100-continue itself
 RESP_DROP = {b"connection", b"keep-alive", b"transfer-encoding", b"content-length"}
 REASONS = {200: b"OK", 400: b"Bad Request", 401: b"Unauthorized", 403: b"Forbidden", 404: b"Not Found",
-           413: b"Payload Too Large", 429: b"Too Many Requests", 431: b"Request Header Fields Too Large",
-           499: b"Client Closed Request", 502: b"Bad Gateway", 503: b"Service Unavailable",
-           504: b"Gateway Timeout"}
-
-
-def is_loopback(host: str | None) -> bool:
-    if not host:
-        return False
-    if host in ("localhost",):
-        return True
-    try:
-        return ipaddress.ip_address(host.split("%")[0]).is_loopback
-    except ValueError:
-        return False
+           405: b"Method Not Allowed", 413: b"Payload Too Large", 429: b"Too Many Requests",
+           431: b"Request Header Fields Too Large", 499: b"Client Closed Request", 500: b"Internal Server Error",
+           502: b"Bad Gateway",
+           503: b"Service Unavailable", 504: b"Gateway Timeout"}
 
 
 def error_body(status: int, message: str, hint: str | None = None, **extra: Any) -> dict:
     kind = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-            404: "not_found_error", 413: "invalid_request_error", 429: "rate_limit_error",
-            431: "invalid_request_error"}.get(status, "server_error")
+            404: "not_found_error", 405: "invalid_request_error", 413: "invalid_request_error",
+            429: "rate_limit_error", 431: "invalid_request_error"}.get(status, "server_error")
     err = {"message": message, "type": kind, "code": status}
     if hint:
         err["hint"] = hint
@@ -81,8 +74,32 @@ class Answer(DoorError):
         self.status, self.body, self.headers, self.close = status, body, headers or {}, close
 
 
+def upstream_request(r: Req, host: bytes, body: bytes) -> bytes:
+    """The request as the upstream gets it: target and headers as the client sent them (hop-by-hop
+    ones and the door's own key dropped), Host the upstream's, the body's length."""
+    method = b"GET" if r.method == b"HEAD" else r.method  # httptools cannot read a bodiless HEAD answer:
+    parts = [b"%s %s HTTP/1.1\r\nHost: %s\r\n" % (method, r.url, host)]  # GET, body dropped (on_head)
+    parts += [k + b": " + v + b"\r\n" for k, v in r.headers if k.lower() not in HOP]
+    if body or r.method in (b"POST", b"PUT", b"PATCH"):
+        parts.append(b"Content-Length: %d\r\n" % len(body))
+    parts.append(b"\r\n")
+    parts.append(body)
+    return b"".join(parts)
+
+
+class Handler(Protocol):
+    """What the connection hands its requests to (see the module's docstring)."""
+
+    def admit(self, r: Req) -> Answer | None: ...
+    def handle(self, r: Req) -> None: ...
+    def ended(self, r: Req, ex: Exchange) -> None: ...
+    def failed(self, r: Req, ex: Exchange | None, exc: UpstreamError) -> None: ...
+    def gone(self, r: Req) -> None: ...
+
+
 class Req:
-    """One client request: what was parsed, and how its answer is going. The relay's listener."""
+    """One client request: what was parsed, and how its answer is going. The relay's listener.
+    `proxied`, `model`, `rep`, `entry` and `waited` are the handler's, kept here to save an object."""
 
     __slots__ = ("conn", "t0", "method", "url", "headers", "body", "size", "keep_alive", "http11", "expect",
                  "proxied", "answer", "model", "rep", "ex", "task", "entry", "status", "head_sent",
@@ -116,24 +133,32 @@ class Req:
     def path(self) -> bytes:
         return self.url.split(b"?", 1)[0]
 
+    @property
+    def peer_host(self) -> str | None:
+        return self.conn.peer_host
+
+    @property
+    def gone(self) -> bool:
+        """The client's connection is closed: nothing written now reaches it."""
+        return self.conn.closed
+
     def header(self, name: bytes) -> bytes | None:
         for k, v in self.headers:
             if k.lower() == name:
                 return v
         return None
 
-    # --- the relay's listener ------------------------------------------------------------------------
-    def on_head(self, ex: Exchange) -> None:
-        if self.finished:
-            return
-        conn = self.conn
-        self.status = ex.status
-        lines = [b"HTTP/1.1 %d %s\r\n" % (ex.status, ex.reason or REASONS.get(ex.status, b""))]
-        lines += [b"%s: %s\r\n" % (k, v) for k, v in ex.headers if k.lower() not in RESP_DROP]
-        no_body = self.method == b"HEAD" or ex.status in (204, 304)
-        if ex.length is not None:
-            lines.append(b"Content-Length: %d\r\n" % ex.length)
-        elif no_body:
+    # --- response heads --------------------------------------------------------------------------------
+    def _head(self, status: int, reason: bytes, headers: Iterable[tuple[bytes, bytes]], length: int | None,
+              extra: bytes = b"") -> bytes:
+        """The response's head; decides how its body is framed: by `length`, chunked (HTTP/1.1), or
+        by closing the connection (an HTTP/1.0 client). Sets `status`, `chunked`, `keep_alive`."""
+        self.status = status
+        lines = [b"HTTP/1.1 %d %s\r\n" % (status, reason or REASONS.get(status, b""))]
+        lines += [b"%s: %s\r\n" % (k, v) for k, v in headers]
+        if length is not None:
+            lines.append(b"Content-Length: %d\r\n" % length)
+        elif self.method == b"HEAD" or status in (204, 304):
             pass
         elif self.http11:
             self.chunked = True
@@ -144,35 +169,79 @@ class Req:
             lines.append(b"Connection: close\r\n")
         elif not self.http11:
             lines.append(b"Connection: keep-alive\r\n")
-        if self.waited:
-            lines.append(self.waited)
+        if extra:
+            lines.append(extra)
         lines.append(b"\r\n")
         self.head_sent = True
+        return b"".join(lines)
+
+    def _write(self, data: bytes) -> None:
+        t = self.conn.transport
+        if t is not None and not self.conn.closed:
+            t.write(data)
+
+    # --- whole answers and event streams (the door's own) ----------------------------------------------
+    def respond(self, a: Answer) -> None:
+        """A whole response the door makes itself (JSON)."""
+        if a.close:
+            self.keep_alive = False
+        self.respond_body(a.status, b"application/json; charset=utf-8", json.dumps(a.body).encode(),
+                          [(k.encode(), v.encode()) for k, v in a.headers.items()])
+
+    def respond_body(self, status: int, content_type: bytes, body: bytes,
+                     headers: list[tuple[bytes, bytes]] = ()) -> None:
+        """A whole response with its length; the next request follows."""
+        if self.finished:
+            return
+        head = self._head(status, b"", [(b"Content-Type", content_type), *headers], len(body))
+        self._write(head if self.method == b"HEAD" else head + body)
+        self.conn.finished(self)
+
+    def open_stream(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+        """The head of a response whose body follows in pieces (`send`), until `end`."""
+        self._write(self._head(status, b"", headers, None))
+
+    def send(self, data: bytes) -> None:
+        if data and self.method != b"HEAD":
+            self._write(b"%x\r\n%b\r\n" % (len(data), data) if self.chunked else data)
+
+    def end(self) -> None:
+        if self.finished:
+            return
+        if self.chunked and self.method != b"HEAD":
+            self._write(END_CHUNK)
+        self.conn.finished(self)
+
+    def unsent(self) -> int:
+        """Bytes written to the client and not yet sent (a client that stops reading lets them grow)."""
+        t = self.conn.transport
+        return t.get_write_buffer_size() if t is not None else 0
+
+    # --- the relay's listener ------------------------------------------------------------------------
+    def on_head(self, ex: Exchange) -> None:
+        if self.finished:
+            return
+        head = self._head(ex.status, ex.reason, [(k, v) for k, v in ex.headers if k.lower() not in RESP_DROP],
+                          ex.length, self.waited)
         # the head leaves with the first body piece
-        ex.pipe(conn.transport, self.chunked, b"".join(lines), body=self.method != b"HEAD")
+        ex.pipe(self.conn.transport, self.chunked, head, body=self.method != b"HEAD")
 
     def on_end(self, ex: Exchange) -> None:
         if self.finished:
             return
-        self.conn.door.finish(self, ex)
-        self.conn.relay.release(ex)
         self.ex = None
+        self.conn.handler.ended(self, ex)
         self.conn.finished(self)
 
     def on_fail(self, ex: Exchange | None, exc: UpstreamError) -> None:
         if self.finished:
             return
         self.ex = None
-        if not self.head_sent:
-            self.conn.door.upstream_failed(self, exc)  # answers 502
-            return
-        if self.proxied:
-            self.conn.door.stream_broke(self, ex, exc)  # an event stream ends with an error event
-            return
-        # The management app's answer broke after its head went out: cut the client's connection too,
-        # so it sees an incomplete response instead of a clean end.
-        self.status = 502
-        self.conn.close()
+        self.conn.handler.failed(self, ex, exc)
+
+    def retrying(self, task: asyncio.Task) -> None:
+        self.task = task
+        self.ex = None
 
     def can_end_with_an_event(self, ex: Exchange) -> bool:
         """An event stream whose body the door frames (chunked, or ended by close): one more event
@@ -188,29 +257,26 @@ class Req:
         chunk, or the close for an HTTP/1.0 client). The connection then goes on as after any answer."""
         if self.finished:
             return
-        conn = self.conn
         # A blank line first: it ends an event the cut left half-written (which then fails to parse on
         # its own instead of swallowing the error event); SSE parsers skip a blank line otherwise.
         events = b"\n\ndata: %b\n\ndata: [DONE]\n\n" % json.dumps(error).encode()
-        if conn.transport is not None and not conn.closed:
-            conn.transport.write(b"%x\r\n%b\r\n%b" % (len(events), events, END_CHUNK) if self.chunked else events)
-        conn.finished(self)
+        self._write(b"%x\r\n%b\r\n%b" % (len(events), events, END_CHUNK) if self.chunked else events)
+        self.conn.finished(self)
 
-    def retrying(self, task: asyncio.Task) -> None:
-        self.task = task
-        self.ex = None
+    def cut(self) -> None:
+        """Close the client's connection now: it sees an incomplete response, not a clean end."""
+        self.conn.close()
 
 
 class Conn(asyncio.Protocol):
     """One client connection: requests parsed as they come, answered one after another."""
 
-    def __init__(self, door: Door, front: Front) -> None:
-        self.door = door
+    def __init__(self, handler: Handler, front: Front) -> None:
+        self.handler = handler
         self.front = front
-        self.relay = door.relay
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpRequestParser(self)
-        self.loopback = False
+        self.peer_host: str | None = None
         self.cur: Req | None = None  # being parsed
         self.queue: deque[Req] = deque()  # parsed, waiting for the one before to be answered
         self.active: Req | None = None
@@ -225,7 +291,7 @@ class Conn(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         transport.set_write_buffer_limits(high=WRITE_HIGH, low=WRITE_LOW)  # type: ignore[attr-defined]
         peer = transport.get_extra_info("peername")
-        self.loopback = is_loopback(peer[0] if isinstance(peer, tuple) else None)
+        self.peer_host = peer[0] if isinstance(peer, tuple) else None
         self.front.conns.add(self)
 
     def data_received(self, data: bytes) -> None:
@@ -251,12 +317,12 @@ class Conn(asyncio.Protocol):
         self.queue.clear()
         if r is not None and not r.finished:
             if r.task is not None:
-                r.task.cancel()  # waiting for a model or connecting: the wait ends, queued counts drop
+                r.task.cancel()  # waiting for a model, connecting, or streaming events: that ends
             if r.ex is not None:
                 r.ex.abort()  # the engine sees its connection close and stops generating
                 r.ex = None
             r.status = 499
-            self.door.finish(r, None)
+            self.handler.gone(r)
 
     def pause_writing(self) -> None:
         r = self.active
@@ -294,14 +360,12 @@ class Conn(asyncio.Protocol):
         r.method = p.get_method()
         r.http11 = p.get_http_version() == "1.1"
         r.keep_alive = p.should_keep_alive()
-        path = r.path
-        r.proxied = path.startswith(b"/v1/") and not (path == b"/v1/models" and r.method in (b"GET", b"HEAD"))
         expect = r.header(b"expect")
         r.expect = expect is not None and expect.lower() == b"100-continue"
         cl = r.header(b"content-length")
         if cl is not None and cl.strip().isdigit() and int(cl) > MAX_BODY:
             raise too_large()
-        r.answer = self.door.admit(r, self.loopback)
+        r.answer = self.handler.admit(r)
         if r.expect and self.active is None and not self.queue:
             if r.answer is not None:
                 raise Answer(r.answer.status, r.answer.body, r.answer.headers, close=True)  # no body will be read
@@ -332,12 +396,12 @@ class Conn(asyncio.Protocol):
             while self.queue and self.active is None and not self.closed:
                 r = self.active = self.queue.popleft()
                 if r.answer is not None:
-                    self.respond(r, r.answer)
+                    r.respond(r.answer)
                     continue
                 try:
-                    self.door.dispatch(r)
+                    self.handler.handle(r)
                 except Answer as a:
-                    self.respond(r, a)
+                    r.respond(a)
             if self.reading_paused and len(self.queue) < MAX_QUEUED and not self.closed:
                 self.reading_paused = False
                 self.transport.resume_reading()  # type: ignore[union-attr]
@@ -355,23 +419,6 @@ class Conn(asyncio.Protocol):
         self.last = time.monotonic()
         self._next()
 
-    def respond(self, r: Req, a: Answer) -> None:
-        """A whole response the door makes itself (JSON)."""
-        body = json.dumps(a.body).encode()
-        keep = r.keep_alive and not a.close
-        r.keep_alive = keep
-        r.status = a.status
-        head = [b"HTTP/1.1 %d %s\r\n" % (a.status, REASONS.get(a.status, b"")),
-                b"Content-Type: application/json; charset=utf-8\r\n",
-                b"Content-Length: %d\r\n" % len(body)]
-        head += [f"{k}: {v}\r\n".encode() for k, v in a.headers.items()]
-        if not keep:
-            head.append(b"Connection: close\r\n")
-        head.append(b"\r\n")
-        if self.transport is not None and not self.closed:
-            self.transport.write(b"".join(head) + (b"" if r.method == b"HEAD" else body))
-        self.finished(r)
-
     def _refuse_now(self, a: Answer) -> None:
         """An answer from the parser's callbacks (a bad head, a body too large): given at once, and the
         connection closed, since the rest of the bytes cannot be trusted to frame a next request."""
@@ -380,7 +427,7 @@ class Conn(asyncio.Protocol):
         if self.active is None:
             self.queue.clear()
             self.active = r
-            self.respond(r, Answer(a.status, a.body, a.headers, close=True))
+            r.respond(Answer(a.status, a.body, a.headers, close=True))
         else:
             self.close()
 
@@ -392,15 +439,15 @@ class Conn(asyncio.Protocol):
 class Front:
     """The listening socket and its connections."""
 
-    def __init__(self, door: Door) -> None:
-        self.door = door
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
         self.conns: set[Conn] = set()
         self.server: asyncio.base_events.Server | None = None
         self._sweeper: asyncio.Task | None = None
 
     async def start(self, host: str, port: int) -> int:
         loop = asyncio.get_running_loop()
-        self.server = await loop.create_server(lambda: Conn(self.door, self), host, port, backlog=1024,
+        self.server = await loop.create_server(lambda: Conn(self.handler, self), host, port, backlog=1024,
                                                reuse_address=True)
         self._sweeper = loop.create_task(self._sweep(), name="door-keepalive")
         return self.server.sockets[0].getsockname()[1]
@@ -428,8 +475,3 @@ class Front:
 
 def too_large() -> Answer:
     return Answer(413, error_body(413, f"the request body is over {MAX_BODY // 1024**2} MiB"), close=True)
-
-
-def answer_refusal(r: Refusal) -> Answer:
-    headers = {"Retry-After": str(int(max(1, round(r.retry_after_s))))} if r.retry_after_s else {}
-    return Answer(r.status, error_body(r.status, r.message, r.hint, cause=r.cause), headers)

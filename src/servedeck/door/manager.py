@@ -73,6 +73,7 @@ class ModelRuntime:
     members: tuple[str, ...] = ()  # the deck's models behind this name: itself, or a replicated entry's replicas
     waiting_for: str = ""  # why its waiting requests wait now (a policy WHY_ word; set by the slot worker)
     records: dict[str, LiveRecord] = field(default_factory=dict)  # replica url → the launch behind it
+    policy: Pol.ReplicaPolicy = field(default_factory=Pol.replica_policy)  # which replica takes a request
 
     def view(self) -> Pol.View:
         retry = self.refusal.until if self.refusal else None
@@ -145,16 +146,17 @@ class Manager:
                           hint="GET /v1/models lists every model and alias") from None
 
     # --- requests -----------------------------------------------------------------------------------
-    async def acquire(self, name: str, waited: Pol.Waited | None = None) -> Pol.Replica:
+    async def acquire(self, name: str, waited: Pol.Waited | None = None, ask: Pol.Ask | None = None) -> Pol.Replica:
         """A replica of `name` to send one request to, starting or switching the model first when
         needed. Raises Refusal (429 queue full, 502 failed boot, 503 cannot start now, 504 waited too long).
-        `waited` is told, at every look, why the request still waits (its x-servedeck-waited header)."""
+        `waited` is told, at every look, why the request still waits (its x-servedeck-waited header);
+        `ask` is what the model's replica policy may read of the request."""
         rt = self.models[name]
         now = self.clock()
         rt.last_request = now
         async with self.cond:
             if rt.state == Pol.READY:
-                return self._take(rt)
+                return self._take(rt, ask)
             if rt.refusal and rt.refusal.until and now < rt.refusal.until:
                 raise self._with_retry(rt.refusal, now)
             if rt.queued >= self.queue_max:
@@ -174,7 +176,7 @@ class Manager:
                     if waited is not None:
                         waited.note(self.clock(), rt.waiting_for)
                     if rt.state == Pol.READY:
-                        return self._take(rt)
+                        return self._take(rt, ask)
                     if rt.last_error and rt.last_error[0] > mark:
                         raise self._with_retry(rt.last_error[1], self.clock())
                     left = deadline - self.clock()
@@ -193,21 +195,21 @@ class Manager:
                     rt.waiting_for = ""
                 self._gauge(rt)
 
-    def take_ready(self, name: str) -> Pol.Replica | None:
+    def take_ready(self, name: str, ask: Pol.Ask | None = None) -> Pol.Replica | None:
         """A replica of `name` when it is ready now (no waiting, no task); None otherwise: then
         `acquire` waits for it."""
         rt = self.models[name]
         if rt.state != Pol.READY:
             return None
         rt.last_request = self.clock()
-        return self._take(rt)
+        return self._take(rt, ask)
 
     def _with_retry(self, r: Refusal, now: float) -> Refusal:
         left = (r.until - now) if r.until else r.retry_after_s
         return Refusal(r.status, r.message, r.hint, max(1.0, round(left or 1.0)), r.cause, r.until)
 
-    def _take(self, rt: ModelRuntime) -> Pol.Replica:
-        rep = Pol.pick_replica(rt.replicas)
+    def _take(self, rt: ModelRuntime, ask: Pol.Ask | None) -> Pol.Replica:
+        rep = rt.policy.pick(ask, rt.replicas)
         rep.outstanding += 1
         rep.sent += 1
         rt.inflight += 1

@@ -100,6 +100,18 @@ class DoorMetrics:
             c = self._counts[(model, status)] = self.requests.labels(model, status)
         c.inc()
 
+    def request_done(self, model: str, status: int, e2e_s: float, ttft_s: float | None) -> None:
+        """A proxied request ended with `status`; `ttft_s`: to the engine's first body byte, if one came."""
+        m = self.of(model)
+        m.e2e.observe(e2e_s)
+        if ttft_s is not None:
+            m.ttft.observe(ttft_s)
+        self.count(model, str(status))
+
+    def upstream_failed(self, model: str, when: str) -> None:
+        """An engine connection failed: `before-response` or `mid-stream`."""
+        self.upstream_failures.labels(model, when).inc()
+
     def set_state(self, model: str, state: str) -> None:
         for s in STATES:
             self.state.labels(model, s).set(1 if s == state else 0)

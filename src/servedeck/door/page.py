@@ -1,22 +1,20 @@
-"""The live page: `/` is one self-contained HTML document (no external assets); it opens
-`/events` (server-sent events) and redraws from each snapshot. Everything is text-escaped on the
-page (textContent), so a model name or a log line can never become markup."""
+"""The live page: `/` is one self-contained HTML document (no external assets); it opens `/events`
+(server-sent events, written by door/management.py) and redraws from each snapshot. Everything is
+text-escaped on the page (textContent), so a model name or a log line can never become markup."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from aiohttp import web
-
 if TYPE_CHECKING:
-    from servedeck.door.server import Door
+    from servedeck.door.manager import Manager
 
 LOG_LINES = 8
-EVERY_S = 1.0
+EVERY_S = 1.0  # how often /events looks for a new snapshot
 
 
 def _disk_parts(models: list[str]) -> dict[str, Any]:
@@ -35,34 +33,13 @@ def _disk_parts(models: list[str]) -> dict[str, Any]:
     return {"notices": notices, "logs": logs}
 
 
-async def snapshot(door: "Door") -> dict[str, Any]:
-    models = door.manager.snapshot()
-    disk = await asyncio.to_thread(_disk_parts, [name for rt in door.manager.models.values() if rt.managed
+async def snapshot(manager: Manager, recent: Iterable[dict]) -> dict[str, Any]:
+    """What the page shows (and /door/status answers): models, recent requests, switches, notices, logs."""
+    models = manager.snapshot()
+    disk = await asyncio.to_thread(_disk_parts, [name for rt in manager.models.values() if rt.managed
                                                  for name in rt.members])
-    return {"at": time.time(), "models": models, "recent": list(door.recent)[-20:][::-1],
-            "swaps": list(door.manager.swaps)[-10:][::-1], **disk}
-
-
-async def events(request: web.Request) -> web.StreamResponse:
-    from servedeck.door.server import DOOR_KEY
-
-    door = request.app[DOOR_KEY]
-    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-    await resp.prepare(request)
-    last = None
-    while True:
-        snap = await snapshot(door)
-        data = json.dumps({k: v for k, v in snap.items() if k != "at"}, default=str)
-        if data != last:
-            last = data
-            await resp.write(f"event: snapshot\ndata: {data}\n\n".encode())
-        else:
-            await resp.write(b": keep-alive\n\n")
-        await asyncio.sleep(EVERY_S)
-
-
-async def index(request: web.Request) -> web.Response:
-    return web.Response(text=PAGE, content_type="text/html", charset="utf-8")
+    return {"at": time.time(), "models": models, "recent": list(recent)[-20:][::-1],
+            "swaps": list(manager.swaps)[-10:][::-1], **disk}
 
 
 PAGE = """<!doctype html>

@@ -2,8 +2,8 @@
 
 `decide` answers "a request wants model T: what now?" from a snapshot of what the door knows
 (`View` per model) and the time `now`; its `why` is the reason a waiting request gives for its wait
-(`Waited` adds those up into the `x-servedeck-waited` header). `pick_replica` answers "which replica
-takes this request".
+(`Waited` adds those up into the `x-servedeck-waited` header). A model's `ReplicaPolicy` answers
+"which replica takes this request" (`POLICIES`, by name; `least-outstanding` is every model's today).
 The effects (deck start/switch/stop, waiting, answering 429/502/503) are carried out by
 door/manager.py, which asks again after every change.
 
@@ -18,7 +18,11 @@ Door states of a model (manager.py is their one owner):
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from servedeck.errors import UsageError
 
 STOPPED, STARTING, READY, DRAINING, STOPPING, FAILED = "stopped", "starting", "ready", "draining", "stopping", "failed"
 HOLDING = {STARTING, READY, DRAINING, STOPPING}  # states that occupy a slot
@@ -157,19 +161,75 @@ class Waited:
         return ", ".join(f"{s:.1f}s {why}" for why, s in self.parts)
 
 
+RECENT_PER_REPLICA = 64
+
+
 @dataclass
 class Replica:
-    """One server of a model; `outstanding` counts requests sent to it and not yet finished."""
+    """One server of a model; `outstanding` counts requests sent to it and not yet finished. `recent`
+    is its policy's own memory of what it sent there (the door never reads it; a policy that needs
+    no history leaves it empty)."""
 
     url: str
     outstanding: int = 0
     sent: int = field(default=0)
+    recent: deque = field(default_factory=lambda: deque(maxlen=RECENT_PER_REPLICA), repr=False)
+
+
+class Ask(NamedTuple):
+    """What a replica policy may read of one request: its path, its headers as the client sent them,
+    its body as sent (a prompt's prefix is its first bytes) and that body's JSON (None when it is not
+    JSON). Given, never changed: the door forwards the request as it came."""
+
+    path: bytes
+    headers: list[tuple[bytes, bytes]]
+    body: bytes
+    doc: Any = None
+
+    def header(self, name: bytes) -> bytes | None:
+        for k, v in self.headers:
+            if k.lower() == name:
+                return v
+        return None
 
 
 def pick_replica(replicas: list[Replica]) -> Replica:
     """The replica with the fewest outstanding requests; ties go to the one sent fewer in total
     (so an idle set is used round-robin rather than always the first)."""
     return min(replicas, key=lambda r: (r.outstanding, r.sent))
+
+
+class ReplicaPolicy:
+    """How one model's requests are spread over its ready replicas: one instance per model, so a
+    policy may keep state across requests (a session → replica map), and `replica.recent` per
+    replica. `pick` is a pure decision over what it is given; the manager counts what it picked
+    (`outstanding`, `sent`). A new policy is a subclass here and a line in POLICIES."""
+
+    name = ""
+
+    def pick(self, ask: Ask | None, replicas: list[Replica]) -> Replica:
+        """The replica for this request. `ask` is None for a request the door makes itself (preload)."""
+        raise NotImplementedError
+
+
+class LeastOutstanding(ReplicaPolicy):
+    name = "least-outstanding"
+
+    def pick(self, ask: Ask | None, replicas: list[Replica]) -> Replica:
+        return pick_replica(replicas)
+
+
+POLICIES: dict[str, type[ReplicaPolicy]] = {p.name: p for p in (LeastOutstanding,)}
+DEFAULT_POLICY = LeastOutstanding.name
+
+
+def replica_policy(name: str | None = None) -> ReplicaPolicy:
+    """A fresh policy for one model, by its name (None: the default)."""
+    try:
+        return POLICIES[name or DEFAULT_POLICY]()
+    except KeyError:
+        raise UsageError(f"no replica routing policy named {name!r}",
+                         hint=f"use one of: {', '.join(sorted(POLICIES))}") from None
 
 
 def idle_expired(v: View, ttl_s: float | None, now: float) -> bool:

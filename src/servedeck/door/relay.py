@@ -1,5 +1,5 @@
-"""The door's upstream side: raw HTTP/1.1 to the engine (or to the door's own management app), each
-response piece written to the client's socket from the engine socket's own callback.
+"""The door's upstream side: raw HTTP/1.1 to the engines, each response piece written to the client's
+socket from the engine socket's own callback.
 
 Why not aiohttp's client (what the door used first): each request cost a `ClientRequest` build and
 each relayed chunk a task wake-up (`readany()`) and a coroutine write, all on the door's one loop, where a
@@ -41,7 +41,7 @@ from servedeck.errors import DoorError
 IDLE_S = 3.0
 END_CHUNK = b"0\r\n\r\n"
 
-Key = tuple[str, int, bool]  # (host, port, tls); a unix socket is ("unix:" + path, 0, False)
+Key = tuple[str, int, bool]  # (host, port, tls)
 
 
 class UpstreamError(DoorError):
@@ -233,7 +233,7 @@ class Exchange(asyncio.Protocol):
 
 
 class Relay:
-    """Keep-alive connections to the upstreams, one pool per (host, port, tls) or unix socket."""
+    """Keep-alive connections to the upstreams, one pool per (host, port, tls)."""
 
     def __init__(self) -> None:
         self.idle: dict[Key, deque[Exchange]] = {}
@@ -243,8 +243,6 @@ class Relay:
 
     @staticmethod
     def key(url: str) -> Key:
-        if url.startswith("unix:"):
-            return (url, 0, False)
         u = urlsplit(url)
         tls = u.scheme == "https"
         return (u.hostname or "127.0.0.1", u.port or (443 if tls else 80), tls)
@@ -252,8 +250,6 @@ class Relay:
     @staticmethod
     def host_header(key: Key) -> bytes:
         host, port, tls = key
-        if host.startswith("unix:"):
-            return b"localhost"
         return (host if port in (80, 443) else f"{host}:{port}").encode()
 
     def _key(self, url: str) -> Key:
@@ -293,16 +289,12 @@ class Relay:
         host, port, tls = key
         loop = asyncio.get_running_loop()
         try:
-            if host.startswith("unix:"):
-                _, ex = await loop.create_unix_connection(lambda: Exchange(key, self), host[5:])
-            else:
-                if tls and self._tls is None:
-                    self._tls = ssl.create_default_context()
-                _, ex = await loop.create_connection(lambda: Exchange(key, self), host, port,
-                                                     ssl=self._tls if tls else None)
+            if tls and self._tls is None:
+                self._tls = ssl.create_default_context()
+            _, ex = await loop.create_connection(lambda: Exchange(key, self), host, port,
+                                                 ssl=self._tls if tls else None)
         except OSError as e:
-            where = host[5:] if host.startswith("unix:") else f"{host}:{port}"
-            listener.on_fail(None, UpstreamError(f"cannot connect to {where}: {e.strerror or e}"))
+            listener.on_fail(None, UpstreamError(f"cannot connect to {host}:{port}: {e.strerror or e}"))
             return
         self._send(ex, payload, listener)
 

@@ -1,0 +1,118 @@
+"""The door's own routes, answered by the front itself (no second server behind it):
+
+    GET  /v1/models       every model and alias, with its door state
+    GET  /metrics         Prometheus text
+    GET  /                the live page (door/page.py)
+    GET  /events          its server-sent events: a snapshot whenever it changed, checked every second
+    GET  /door/status     the same snapshot as JSON
+
+HEAD is answered as GET without the body. Any other path outside /v1/ is 404 and another method on
+these paths 405, in the door's JSON error shape. Who may ask is decided before (door/admission.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections import deque
+from typing import Any, Callable, Coroutine
+
+from servedeck.door.front import WRITE_HIGH, Answer, Req, error_body
+from servedeck.door.manager import Manager
+from servedeck.door.metrics import DoorMetrics
+from servedeck.door.page import EVERY_S, PAGE, snapshot
+
+log = logging.getLogger("servedeck.door")
+
+JSON = b"application/json; charset=utf-8"
+
+
+class Management:
+    def __init__(self, manager: Manager, metrics: DoorMetrics, recent: deque[dict]) -> None:
+        self.manager = manager
+        self.metrics = metrics
+        self.recent = recent
+        self.routes: dict[bytes, Callable[[Req], None]] = {
+            b"/v1/models": self.models, b"/metrics": self.metrics_text, b"/door/status": self.status,
+            b"/": self.page, b"/events": self.events}
+
+    def answer(self, r: Req) -> None:
+        route = self.routes.get(r.path)
+        if route is None:
+            path = r.path.decode("latin-1")
+            raise Answer(404, error_body(404, f"no route {path} at the door",
+                                         "the door answers /v1/* (by the body's model), /v1/models, /metrics, "
+                                         "/, /events and /door/status"))
+        if r.method not in (b"GET", b"HEAD"):
+            raise Answer(405, error_body(405, f"{r.path.decode('latin-1')} answers GET and HEAD, "
+                                              f"not {r.method.decode('latin-1')}"), {"Allow": "GET, HEAD"})
+        route(r)
+
+    def _later(self, r: Req, work: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Answer in a task (a thread read, a stream); the client leaving cancels it."""
+        async def run() -> None:
+            try:
+                await work()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # an answer still goes out, naming what failed
+                log.exception("the door's %s failed", r.path.decode("latin-1"))
+                r.task = None
+                if not r.head_sent:
+                    r.respond(Answer(500, error_body(500, f"{r.path.decode('latin-1')} failed: {e}")))
+                else:
+                    r.cut()
+            else:
+                r.task = None
+
+        r.task = asyncio.get_running_loop().create_task(run())
+
+    # --- the routes --------------------------------------------------------------------------------
+    def models(self, r: Req) -> None:
+        data = []
+        for m in self.manager.snapshot():
+            for n in [m["model"], *m["aliases"]]:
+                data.append({"id": n, "object": "model", "owned_by": "servedeck", "created": 0,
+                             "servedeck": {"model": m["model"], "alias_of": m["model"] if n != m["model"] else None,
+                                           "state": m["state"], "slot": m["slot"], "detail": m["detail"]}})
+        r.respond_body(200, JSON, json.dumps({"object": "list", "data": data}).encode())
+
+    def metrics_text(self, r: Req) -> None:
+        async def work() -> None:
+            body = await asyncio.to_thread(self.metrics.render)  # NVML reads may take a moment
+            r.respond_body(200, b"text/plain; version=0.0.4; charset=utf-8", body)
+
+        self._later(r, work)
+
+    def status(self, r: Req) -> None:
+        async def work() -> None:
+            snap = await snapshot(self.manager, self.recent)
+            r.respond_body(200, JSON, json.dumps(snap, default=str).encode())
+
+        self._later(r, work)
+
+    def page(self, r: Req) -> None:
+        r.respond_body(200, b"text/html; charset=utf-8", PAGE.encode())
+
+    def events(self, r: Req) -> None:
+        async def work() -> None:
+            r.open_stream(200, [(b"Content-Type", b"text/event-stream"), (b"Cache-Control", b"no-cache")])
+            if r.method == b"HEAD":
+                r.end()
+                return
+            last = None
+            while not r.gone:
+                snap = await snapshot(self.manager, self.recent)
+                if r.unsent() > WRITE_HIGH:  # the page stopped reading: send nothing more until it catches up
+                    last = None
+                else:
+                    data = json.dumps({k: v for k, v in snap.items() if k != "at"}, default=str)
+                    if data != last:
+                        last = data
+                        r.send(f"event: snapshot\ndata: {data}\n\n".encode())
+                    else:
+                        r.send(b": keep-alive\n\n")
+                await asyncio.sleep(EVERY_S)
+
+        self._later(r, work)
