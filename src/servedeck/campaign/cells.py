@@ -22,7 +22,7 @@ from servedeck.campaign.file import Campaign, Variant
 from servedeck.config import Config
 from servedeck.config.load import cross_check, replica_name
 from servedeck.config.schema import Model, ModelsToml as DeckModel
-from servedeck.errors import ConfigError
+from servedeck.errors import ConfigError, ServedeckError
 
 
 class CellState(str, Enum):
@@ -82,6 +82,14 @@ class Ending:
     reason: Optional[str] = None
     signature: Optional[str] = None  # the failure's classified signature (a launch that never came up)
     fields: dict[str, Any] = field(default_factory=dict)  # the placement's own record fields (Ray: attempts)
+
+
+def failed_by(e: Exception) -> Ending:
+    """A cell's work that raised, as its end: a servedeck error's message, else the bug named (a servedeck
+    bug in one cell must not lose the others)."""
+    if isinstance(e, ServedeckError):
+        return Ending(CellState.FAILED, e.message)
+    return Ending(CellState.FAILED, f"servedeck failed: {type(e).__name__}: {e}")
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ skipped (left out by --only). A cell found `running` by a later `campaign run --
 servedeck that ran it is gone. A state changes only through `move_cell`, which refuses a move
 cells.MOVES does not list. Only CampaignFolder writes these files; one lock serialises writers within a
 process (--parallel).
-A Ray node running one of the head's cells holds the same record in memory (`held_for`) and writes no
-campaign folder: the head's is the only one, and the node's news reaches it through the task's stream.
+A Ray node running one of the head's cells keeps no record and writes no campaign folder: the head's is
+the only one, and the node's news reaches it through the task's stream (cluster/node.py).
 """
 
 from __future__ import annotations
@@ -48,10 +48,9 @@ def _new_doc(camp: Campaign, cells: list[Cell], model: str) -> dict[str, Any]:
 
 
 class CampaignFolder:
-    def __init__(self, path: Path, doc: dict[str, Any], written: bool = True):
+    def __init__(self, path: Path, doc: dict[str, Any]):
         self.path = path
         self.doc = doc
-        self.written = written  # False: a record held in memory for a folder another process writes
         self._lock = threading.Lock()
 
     @classmethod
@@ -66,13 +65,6 @@ class CampaignFolder:
         folder = cls(path, _new_doc(camp, cells, model))
         folder.save()
         return folder
-
-    @classmethod
-    def held_for(cls, head_folder: str, camp: Campaign, cells: list[Cell], model: str) -> "CampaignFolder":
-        """The record of the head's campaign folder `head_folder` (its name), as a Ray node running some of its
-        cells keeps it: the same cells and states, in memory only. Nothing is written: the head writes its
-        folder from what the node's task sends, so no second campaign folder exists for readers to find."""
-        return cls(Path(head_folder), _new_doc(camp, cells, model), written=False)
 
     @classmethod
     def open(cls, path: Path) -> "CampaignFolder":
@@ -118,16 +110,14 @@ class CampaignFolder:
 
     def _save_locked(self) -> None:
         self.doc["updated"] = now_iso()
-        if self.written:
-            atomic_write_json(self.path / "campaign.json", self.doc)
+        atomic_write_json(self.path / "campaign.json", self.doc)
 
     @property
     def finished(self) -> bool:
         return all(CellState(c["state"]).finished for c in self.doc["cells"])
 
     def write_markdown(self, text: str) -> None:
-        if self.written:
-            atomic_write_text(self.path / "campaign.md", text)
+        atomic_write_text(self.path / "campaign.md", text)
 
 
 def _finished(state: Any) -> bool:

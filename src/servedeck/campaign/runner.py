@@ -8,9 +8,9 @@ the one way a cell ends, wherever it ran:
     timed-out   cell_timeout passed: the cell's engines were stopped, what finished is kept
     pending     Ctrl-C: the cell's engines are stopped and `campaign run --resume` redoes it
 Where cells run is a placement passed in: `LocalPlacement` (this host, one cell at a time or side by
-side on threads) or cluster.dispatch's `RayPlacement` (a Ray task per cell). A cell's steps (launch,
-gate, workloads, stop) are steps.py's; their news reaches the runner through `CellNews`, from a thread
-here as from a Ray node. Decisions (which cells, in what order, side by side or not) are cells.py's.
+side on threads) or cluster.dispatch's `RayPlacement` (a Ray task per cell). On a host, a cell's work is
+a `CellHere`: steps.py's steps (launch, gate, workloads, stop) under its cell_timeout. Its news reaches
+the runner through `CellNews`, from a thread here as from a Ray node (which runs the same CellHere). Decisions (which cells, in what order, side by side or not) are cells.py's.
 """
 
 from __future__ import annotations
@@ -65,23 +65,39 @@ class QuietCampaignReporter:
         pass
 
 
-class Placement(Protocol):
-    """Where cells run. It never moves a cell's state: it says which cells start now, runs one cell's
-    work (returning how it ended) and stops what runs on Ctrl-C; the runner records the rest."""
+class Placement:
+    """Where cells run. What a placement must do: start a cell somewhere and report its news while it runs
+    (`run`, through the CellNews it is handed, ending with how its work ended), and stop running cells on
+    Ctrl-C (`stop`). It never moves a cell's state: the runner records. The rest has defaults: one cell at a
+    time, no checks of its own, every cell the runner has to do."""
 
-    parallel: bool  # cells may run side by side (each on a thread of this process)
-    resume_hint: str  # the command that redoes an interrupted cell
-    cancel_wait_s: Optional[float]  # after Ctrl-C, how long to wait for running cells (None: until they end)
+    resume_hint = "servedeck campaign run FILE --resume"  # the command that redoes an interrupted cell
+    parallel = False  # cells may run side by side (each on a thread of this process; `start_now` picks them)
+    cancel_wait_s: Optional[float] = None  # after Ctrl-C, how long to wait for running cells (None: until they end)
 
-    def check(self, camp: Campaign, cells: list[C.Cell]) -> None: ...  # before a campaign folder exists
-    def bind(self, runner: "Runner") -> None: ...  # the runner it places cells for
-    def prepare(self) -> list[C.Cell]: ...  # before anything starts: checks; the cells to do now
-    def start_now(self, pending: list[C.Cell], running: list[C.Cell]) -> list[C.Cell]: ...
-    def begin_fields(self) -> dict[str, Any]: ...  # record fields as a cell begins
-    def run(self, cell: C.Cell) -> C.Ending: ...  # the cell's work, wherever it runs
-    def settle(self, cell: C.Cell) -> None: ...  # after its work ended, before its end is recorded
-    def stop(self, cells: list[C.Cell]) -> None: ...  # Ctrl-C: stop these running cells' engines
-    def lanes(self) -> int: ...  # how many cells run at once now (the ETA divides by it)
+    def check(self, camp: Campaign, cells: list[C.Cell]) -> None:
+        """Before a campaign folder exists: refuse what cannot run anywhere this placement puts cells."""
+
+    def prepare(self, runner: "Runner") -> list[C.Cell]:
+        """Once the campaign folder exists, before any cell starts: the runner it places cells for; the cells
+        to do now."""
+        self.runner = runner
+        return runner.todo()
+
+    def start_now(self, pending: list[C.Cell], running: list[C.Cell]) -> list[C.Cell]:
+        return list(pending)
+
+    def run(self, cell: C.Cell, news: CellNews) -> C.Ending:
+        """The cell's work, wherever it runs; its news (phases, notes, run folders, where) reported on `news`."""
+        raise NotImplementedError
+
+    def stop(self, cells: list[C.Cell]) -> None:
+        """Ctrl-C: stop these running cells' engines, wherever they run."""
+        raise NotImplementedError
+
+    def lanes(self) -> int:
+        """How many cells run at once now (the ETA divides by it)."""
+        return 1
 
 
 @dataclass(frozen=True)
@@ -106,11 +122,7 @@ class Runner:
     """The one owner of a campaign's cells: which run, their states, how each ends; `place` says where."""
 
     def __init__(self, cfg: Config, camp: Campaign, opts: RunOptions, reporter: Optional[CampaignReporter] = None,
-                 head_folder: Optional[str] = None, place: Optional[Placement] = None,
-                 derived: Optional[C.Derived] = None):
-        """`head_folder`: the name of a campaign folder another process keeps (a Ray node runs a cell of the
-        head's campaign): the record is held in memory, and no campaign folder is written here.
-        `derived`: the model entries to launch, when the placement rewrote them (Ray's GPU grant)."""
+                 place: Optional[Placement] = None):
         self.user_cfg = cfg
         self.opts = opts
         self.rep = reporter or QuietCampaignReporter()
@@ -124,7 +136,7 @@ class Runner:
             # a resume runs the campaign as it was frozen when it began, whatever the file says now
             camp = parse((found / "campaign.toml").read_text(), camp.path)
         self.camp = camp
-        self.derived = derived or C.derive(cfg, camp)
+        self.derived = C.derive(cfg, camp)
         self.cells = C.cell_list(camp, self.derived)
         self.place.check(camp, self.cells)
         if opts.only:
@@ -132,17 +144,13 @@ class Runner:
             if unknown:
                 raise ConfigError(f"--only: no variant named {', '.join(unknown)} in {camp.path}",
                                   hint="variants: " + ", ".join(v.name for v in camp.variants))
-        if head_folder is not None:
-            self.folder = CampaignFolder.held_for(head_folder, camp, self.cells, self.derived.base)
-        elif opts.resume:
+        if opts.resume:
             self.folder = CampaignFolder.open(found)
         else:
             self.folder = CampaignFolder.create(root, camp, self.cells, self.derived.base)
         self.runs_root = runs_root(cfg.deck.host.results_dir)
         self.durations: list[float] = []
         self.interrupted = threading.Event()
-        self.expired: set[str] = set()
-        self.place.bind(self)
 
     def todo(self) -> list[C.Cell]:
         out = []
@@ -155,7 +163,7 @@ class Runner:
                 self.folder.move_cell(cell.id, C.CellState.SKIPPED, reason="left out by --only")
         return out
 
-    # --- CellNews: what a cell's work reports, here or from a node ----------------------------------
+    # --- CellNews: what a cell's work reports, from a thread here or from a node ---------------------
     def phase(self, cell: str, text: str) -> None:
         self.rep.phase(cell, text)
 
@@ -170,7 +178,7 @@ class Runner:
 
     # --- the loop -------------------------------------------------------------------------------
     def run(self) -> CampaignFolder:
-        todo = self.place.prepare()
+        todo = self.place.prepare(self)
         self.folder.save()
         self.rep.begin(self.folder.path, len(self.cells), self._done_count())
         self._render()
@@ -212,32 +220,21 @@ class Runner:
         self.interrupted.set()
         self.place.stop(cells)
 
-    def time_out(self, cell: C.Cell) -> None:
-        """cell_timeout passed for a running cell: it ends timed-out, whatever its work says next."""
-        self.expired.add(cell.id)
-        self.rep.note(f"{cell.id}: cell_timeout {self.camp.head.cell_timeout} passed; stopping its engines")
-
-    def stopping(self, cell: C.Cell) -> bool:
-        """Whether a running cell is being stopped (Ctrl-C, cell_timeout): its work ends at the next step."""
-        return self.interrupted.is_set() or cell.id in self.expired
-
     # --- one cell, from its start to its recorded end ----------------------------------------------
     def run_cell(self, cell: C.Cell) -> str:
         prior = self.folder.cell(cell.id)
         earlier = prior.get("earlier_runs", []) + prior.get("runs", [])
         self.folder.move_cell(cell.id, C.CellState.RUNNING, runs=[], earlier_runs=earlier, reason=None,
-                              signature=None, started=S.now_iso(), ended=None, **self.place.begin_fields())
+                              signature=None, started=S.now_iso(), ended=None)
         t0 = time.monotonic()
         ending = C.Ending(C.CellState.DONE)
         try:
-            ending = self.place.run(cell)
+            ending = self.place.run(cell, self)
         except KeyboardInterrupt:
             ending = C.Ending(C.CellState.PENDING, self._interrupted_reason())
             raise
-        except ServedeckError as e:
-            ending = C.Ending(C.CellState.FAILED, e.message)
-        except Exception as e:  # a servedeck bug in one cell must not lose the others
-            ending = C.Ending(C.CellState.FAILED, f"servedeck failed: {type(e).__name__}: {e}")
+        except Exception as e:
+            ending = C.failed_by(e)
         finally:
             state = self._end(cell, ending, t0)
         return state.value
@@ -246,16 +243,12 @@ class Runner:
         return f"interrupted (Ctrl-C); `{self.place.resume_hint}` redoes this cell"
 
     def _end(self, cell: C.Cell, ending: C.Ending, t0: float) -> C.CellState:
-        """How every cell ends: Ctrl-C makes it pending and a passed cell_timeout timed-out (unless its work
-        was done), then its engines settle, the record moves, progress and campaign.md follow."""
+        """How every cell ends, once its work has (its engines settled where it ran, a passed cell_timeout
+        made timed-out there: CellHere): Ctrl-C makes it pending unless its work was done, then the record
+        moves, progress and campaign.md follow."""
         state, reason = ending.state, ending.reason
         if self.interrupted.is_set() and state != C.CellState.DONE:
             state, reason = C.CellState.PENDING, self._interrupted_reason()
-        elif cell.id in self.expired and state != C.CellState.DONE:
-            state = C.CellState.TIMED_OUT
-            reason = f"cell_timeout {self.camp.head.cell_timeout} passed; engines stopped" + \
-                (f" ({reason})" if reason else "")
-        self.place.settle(cell)
         self.folder.move_cell(cell.id, state, reason=reason, signature=ending.signature, ended=S.now_iso(),
                               **ending.fields)
         if state.finished:
@@ -295,39 +288,73 @@ class Runner:
         return sum(C.CellState(c["state"]).finished for c in self.folder.doc["cells"])
 
     def _render(self) -> None:
-        if not self.folder.written:
-            return
         try:
             self.folder.write_markdown(render_markdown(self.folder.doc, self.runs_root))
         except Exception as e:  # campaign.json is the record; a rendering bug must not stop the campaign
             self.rep.note(f"campaign.md not written: {type(e).__name__}: {e}")
 
 
-class LocalPlacement:
+class CellHere:
+    """One cell's work on this host, the same in `campaign run` here as on a Ray node: its steps under its
+    cell_timeout, then its engines stopped through the deck. It returns how the work ended (a passed
+    cell_timeout makes it timed-out, unless the work was done) and records nothing: the news goes to
+    `news`, the ending to whoever keeps the campaign's record."""
+
+    def __init__(self, steps: CellSteps, cell: C.Cell, camp: Campaign):
+        self.steps, self.cell, self.camp = steps, cell, camp
+        self.stopped = threading.Event()  # Ctrl-C: the work ends at its next step
+        self.expired = threading.Event()  # cell_timeout passed
+
+    def run(self, news: CellNews) -> C.Ending:
+        cell = self.cell
+        timer = threading.Timer(self.camp.head.cell_timeout_s, self._expire, args=(news,))
+        timer.daemon = True
+        timer.start()
+        try:
+            try:
+                ending = self.steps.run(cell, news, lambda: self.stopped.is_set() or self.expired.is_set())
+            except Exception as e:  # KeyboardInterrupt goes on up: the runner makes the cell pending
+                ending = C.failed_by(e)
+        finally:
+            timer.cancel()
+            self.steps.stop(cell, news)
+        if self.expired.is_set() and ending.state != C.CellState.DONE:
+            ending = C.Ending(C.CellState.TIMED_OUT,
+                              f"cell_timeout {self.camp.head.cell_timeout} passed; engines stopped"
+                              + (f" ({ending.reason})" if ending.reason else ""), ending.signature, ending.fields)
+        return ending
+
+    def _expire(self, news: CellNews) -> None:
+        self.expired.set()
+        news.note(f"{self.cell.id}: cell_timeout {self.camp.head.cell_timeout} passed; stopping its engines")
+        self.steps.kill(self.cell)
+
+    def stop(self) -> None:
+        """From outside the cell's thread (Ctrl-C): its engines stopped by process group, its work ends."""
+        self.stopped.set()
+        self.steps.kill(self.cell)
+
+
+class LocalPlacement(Placement):
     """Cells on this host: one at a time, or (--parallel) side by side when their GPU/CPU sets are
-    disjoint, each on a thread; the cell's steps run in this process, under its cell_timeout. On a Ray
-    node, the node's one cell runs here too (`node`: the node's identity, as its records cite it)."""
+    disjoint, each on a thread; each cell is a CellHere in this process."""
 
-    resume_hint = "servedeck campaign run FILE --resume"
-    cancel_wait_s: Optional[float] = None
-
-    def __init__(self, node: Optional[dict[str, Any]] = None):
-        # where cells run: this host; on a Ray node, also its node id (summary.json and campaign.json say it)
-        self.node = dict(node or {"host": socket.gethostname()})
-        self.parallel = False
+    def __init__(self) -> None:
+        self.node = {"host": socket.gethostname()}  # where cells run (summary.json and campaign.json say it)
+        self.here: dict[str, CellHere] = {}  # running cells
+        self.here_lock = threading.Lock()
+        self.stopping = False
 
     def check(self, camp: Campaign, cells: list[C.Cell]) -> None:
         check_host(camp, cells)
 
-    def bind(self, runner: Runner) -> None:
+    def prepare(self, runner: Runner) -> list[C.Cell]:
         self.runner = runner
         self.parallel = runner.opts.parallel
         self.steps = CellSteps(runner.derived, runner.camp, runner.runs_root, runner.folder.path.name, self.node,
                                evict=runner.opts.evict)
-
-    def prepare(self) -> list[C.Cell]:
         self.reap()
-        todo = self.runner.todo()
+        todo = runner.todo()
         self.check_holders(todo)
         return todo
 
@@ -362,33 +389,25 @@ class LocalPlacement:
     def start_now(self, pending: list[C.Cell], running: list[C.Cell]) -> list[C.Cell]:
         return C.next_cells(pending, running, parallel=self.parallel)
 
-    def begin_fields(self) -> dict[str, Any]:
-        return {"node": self.node["host"], **({"ray_node_id": self.node["ray_node_id"]}
-                                               if self.node.get("ray_node_id") else {})}
-
-    def run(self, cell: C.Cell) -> C.Ending:
-        r = self.runner
-        timer = threading.Timer(r.camp.head.cell_timeout_s, self._expire, args=(cell,))
-        timer.daemon = True
-        timer.start()
+    def run(self, cell: C.Cell, news: CellNews) -> C.Ending:
+        news.placed(cell.id, node=self.node["host"])
+        here = CellHere(self.steps, cell, self.runner.camp)
+        with self.here_lock:
+            self.here[cell.id] = here
+            if self.stopping:  # Ctrl-C came as this cell's thread began
+                here.stopped.set()
         try:
-            return self.steps.run(cell, r, lambda: r.stopping(cell))
+            return here.run(news)
         finally:
-            timer.cancel()
-
-    def _expire(self, cell: C.Cell) -> None:
-        self.runner.time_out(cell)
-        self.steps.kill(cell)
-
-    def settle(self, cell: C.Cell) -> None:
-        self.steps.stop(cell, self.runner)
+            with self.here_lock:
+                self.here.pop(cell.id, None)
 
     def stop(self, cells: list[C.Cell]) -> None:
-        for cell in cells:
-            self.steps.kill(cell)
-
-    def lanes(self) -> int:
-        return 1
+        with self.here_lock:
+            self.stopping = True
+            here = [self.here[c.id] for c in cells if c.id in self.here]
+        for h in here:
+            h.stop()
 
 
 def run_campaign(cfg: Config, camp: Campaign, opts: RunOptions,

@@ -14,8 +14,9 @@
                 and the cell goes back to pending for `--resume`
 
 The runner (campaign/runner.py) is the same as on one host: it owns every cell's state and how a cell
-ends; `RayPlacement` is the placement it is given. A node's news (phases, notes, run folders, where it
-runs) is replayed onto the runner's `CellNews`, the calls a local thread makes.
+ends; `RayPlacement` is the placement it is given. On the node the cell is the same CellHere as on one
+host, reporting to a node.NodeNews; its stream is replayed here onto the runner's `CellNews`, the calls
+a local thread makes.
 
 Run folder names are made on the nodes; one sent here that collides with another cell's is renamed
 with a suffix (campaign.json lists the name it has here). A folder written in place keeps its name.
@@ -29,7 +30,8 @@ from typing import Any, Optional
 
 from servedeck.campaign import cells as C
 from servedeck.campaign.file import Campaign
-from servedeck.campaign.runner import CampaignReporter, RunOptions, Runner
+from servedeck.campaign.runner import CampaignReporter, Placement, RunOptions, Runner
+from servedeck.campaign.steps import CellNews
 from servedeck.cluster import node as N
 from servedeck.config import Config
 from servedeck.deck import state as S
@@ -51,9 +53,9 @@ def _is_node_loss(e: BaseException) -> bool:
         isinstance(getattr(e, "cause", None), (X.NodeDiedError, X.WorkerCrashedError))
 
 
-class RayPlacement:
+class RayPlacement(Placement):
     """Every cell a Ray task, all submitted at once: Ray queues each until a node has its GPUs, CPUs and
-    host. cell_timeout is kept by the node's own runner (the head's clock would count the wait for a node)."""
+    host. cell_timeout is kept on the node, by its CellHere (the head's clock would count the wait for a node)."""
 
     parallel = True
     resume_hint = "servedeck campaign run FILE --ray … --resume"
@@ -73,12 +75,7 @@ class RayPlacement:
         self.results_token = secrets.token_hex(8)
         self.in_place: dict[str, bool] = {}  # cell → its node writes its run folders in this results dir
 
-    def check(self, camp: Campaign, cells: list[C.Cell]) -> None:
-        pass  # CPU sets are the nodes' business: each node's runner checks its own
-
-    def bind(self, runner: Runner) -> None:
-        self.runner = runner
-        self.models_toml = runner.user_cfg.path.read_text()
+    # check: none here; CPU sets are the nodes' business (each node checks its own)
 
     # --- before anything starts ---------------------------------------------------------------
     def nodes(self) -> list[dict[str, Any]]:
@@ -120,8 +117,10 @@ class RayPlacement:
         one host."""
         return float(len(cell.cpus) or 1)
 
-    def prepare(self) -> list[C.Cell]:
-        todo = self.runner.todo()
+    def prepare(self, runner: Runner) -> list[C.Cell]:
+        self.runner = runner
+        self.models_toml = runner.user_cfg.path.read_text()
+        todo = runner.todo()
         self.preflight(todo)
         return todo
 
@@ -168,12 +167,6 @@ class RayPlacement:
     def start_now(self, pending: list[C.Cell], running: list[C.Cell]) -> list[C.Cell]:
         return list(pending)  # all at once: Ray places them (side by side where the nodes have room)
 
-    def begin_fields(self) -> dict[str, Any]:
-        return {"node": None, "ray_node_id": None, "attempts": []}
-
-    def settle(self, cell: C.Cell) -> None:
-        pass  # the node's runner stopped the cell's engines through its own deck
-
     def lanes(self) -> int:
         return max(1, len(self.inflight))
 
@@ -212,25 +205,25 @@ class RayPlacement:
                 "evict": r.opts.evict, "head_folder": r.folder.path.name,
                 "results_token": self.results_token, "attempt": attempt}
 
-    def run(self, cell: C.Cell) -> C.Ending:
+    def run(self, cell: C.Cell, news: CellNews) -> C.Ending:
         """Attempts of one cell: another alive node after a node loss, `retries` times."""
         r = self.runner
         earlier = list(r.folder.cell(cell.id).get("earlier_runs") or [])
         attempts: list[dict[str, Any]] = []
-        r.placed(cell.id, attempts=attempts)
+        news.placed(cell.id, node=None, ray_node_id=None, attempts=attempts)
         state, reason, signature = C.CellState.FAILED, None, None
         for attempt in range(1 + r.camp.head.retries):
             if r.interrupted.is_set():
                 break
             if attempt:  # the record starts again: the lost attempt's runs are earlier runs now
-                r.placed(cell.id, runs=[], earlier_runs=earlier, reason=None, signature=None, started=S.now_iso(),
-                         ended=None, node=None, ray_node_id=None, attempts=attempts)
-            state, reason, signature, info = self._attempt(cell, attempt)
+                news.placed(cell.id, runs=[], earlier_runs=earlier, reason=None, signature=None, started=S.now_iso(),
+                            ended=None, node=None, ray_node_id=None, attempts=attempts)
+            state, reason, signature, info = self._attempt(cell, attempt, news)
             attempts.append({"node": info.get("host"), "ray_node_id": info.get("ray_node_id"), "state": state.value,
                              "reason": reason, "runs": list(r.folder.cell(cell.id).get("runs") or [])})
             if state == C.CellState.FAILED and info.get("lost") and attempt < r.camp.head.retries:
                 earlier = earlier + attempts[-1]["runs"]
-                r.note(f"{cell.id}: {reason}; retrying on another node in {RETRY_PAUSE_S:.0f} s")
+                news.note(f"{cell.id}: {reason}; retrying on another node in {RETRY_PAUSE_S:.0f} s")
                 if r.interrupted.wait(RETRY_PAUSE_S):
                     break
                 continue
@@ -251,13 +244,14 @@ class RayPlacement:
                 opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(fits[0]["NodeID"], soft=False)
         return opts
 
-    def _attempt(self, cell: C.Cell, attempt: int) -> tuple[C.CellState, Optional[str], Optional[str], dict[str, Any]]:
+    def _attempt(self, cell: C.Cell, attempt: int,
+                 news: CellNews) -> tuple[C.CellState, Optional[str], Optional[str], dict[str, Any]]:
         from ray import exceptions as X
 
         r = self.runner
         payload = self._payload(cell, attempt)
         info: dict[str, Any] = {}
-        r.phase(cell.id, "waiting for a node" + (f" (attempt {attempt + 1})" if attempt else ""))
+        news.phase(cell.id, "waiting for a node" + (f" (attempt {attempt + 1})" if attempt else ""))
         gen = self.task.options(**self._options(cell)).remote(payload)
         self.inflight[cell.id] = gen
         try:
@@ -267,10 +261,11 @@ class RayPlacement:
                     info.update(msg)
                     self.where[cell.id] = msg["ray_node_id"]
                     self.in_place[cell.id] = bool(msg.get("runs_in_place"))
-                    r.placed(cell.id, node=msg["host"], ray_node_id=msg["ray_node_id"], node_gpus=msg["gpus"] or None)
-                    r.phase(cell.id, f"on {msg['host']} ({msg['ray_node_id'][:8]})")
+                    news.placed(cell.id, node=msg["host"], ray_node_id=msg["ray_node_id"],
+                                node_gpus=msg["gpus"] or None)
+                    news.phase(cell.id, f"on {msg['host']} ({msg['ray_node_id'][:8]})")
                 elif msg["kind"] == "sync":
-                    self._receive(cell, msg)
+                    self._receive(cell, msg, news)
                 elif msg["kind"] == "end":
                     rec = msg["cell"]
                     if msg.get("error"):
@@ -297,22 +292,23 @@ class RayPlacement:
             if not r.interrupted.is_set():
                 self.where.pop(cell.id, None)
 
-    def _receive(self, cell: C.Cell, msg: dict[str, Any]) -> None:
-        """A node's news, onto the runner's CellNews as a local thread would call it; its files first."""
-        r = self.runner
+    def _receive(self, cell: C.Cell, msg: dict[str, Any], news: CellNews) -> None:
+        """A node's news (node.NodeNews), onto the runner's CellNews as a local thread calls it; files first."""
         for kind, text in msg.get("items") or []:
             if kind == "phase":
-                r.phase(cell.id, text)
+                news.phase(cell.id, text)
             else:
-                r.note(f"{cell.id}: {text}")
+                news.note(f"{cell.id}: {text}")
         for run, files in (msg.get("files") or {}).items():
-            base = r.runs_root / self._name_here(cell, run)
+            base = self.runner.runs_root / self._name_here(cell, run)
             for rel, data in files.items():
                 path = base / rel
                 path.parent.mkdir(parents=True, exist_ok=True)
                 atomic_write_bytes(path, data)
         for run in msg.get("runs") or []:
-            r.run_made(cell.id, self._name_here(cell, run))
+            news.run_made(cell.id, self._name_here(cell, run))
+        if msg.get("placed"):
+            news.placed(cell.id, **msg["placed"])
 
     def _name_here(self, cell: C.Cell, run: str) -> str:
         """The run folder's name in this results dir: its own when its node wrote it here, else a folder made

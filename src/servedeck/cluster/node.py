@@ -1,17 +1,18 @@
 """What runs on a Ray node: one campaign cell, and the node's facts for `servedeck hosts`/preflight.
 
-A cell task is servedeck's own Runner.run_cell with the same LocalPlacement as one host's, on this node,
-with this node's SERVEDECK_HOME (deck state, locks) and results dir; the models.toml and campaign file
-arrive as text in the payload. The campaign's record stays the head's: the node holds its cell's entry
-in memory and writes no campaign folder. The task is a streaming generator: while the cell runs it
-yields the cell's run folder names and phases, and, when this node's results dir is not the head's, what
-changed in those folders (file contents, so no shared filesystem is needed); the head writes them into
-its own results dir as they come, so a node that dies mid-cell leaves the head everything it had sent.
-When the node's results dir is the head's (one host, or a shared filesystem: the node finds the head's
-campaign folder there with this campaign's token), its run folders already are where the head's readers
-look and only their names travel. Its last item is the cell's record (state, reason, runs). The head
-replays each item onto its runner's CellNews (phase, note, run_made, placed): the calls a cell's thread
-makes there.
+A cell task is servedeck's own cell work, runner.CellHere (its steps under its cell_timeout, its engines
+stopped), the same as one host's, on this node, with this node's SERVEDECK_HOME (deck state, locks) and
+results dir; the models.toml and campaign file arrive as text in the payload. The campaign's record is
+the head's alone: the node keeps none and writes no campaign folder. The cell reports through `NodeNews`,
+the CellNews a local thread reports through; the task is a streaming generator that sends that news on:
+while the cell runs it yields the cell's phases, notes and run folder names, and, when this node's
+results dir is not the head's, what changed in those folders (file contents, so no shared filesystem is
+needed); the head writes them into its own results dir as they come, so a node that dies mid-cell
+leaves the head everything it had sent. When the node's results dir is the head's (one host, or a
+shared filesystem: the node finds the head's campaign folder there with this campaign's token), its run
+folders already are where the head's readers look and only their names travel. Its last item is how the
+cell's work ended (state, reason, signature, runs). The head replays each item onto its runner's
+CellNews (phase, note, run_made, placed): the calls a cell's thread makes there.
 
 GPUs: the task asks Ray for the cell's GPU count; Ray sets CUDA_VISIBLE_DEVICES for the worker and
 `ray.get_gpu_ids()` names the physical GPUs it granted. A variant's `gpus` are positions within that
@@ -39,11 +40,13 @@ from servedeck import __version__, paths
 from servedeck.campaign import cells as C
 from servedeck.campaign.file import parse as parse_campaign
 from servedeck.campaign.folder import campaigns_root
-from servedeck.campaign.runner import LocalPlacement, RunOptions, Runner
+from servedeck.campaign.runner import CellHere, check_host
+from servedeck.campaign.steps import CellSteps
 from servedeck.config import Config
 from servedeck.deck import Deck
 from servedeck.errors import ConfigError, ServedeckError
 from servedeck.modelsfile import parse as parse_models
+from servedeck.runs.folder import runs_root
 from servedeck.supervisor.process import ENGINE_OWNER_ENV  # spawn passes it to the shim as --owner
 
 SYNC_S = 1.0  # how often a running cell sends what changed in its run folders
@@ -55,32 +58,43 @@ def identity() -> dict[str, Any]:
     return {"host": socket.gethostname(), "ray_node_id": ray.get_runtime_context().get_node_id()}
 
 
-class _NodeReporter:
-    """The cell's phases and notes, collected for the next sync (the head shows them)."""
+class NodeNews:
+    """The cell's CellNews on this node: phases, notes, run folders and placement fields, kept for the next
+    sync (the head replays them onto its runner's CellNews)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._items: list[tuple[str, str]] = []
-
-    def begin(self, folder: Path, total: int, done: int) -> None:
-        pass
+        self._runs: list[str] = []
+        self._placed: dict[str, Any] = {}
 
     def phase(self, cell: str, text: str) -> None:
         with self._lock:
             self._items.append(("phase", text))
 
-    def cell_end(self, cell: str, state: str, reason: Optional[str], done: int, total: int,
-                 eta_s: Optional[float]) -> None:
-        pass
-
     def note(self, text: str) -> None:
         with self._lock:
             self._items.append(("note", text))
 
-    def drain(self) -> list[tuple[str, str]]:
+    def run_made(self, cell: str, run: str) -> None:
         with self._lock:
-            out, self._items = self._items, []
-        return out
+            if run not in self._runs:
+                self._runs.append(run)
+
+    def placed(self, cell: str, **fields: Any) -> None:
+        with self._lock:
+            self._placed.update(fields)
+
+    def runs(self) -> list[str]:
+        with self._lock:
+            return list(self._runs)
+
+    def drain(self) -> tuple[list[tuple[str, str]], dict[str, Any]]:
+        """The phases and notes, and placement fields, since the last call."""
+        with self._lock:
+            items, self._items = self._items, []
+            placed, self._placed = self._placed, {}
+        return items, placed
 
 
 def place_gpus(derived: C.Derived, cell: C.Cell, granted: list[int]) -> C.Derived:
@@ -157,26 +171,31 @@ def run_cell(payload: dict[str, Any]) -> Iterator[dict[str, Any]]:
     derived = C.derive(cfg, camp)
     granted = [int(g) for g in ray.get_gpu_ids()]
     derived = place_gpus(derived, next(c for c in C.cell_list(camp, derived) if c.id == payload["cell"]), granted)
-    rep = _NodeReporter()
-    # the same runner and placement as one host's: the record held in memory, the news sent on below
-    runner = Runner(cfg, camp, RunOptions(evict=bool(payload.get("evict"))), rep, head_folder=payload["head_folder"],
-                    place=LocalPlacement(node=me), derived=derived)
+    cells = C.cell_list(camp, derived)
+    check_host(camp, cells)  # this node's CPU sets, as `campaign run` checks one host's
+    cell = next(c for c in cells if c.id == payload["cell"])
+    results = runs_root(cfg.deck.host.results_dir)
+    steps = CellSteps(derived, camp, results, payload["head_folder"], me, evict=bool(payload.get("evict")))
+    here = CellHere(steps, cell, camp)  # the same cell work as one host's
+    news = NodeNews()
     in_place = shares_head_results(cfg.deck.host.results_dir, payload["head_folder"], payload.get("results_token", ""))
-    cell = next(c for c in runner.cells if c.id == payload["cell"])
     yield {"kind": "started", **me, "gpus": granted, "pid": os.getpid(), "runs_in_place": in_place,
-           "models": {n: list(runner.derived.cfg.models[n].gpus) for n in cell.models}}
+           "models": {n: list(derived.cfg.models[n].gpus) for n in cell.models}}
     box: dict[str, Any] = {}
 
     def work() -> None:
         try:
-            box["state"] = runner.run_cell(cell)
-        except BaseException as e:  # KeyboardInterrupt reaches here only through run_cell's own re-raise
+            box["ending"] = here.run(news)
+        except BaseException as e:  # KeyboardInterrupt, SystemExit: CellHere turns the rest into its ending
             box["error"] = f"{type(e).__name__}: {e}"
 
     sent: dict[str, tuple[int, int]] = {}
 
-    def to_send(runs: list[str]) -> dict[str, dict[str, bytes]]:
-        return {} if in_place else _changed(runner.runs_root, runs, sent)
+    def sync() -> dict[str, Any]:
+        runs = news.runs()
+        items, placed = news.drain()
+        return {"kind": "sync", "files": {} if in_place else _changed(results, runs, sent), "items": items,
+                "runs": runs, **({"placed": placed} if placed else {})}
 
     told: list[str] = []
     t = threading.Thread(target=work, name=f"cell {cell.id}", daemon=True)
@@ -184,20 +203,21 @@ def run_cell(payload: dict[str, Any]) -> Iterator[dict[str, Any]]:
         t.start()
         while t.is_alive():
             t.join(SYNC_S)
-            runs = list(runner.folder.cell(cell.id).get("runs") or [])
-            files = to_send(runs)
-            items = rep.drain()
-            if files or items or runs != told:
-                told = runs
-                yield {"kind": "sync", "files": files, "items": items, "runs": runs}
-        record = dict(runner.folder.cell(cell.id))
-        yield {"kind": "sync", "files": to_send(record.get("runs") or []),
-               "items": rep.drain(), "runs": list(record.get("runs") or [])}
-        yield {"kind": "end", "cell": record, "error": box.get("error")}
+            msg = sync()
+            if msg["files"] or msg["items"] or msg.get("placed") or msg["runs"] != told:
+                told = msg["runs"]
+                yield msg
+        last = sync()
+        yield last
+        ending: Optional[C.Ending] = box.get("ending")
+        yield {"kind": "end", "error": box.get("error"),
+               "cell": {"state": ending.state.value if ending else C.CellState.FAILED.value,
+                        "reason": ending.reason if ending else None,
+                        "signature": ending.signature if ending else None, "runs": last["runs"]}}
     except BaseException:
         # the head's Ctrl-C (ray.cancel raises KeyboardInterrupt here): stop this cell's engines by
-        # process group, let run_cell record it and stop them through the deck, then end
-        runner.interrupt([cell])
+        # process group; its work ends at its next step and stops them through the deck
+        here.stop()
         t.join(120)
         raise
 
