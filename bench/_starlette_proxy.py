@@ -1,6 +1,6 @@
 """Bench only: the other stack the door could have used — Starlette on uvicorn (uvloop + httptools),
 httpx upstream — as a bare streaming proxy to one upstream (no routing, queue or metrics: that favours it).
-bench/door_latency.py --compare-stack runs it beside the door. Not a servedeck dependency:
+`bench/door_latency.py --targets stack` runs it beside the door. Not a servedeck dependency:
 `pip install starlette uvicorn httptools` to run it.
 
     python bench/_starlette_proxy.py PORT UPSTREAM_URL

@@ -13,11 +13,16 @@ Two targets:
 Targets (issue 12): added TTFT p50 <= 1 ms and p99 <= 5 ms at 64 streams; output tok/s >= 98 % of direct.
 
     .venv/bin/python bench/door_latency.py [--targets instrument llama] [--reps 2] [--out PATH]
-        [--pin client=0-3 door=4-7 instrument=8-11]
+        [--pin client=0-3 door=4-7 instrument=8-11] [--before-tree PATH]
 Without --pin every process (client, door, instrument, engine) shares this machine's cores; with it,
 each is held to its own CPU set (a GPU host has cores to spare: that shows the door's own cost, not
 the contention of three Python processes on two cores). The load average is recorded at the start
 and end of each point.
+
+--before-tree PATH (instrument target): a second door from another checkout of servedeck (e.g. a
+`git worktree add /tmp/door-before COMMIT`), run beside this one from PATH/src, in front of the same
+instrument; each point's runs rotate direct / door / before, so drift on a shared box falls on all three.
+With --pin both doors are held to the door's CPUs (only one of them is driven at a time).
 """
 
 from __future__ import annotations
@@ -93,12 +98,14 @@ def affinity(pid: int) -> list[int] | None:
 class DoorProcess:
     """`servedeck serve` in its own process group, on its own SERVEDECK_HOME."""
 
-    def __init__(self, config_text: str, *args: str) -> None:
+    def __init__(self, config_text: str, *args: str, src: Path | None = None) -> None:
         self.tmp = tempfile.mkdtemp(prefix="door-bench-")
         cfg = Path(self.tmp) / "models.toml"
         cfg.write_text(config_text)
         self.env = dict(os.environ, SERVEDECK_HOME=str(Path(self.tmp) / "home"), SERVEDECK_CONFIG=str(cfg))
         self.env.pop("SERVEDECK_API_KEY", None)
+        if src is not None:  # another checkout's servedeck (--before-tree): ahead of this venv's own
+            self.env["PYTHONPATH"] = os.pathsep.join([str(src), *filter(None, [os.environ.get("PYTHONPATH")])])
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen([sys.executable, "-m", "servedeck", "serve", "--port", str(self.port),
@@ -143,6 +150,11 @@ async def drive(url: str, model: str, conc: int, n: int, max_tokens: int, prompt
         return await run_load(c, ClosedLoop(conc), specs, warmup=warm)
 
 
+def git_commit(tree: Path) -> str | None:
+    out = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return out.stdout.strip() or None
+
+
 def pct(v: list[float], q: float) -> float | None:
     return float(np.percentile(v, q)) if v else None
 
@@ -177,14 +189,14 @@ def point(url: str, model: str, conc: int, rounds: int, max_tokens: int, prompt_
 
 
 def pair(direct_url: str, door_url: str, model: str, conc: int, reps: int, rounds: int, max_tokens: int,
-         prompt_tokens: int, inst: InstrumentProcess | None) -> dict[str, Any]:
+         prompt_tokens: int, inst: InstrumentProcess | None, before_url: str | None = None) -> dict[str, Any]:
     la0 = os.getloadavg()
-    runs = {"direct": [], "door": []}
-    for i in range(reps):  # alternate, so drift on a shared box falls on both sides
-        order = ("direct", "door") if i % 2 == 0 else ("door", "direct")
-        for side in order:
-            url = direct_url if side == "direct" else door_url
-            runs[side].append(point(url, model, conc, rounds, max_tokens, prompt_tokens, inst))
+    urls = {"direct": direct_url, "door": door_url, **({"before": before_url} if before_url else {})}
+    runs: dict[str, list] = {side: [] for side in urls}
+    sides = list(urls)
+    for i in range(reps):  # rotate, so drift on a shared box falls on every side
+        for side in sides[i % len(sides):] + sides[:i % len(sides)]:
+            runs[side].append(point(urls[side], model, conc, rounds, max_tokens, prompt_tokens, inst))
 
     def med(side: str, k: str) -> float | None:
         vals = [r[k] for r in runs[side] if r.get(k) is not None]
@@ -192,12 +204,17 @@ def pair(direct_url: str, door_url: str, model: str, conc: int, reps: int, round
 
     row: dict[str, Any] = {"streams": conc, "reps": reps, "load_avg_before": la0, "load_avg_after": os.getloadavg()}
     for k in ("ttft_p50_ms", "ttft_p99_ms", "output_tok_s", "transit_p50_ms", "transit_p99_ms", "lag_p99_ms"):
-        row[f"direct_{k}"], row[f"door_{k}"] = med("direct", k), med("door", k)
-    if inst:
-        row["added_ttft_p50_ms"] = row["door_transit_p50_ms"] - row["direct_transit_p50_ms"]
-        row["added_ttft_p99_ms"] = row["door_transit_p99_ms"] - row["direct_transit_p99_ms"]
-    row["tok_s_pct_of_direct"] = 100 * row["door_output_tok_s"] / row["direct_output_tok_s"] \
-        if row["direct_output_tok_s"] else None
+        for side in runs:
+            row[f"{side}_{k}"] = med(side, k)
+    for side, pre in (("door", ""), ("before", "before_")):
+        if side not in runs:
+            continue
+        if inst:
+            for q in ("p50", "p99"):
+                d, t = row[f"direct_transit_{q}_ms"], row[f"{side}_transit_{q}_ms"]
+                row[f"{pre}added_ttft_{q}_ms"] = t - d if d is not None and t is not None else None
+        row[f"{pre}tok_s_pct_of_direct"] = 100 * row[f"{side}_output_tok_s"] / row["direct_output_tok_s"] \
+            if row["direct_output_tok_s"] else None
     row["errors"] = sum(r["errors"] for side in runs.values() for r in side)
     row["runs"] = runs
     return row
@@ -209,19 +226,27 @@ def fmt(x: Any, nd: int = 2) -> str:
 
 def table(title: str, rows: list[dict], instrument: bool) -> Table:
     t = Table(title=title)
-    cols = ["streams", "TTFT p50 direct / door (ms)", "TTFT p99 direct / door (ms)"]
+    before = bool(rows) and "before_ttft_p50_ms" in rows[0]
+    sides = ["direct", "door", *(["before"] if before else [])]
+    names = " / ".join(sides)
+    cols = ["streams", f"TTFT p50 {names} (ms)", f"TTFT p99 {names} (ms)"]
     if instrument:
         cols += ["added TTFT p50 (ms)", "added TTFT p99 (ms)"]
-    cols += ["tok/s direct / door", "door % of direct", "errors", "load avg"]
+        if before:
+            cols += ["before: added p50 (ms)", "before: added p99 (ms)"]
+    cols += [f"tok/s {names}", "door % of direct", *(["before % of direct"] if before else []), "errors", "load avg"]
     for c in cols:
         t.add_column(c, justify="right")
     for r in rows:
-        cells = [str(r["streams"]), f"{fmt(r['direct_ttft_p50_ms'])} / {fmt(r['door_ttft_p50_ms'])}",
-                 f"{fmt(r['direct_ttft_p99_ms'])} / {fmt(r['door_ttft_p99_ms'])}"]
+        cells = [str(r["streams"]), " / ".join(fmt(r[f"{s}_ttft_p50_ms"]) for s in sides),
+                 " / ".join(fmt(r[f"{s}_ttft_p99_ms"]) for s in sides)]
         if instrument:
             cells += [fmt(r["added_ttft_p50_ms"], 3), fmt(r["added_ttft_p99_ms"], 3)]
-        cells += [f"{fmt(r['direct_output_tok_s'], 0)} / {fmt(r['door_output_tok_s'], 0)}",
-                  fmt(r["tok_s_pct_of_direct"], 1), str(r["errors"]), fmt(r["load_avg_before"][0], 1)]
+            if before:
+                cells += [fmt(r["before_added_ttft_p50_ms"], 3), fmt(r["before_added_ttft_p99_ms"], 3)]
+        cells += [" / ".join(fmt(r[f"{s}_output_tok_s"], 0) for s in sides), fmt(r["tok_s_pct_of_direct"], 1),
+                  *([fmt(r["before_tok_s_pct_of_direct"], 1)] if before else []),
+                  str(r["errors"]), fmt(r["load_avg_before"][0], 1)]
         t.add_row(*cells)
     return t
 
@@ -229,25 +254,33 @@ def table(title: str, rows: list[dict], instrument: bool) -> Table:
 def bench_instrument(a: argparse.Namespace) -> list[dict]:
     inst = InstrumentProcess("--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS), "--tokens", str(TOKENS),
                              cpus=PINS.get("instrument"))
-    door = None
+    door = before = None
     try:
         door = DoorProcess("", "--upstream", f"instrument={inst.url}")
-        a.affinity = {"client": affinity(0), "door": affinity(door.proc.pid), "instrument": affinity(inst.proc.pid)}
+        if a.before_tree:
+            before = DoorProcess("", "--upstream", f"instrument={inst.url}", src=a.before_tree / "src")
+        a.affinity = {"client": affinity(0), "door": affinity(door.proc.pid), "instrument": affinity(inst.proc.pid),
+                      **({"before": affinity(before.proc.pid)} if before else {})}
         console.log(f"CPU sets: {a.affinity}")
         rows = []
         for conc in a.concurrency:
-            rows.append(pair(inst.url, door.url, "instrument", conc, a.reps, a.rounds, TOKENS, 64, inst))
-            console.log(f"instrument, {conc} streams: added TTFT p50 {fmt(rows[-1]['added_ttft_p50_ms'], 3)} ms, "
-                        f"p99 {fmt(rows[-1]['added_ttft_p99_ms'], 3)} ms; tok/s {fmt(rows[-1]['tok_s_pct_of_direct'], 1)} %")
+            rows.append(pair(inst.url, door.url, "instrument", conc, a.reps, a.rounds, TOKENS, 64, inst,
+                             before.url if before else None))
+            r = rows[-1]
+            console.log(f"instrument, {conc} streams: added TTFT p50 {fmt(r['added_ttft_p50_ms'], 3)} ms, "
+                        f"p99 {fmt(r['added_ttft_p99_ms'], 3)} ms; tok/s {fmt(r['tok_s_pct_of_direct'], 1)} %"
+                        + (f"; before: {fmt(r['before_added_ttft_p50_ms'], 3)} / "
+                           f"{fmt(r['before_added_ttft_p99_ms'], 3)} ms" if before else ""))
         return rows
     finally:
-        if door:
-            door.stop()
+        for d in (door, before):
+            if d:
+                d.stop()
         inst.stop()
 
 
 def bench_stack(a: argparse.Namespace) -> list[dict]:
-    """The door (aiohttp) against a bare Starlette/uvicorn/httpx proxy, both in front of the instrument."""
+    """The door against a bare Starlette/uvicorn/httpx proxy, both in front of the instrument."""
     inst = InstrumentProcess("--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS), "--tokens", str(TOKENS))
     door = None
     port = free_port()
@@ -350,7 +383,12 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=HERE / "results" / "door_latency.json")
     ap.add_argument("--pin", nargs="+", default=[], metavar="ROLE=CPUS",
                     help="hold client, door and instrument to CPU sets, e.g. client=0-3 door=4-7 instrument=8-11")
+    ap.add_argument("--before-tree", type=Path, metavar="PATH",
+                    help="instrument target: also run the door of another servedeck checkout (its src/), interleaved")
     a = ap.parse_args()
+    if a.before_tree and not (a.before_tree / "src" / "servedeck" / "door").is_dir():
+        ap.error(f"--before-tree {a.before_tree}: expected a servedeck checkout (no src/servedeck/door there); "
+                 "make one with `git worktree add /tmp/door-before COMMIT`")
     for item in a.pin:
         role, _, cpus = item.partition("=")
         if role not in ("client", "door", "instrument") or not cpus:
@@ -369,6 +407,8 @@ def main() -> None:
         "platform": {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
                      "load_avg_start": os.getloadavg()},
         "pins": {k: sorted(v) for k, v in PINS.items()},
+        "before_tree": str(a.before_tree) if a.before_tree else None,
+        "commit": git_commit(REPO), "before_commit": git_commit(a.before_tree) if a.before_tree else None,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     if "instrument" in a.targets:
