@@ -25,7 +25,6 @@ from dataclasses import asdict, dataclass
 from time import perf_counter
 from typing import Any, Callable
 
-import httpx
 import psutil
 
 from servedeck.config import Config
@@ -36,6 +35,7 @@ from servedeck.deck.deck import Deck, classify, describe_exit, settings_of
 from servedeck.deck.records import LaunchState, LiveRecord
 from servedeck.errors import RefusedError, RunError, UsageError
 from servedeck.fsio import atomic_write_json
+from servedeck.loadgen.api import ApiClient
 from servedeck.loadgen.records import RequestRecord
 from servedeck.soak import windows as W
 from servedeck.soak.conversation import Conversation, ProtocolViolation
@@ -162,9 +162,8 @@ class Soak:
     async def main(self) -> None:
         self.t0, self.start_epoch = perf_counter(), time.time()
         self.stop = asyncio.Event()
-        limits = httpx.Limits(max_connections=self.cap + 8, max_keepalive_connections=self.cap + 8)
-        timeout = httpx.Timeout(self.spec.request_timeout_s, connect=10.0)
-        async with httpx.AsyncClient(base_url=self.rec.base_url, timeout=timeout, limits=limits) as client:
+        # one connection per worker at most: the pool grows to the workers in flight, never past them
+        async with ApiClient(self.rec.base_url, connect_timeout_s=10.0) as client:
             workers = [asyncio.ensure_future(self._worker(client, i, burst=i >= self.spec.concurrency))
                        for i in range(max(self.spec.concurrency, self.cap if self.spec.burst_every_s else 0))]
             guards = [asyncio.ensure_future(self._watchdog()), asyncio.ensure_future(self._sampler())]
@@ -185,7 +184,7 @@ class Soak:
         assert self.stop is not None
         self.stop.set()
 
-    async def _worker(self, client: httpx.AsyncClient, i: int, burst: bool) -> None:
+    async def _worker(self, client: ApiClient, i: int, burst: bool) -> None:
         assert self.stop is not None
         n = 0
         conv = Conversation(f"w{i}c{n}", seed=i * 7919 + n, max_turns=self.spec.turns)
@@ -208,7 +207,7 @@ class Soak:
                 n += 1
                 conv = Conversation(f"w{i}c{n}", seed=i * 7919 + n, max_turns=self.spec.turns)
 
-    async def _turn(self, client: httpx.AsyncClient, conv: Conversation) -> bool:
+    async def _turn(self, client: ApiClient, conv: Conversation) -> bool:
         messages = conv.ask()
         body = merge_request({"model": self.rec.served_name or self.spec.model, "messages": messages,
                               "max_tokens": self.spec.max_tokens, "temperature": 0.7},
@@ -217,12 +216,16 @@ class Soak:
         rec.t_send = self.elapsed()
         point = int(self.in_burst(rec.t_send))
         try:
-            r = await client.post("/v1/chat/completions", json=body)
-            rec.http_status = r.status_code
-            if r.status_code != 200:
-                rec.status, rec.error = "error", f"HTTP {r.status_code}: {r.text[:300]}"
+            r = await client.chat(body, timeout_s=self.spec.request_timeout_s)
+            rec.http_status = r.status
+            if r.status is not None and r.status != 200:
+                rec.status, rec.error = "error", f"HTTP {r.status}: {r.body[:300]}"
+            elif not r.ok:  # refused, timed out, cut off: no answer to read
+                rec.status, rec.error = "error", (r.error or "no answer")[:300]
             else:
-                data = r.json()
+                data = r.doc
+                if not isinstance(data, dict):
+                    raise ValueError(f"the answer is not a JSON object: {r.body[:200]}")
                 conv.absorb(data)
                 usage = data.get("usage") or {}
                 rec.prompt_tokens, rec.output_tokens = usage.get("prompt_tokens"), usage.get("completion_tokens")
@@ -233,7 +236,7 @@ class Soak:
             rec.status, rec.error, rec.t_end = "cancelled", "soak ended while in flight", self.elapsed()
             self._record(rec, point)
             raise
-        except (httpx.HTTPError, ValueError, ProtocolViolation) as e:
+        except (ValueError, ProtocolViolation) as e:
             rec.status, rec.error = "error", f"{type(e).__name__}: {e}"[:300]
         rec.t_end = self.elapsed()
         self._record(rec, point)
