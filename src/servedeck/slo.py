@@ -90,6 +90,12 @@ def parse_slo(text: str, *, name: str = "slo", what: str = "--slo") -> SloSpec:
     return SloSpec(name=name, thresholds=tuple(out))
 
 
+def slo_of_table(name: str, table: dict[str, str]) -> SloSpec:
+    """A campaign file's [slo.NAME] table (ttft_p95 = "2s", error_rate = "1%") → an SloSpec."""
+    text = ",".join(f"{key}<={value}" for key, value in table.items())
+    return parse_slo(text, name=name, what=f"slo.{name}")
+
+
 def _threshold(part: str, what: str) -> Threshold:
     if "<=" not in part:
         raise UsageError(f"{what}: {part!r} is not a threshold: expected FIGURE_pNN<=LIMIT, like ttft_p95<=2s",

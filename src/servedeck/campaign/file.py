@@ -9,7 +9,9 @@ CampaignFile out); `variants()` expands `[matrix]` into named variants.
     [[variants]]   name + overrides of the model's entry (build, args, env, context, gpus, cpus, tp, dp, pp,
                    gpu_memory_utilization, replicas), host (--ray: which node)
     [matrix]       "args.max-num-seqs" = [64, 128]: every combination becomes a variant named after its values
-    [[workloads]]  kind = chat | long-prompt and the keys of `servedeck bench`
+    [[workloads]]  kind = chat | long-prompt and the keys of `servedeck bench`; kind = capacity: find, slo
+                   (names of [slo.NAME] tables), max, resolution, start (campaign/capacity.py)
+    [slo.NAME]     thresholds, like ttft_p95 = "2s", error_rate = "1%" (servedeck.slo)
 """
 
 from __future__ import annotations
@@ -154,7 +156,7 @@ class Variant(_Strict):
 class WorkloadCfg(_Strict):
     """One `servedeck bench` per launch: the same keys as its options."""
 
-    kind: Literal["chat", "long-prompt"]
+    kind: Literal["chat", "long-prompt", "capacity"]
     concurrency: Optional[list[int]] = None
     rate: Optional[list[float]] = None
     arrivals: Literal["poisson", "constant"] = "poisson"
@@ -167,9 +169,18 @@ class WorkloadCfg(_Strict):
     seed: Optional[int] = None
     client_procs: int = Field(default=1, ge=1)  # the load spread over this many client processes (first replica)
     label: Optional[str] = None
+    # kind = "capacity" only: what to find, against which [slo.NAME] tables, and the search's options
+    find: Optional[Literal["max-concurrency", "max-rate"]] = None
+    slo: list[str] = Field(default_factory=list)
+    max: Optional[float] = Field(default=None, gt=0)
+    resolution: Optional[str] = None
+    start: Optional[float] = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _shape(self) -> "WorkloadCfg":
+        from servedeck.campaign.capacity_keys import check_workload  # the capacity keys' rules live with the search
+
+        check_workload(self)
         if self.concurrency and self.rate:
             raise ValueError("concurrency and rate are two different load shapes: give one")
         for key in ("concurrency", "rate"):
@@ -193,6 +204,7 @@ class CampaignFile(_Strict):
     variants: list[Variant] = Field(default_factory=list)
     matrix: dict[str, list[ArgValue]] = Field(default_factory=dict)
     workloads: list[WorkloadCfg] = Field(default_factory=list)
+    slo: dict[str, dict[str, str]] = Field(default_factory=dict)  # [slo.NAME]: figure = limit
 
     @field_validator("matrix")
     @classmethod
@@ -229,6 +241,13 @@ class Campaign:
 
     def variant(self, name: str) -> Variant:
         return next(v for v in self.variants if v.name == name)
+
+    @property
+    def slos(self) -> dict[str, Any]:
+        """[slo.NAME] tables, parsed (servedeck.slo.SloSpec by name)."""
+        from servedeck.slo import slo_of_table
+
+        return {name: slo_of_table(name, table) for name, table in self.file.slo.items()}
 
     @property
     def base_variant(self) -> Optional[str]:
@@ -299,6 +318,9 @@ def parse(text: str, path: Path) -> Campaign:
         problems.append(f"variants: name {n!r} is used twice (variant names must be unique)")
     if not cf.workloads:
         problems.append("workloads: no [[workloads]]: add at least one (kind = \"chat\" or \"long-prompt\")")
+    from servedeck.campaign.capacity_keys import campaign_problems
+
+    problems += campaign_problems(cf)
     for key in ("base", "reference"):
         ref = getattr(cf.campaign, key)
         if ref is not None and ref not in names:

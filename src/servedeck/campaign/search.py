@@ -20,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from servedeck.errors import UsageError
+
 Judged = dict[str, Any]  # servedeck.slo.judge's answer: "passed", "binding", "thresholds", "client_bound", ...
 
 
@@ -36,6 +38,20 @@ class Resolution:
     @property
     def text(self) -> str:
         return f"{self.absolute:g}" if self.absolute is not None else f"{(self.relative or 0.1) * 100:g}%"
+
+
+def parse_resolution(text: str) -> Resolution:
+    """`10%` (of the first failing load) or an absolute step like `2` or `0.5`."""
+    t = (text or "").strip()
+    try:
+        value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        raise UsageError(f"--resolution: {text!r} is not a percentage or a number",
+                         hint="write it like --resolution 10% or --resolution 2") from None
+    if not value > 0 or (t.endswith("%") and value >= 1):
+        raise UsageError(f"--resolution: {text!r} must be above 0 (and a percentage below 100 %)",
+                         hint="write it like --resolution 10%")
+    return Resolution(relative=value) if t.endswith("%") else Resolution(absolute=value)
 
 
 @dataclass(frozen=True)
@@ -96,6 +112,11 @@ class Search:
         load, phase, why = decision
         self._pending = (phase, why)
         return load
+
+    @property
+    def why_next(self) -> str:
+        """Why the load next_load just handed out is measured."""
+        return self._pending[1] if self._pending else ""
 
     def tell(self, load: float, judged: Judged) -> None:
         phase, why = self._pending or ("bracket", "measured")
