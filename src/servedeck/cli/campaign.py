@@ -13,6 +13,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from servedeck.campaign import BenchSpec, Outcome, RampSpec, compare_runs, measured, session
 from servedeck.campaign.bench import DEFAULTS, ArrivalsChoice, ContentChoice, WorkloadChoice, shape_label
 from servedeck.campaign.target import Target
+from servedeck.cli.accuracy import gate_eval
 from servedeck.cli.app import app, configured_results_dir, console, err_console, load_config, print_json
 from servedeck.errors import ServedeckError, UsageError
 from servedeck.gates import GateSpec, ProbeResult
@@ -129,16 +130,22 @@ def gate(
     context: Optional[int] = typer.Option(None, "--context", help="tokens each probe fills (default: what the server serves per request)"),
     depths: str = typer.Option("0.1,0.5,0.9", "--depths", help="where the code is planted, as fractions of the prompt"),
     repeats: int = typer.Option(1, "--repeats", help="probes per depth, each with its own haystack and code"),
-    threshold: float = typer.Option(0.67, "--threshold", help="pass when the score (rounded to 2 decimals) is at least this"),
+    threshold: Optional[float] = typer.Option(None, "--threshold", help="pass when the score is at least this (the needle: 0.67, rounded to 2 decimals; --eval: required)"),
     seed: Optional[int] = typer.Option(None, "--seed", help="reproduce an earlier gate's haystacks and codes"),
     answer_tokens: int = typer.Option(32, "--answer-tokens", help="room for each answer (a reasoning model needs more, or `request` in models.toml)"),
+    eval_ref: Optional[str] = typer.Option(None, "--eval", help="an accuracy gate instead of the needle: PATH.jsonl (questions scored by servedeck) or lm-eval:TASK"),
+    limit: Optional[int] = typer.Option(None, "--limit", help="--eval: ask only the first N questions"),
+    concurrency: int = typer.Option(8, "--concurrency", help="--eval: questions in flight at once"),
+    task_dir: Optional[str] = typer.Option(None, "--task-dir", help="--eval lm-eval:TASK: the folder holding the task's YAML"),
     launch: bool = typer.Option(False, "--launch", help="start the model for this run and stop it afterwards"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Correctness gate: find a planted 7-digit code at each depth of a context-sized prompt."""
+    """Correctness gate: find a planted 7-digit code at each depth of a context-sized prompt (or, with --eval, answer questions)."""
     cfg = load_config()
-    spec = GateSpec(context=context or 0, depths=_depths(depths), repeats=repeats, threshold=threshold, seed=seed,
-                    answer_tokens=answer_tokens)
+    if eval_ref is not None:
+        return gate_eval(cfg, model, eval_ref, threshold, limit, concurrency, task_dir, answer_tokens, launch, as_json)
+    spec = GateSpec(context=context or 0, depths=_depths(depths), repeats=repeats,
+                    threshold=0.67 if threshold is None else threshold, seed=seed, answer_tokens=answer_tokens)
     outcome = Outcome()
     def run(rep: RichReporter) -> None:
         with measured(cfg, model, launch, outcome) as target:

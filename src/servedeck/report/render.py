@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from servedeck.gates.samples import describe as describe_gates
 from servedeck.report.knobs import gpu_facts
 from servedeck.report.workloads import outputs_section, ramp_section, speculation_section
 
@@ -46,6 +47,8 @@ def gate_cell(view: dict[str, Any]) -> str:
     g = view.get("gate") or {}
     status = g.get("status", "not run")
     r = g.get("result") or {}
+    if g.get("accuracy"):  # accuracy gates beside (or instead of) the needle
+        return f"{status} ({describe_gates(g)})"
     if status in ("passed", "failed") and "score" in r:
         return f"{status} {round(r['score'], 2)} ({r.get('found')}/{r.get('probes')})"
     return "no gate" if status == "not run" else status
@@ -60,7 +63,12 @@ def banner(view: dict[str, Any]) -> str:
         lines.append("**RUN IN PROGRESS** (figures so far)")
     gate = (view.get("gate") or {}).get("status", "not run")
     r = (view.get("gate") or {}).get("result") or {}
-    if view.get("kind") == "gate":
+    if (view.get("gate") or {}).get("accuracy"):
+        text = describe_gates(view["gate"])
+        head = f"GATE {gate.upper()}" if view.get("kind") == "gate" else \
+            "Result" if gate == "passed" else NOT_A_RESULT.get(gate, "NOT A RESULT")
+        lines.append(f"**{head}**: {text}")
+    elif view.get("kind") == "gate":
         if gate in ("passed", "failed"):
             lines.append(f"**GATE {gate.upper()}**: niah score {round(r['score'], 2)} "
                          f"({r['found']}/{r['probes']} found), threshold {r['threshold']}")
@@ -83,8 +91,11 @@ def _table(head: list[str], rows: list[list[str]]) -> str:
 
 def _gate_section(view: dict[str, Any]) -> list[str]:
     g = view.get("gate") or {}
-    out = ["## Gate: needle in a haystack", ""]
-    if g.get("status") == "not run":
+    out = _accuracy_section(g)
+    if g.get("accuracy") and g.get("needle") == "not run":
+        return out  # an accuracy gate alone: no needle section to show
+    out += ["## Gate: needle in a haystack", ""]
+    if g.get("needle", g.get("status")) == "not run":
         out.append(f"Not run. {g.get('note') or ''}".strip())
         return out
     r = g.get("result") or {}
@@ -100,6 +111,24 @@ def _gate_section(view: dict[str, Any]) -> list[str]:
             [str(p.get("key")), str(p.get("depth")), str(p.get("prompt_tokens")), "yes" if p.get("ok") else "NO",
              f"{p['latency_s']:.1f} s" if isinstance(p.get("latency_s"), (int, float)) else "-",
              str(p.get("cached_tokens")), str(p.get("answer", ""))[:60].replace("\n", " ")] for p in probes])]
+    return out
+
+
+def _accuracy_section(g: dict[str, Any]) -> list[str]:
+    """Each accuracy gate: its verdict, where its questions came from, and its sample file."""
+    out: list[str] = []
+    for name, a in (g.get("accuracy") or {}).items():
+        r, spec = a.get("result") or {}, a.get("spec") or {}
+        out += [f"## Gate: {name} ({a.get('kind')})", ""]
+        what = spec.get("path") or spec.get("task") or "-"
+        if "score" not in r:
+            out += [f"{a.get('status')}: {a.get('note') or 'no scored questions'} ({what}).", ""]
+            continue
+        out += [f"{a.get('status')}: score {r['score']:.3f} = {r['correct']}/{r['samples']} correct "
+                f"(threshold {r['threshold']}; {r['errors']} questions whose request failed, counted as not correct). "
+                f"Questions: {what}" + (f", the first {spec['limit']}" if spec.get("limit") else "")
+                + f"; record {a.get('file')}" + (f" in {a['source']}" if a.get("source") not in (None, "this run") else "")
+                + (f"; {a['wall_s']} s" if a.get("wall_s") is not None else "") + ".", ""]
     return out
 
 

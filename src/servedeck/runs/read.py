@@ -14,6 +14,7 @@ from typing import Any
 from servedeck.errors import RunError
 from servedeck.fsio import read_jsonl
 from servedeck.gates.niah import read_log, tally
+from servedeck.gates.samples import accuracy_views, combined
 from servedeck.loadgen.records import RequestRecord
 from servedeck.runs.figures import headline, point_figures
 from servedeck.supervisor.process import alive
@@ -114,7 +115,8 @@ def load(path: Path) -> dict[str, Any]:
     if view.get("status") == "running" and not _writer_alive(summary):
         view["status"] = "failed"
         view["reason"] = "servedeck stopped before finishing the run (no final summary was written)"
-    view["gate"] = gate_view(path, summary)
+    # the needle's verdict folded with every accuracy gate's (gates/samples.py): any failed → not a result
+    view["gate"] = combined(gate_view(path, summary), accuracy_views(path, summary))
     workload = summary.get("workload") or {}
     lines = read_jsonl(path / "requests.jsonl")
     by_point: dict[int, list[RequestRecord]] = {}
