@@ -12,6 +12,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 
 from servedeck.campaign import BenchSpec, Outcome, RampSpec, compare_runs, measured, session
 from servedeck.campaign.bench import DEFAULTS, ArrivalsChoice, ContentChoice, WorkloadChoice, shape_label
+from servedeck.campaign import capacity as capacity_search
 from servedeck.campaign.target import Target
 from servedeck.cli.accuracy import gate_eval
 from servedeck.cli.app import app, configured_results_dir, console, err_console, load_config, print_json
@@ -52,7 +53,8 @@ def _slo(text: Optional[str]) -> Optional[Slo]:
     for part in text.replace(" ", "").split(","):
         key, eq, value = part.partition("=")
         if not eq or key not in ("ttft", "tpot", "e2e"):
-            raise UsageError(f"--slo: {part!r} is not ttft=…, tpot=… or e2e=…", hint="write it like ttft=2s,tpot=50ms")
+            raise UsageError(f"--slo: {part!r} is not ttft=…, tpot=… or e2e=…",
+                         hint="write it like ttft=2s,tpot=50ms (with --find: ttft_p95<=2s,tpot_p95<=50ms)")
         bounds[f"{key}_ms"] = seconds(value, f"--slo {key}") * 1000
     return Slo(**bounds)
 
@@ -195,7 +197,14 @@ def bench(
     duration: Optional[str] = typer.Option(None, "--duration", help="per point, e.g. 60s (default for chat)"),
     requests: Optional[int] = typer.Option(None, "--requests", help="per point (long-prompt default 3)"),
     warmup: int = typer.Option(1, "--warmup", help="warm-up requests per point, with their own prompts"),
-    slo: Optional[str] = typer.Option(None, "--slo", help="goodput bounds, e.g. ttft=2s,tpot=50ms"),
+    slo: Optional[str] = typer.Option(None, "--slo", help="goodput bounds, e.g. ttft=2s,tpot=50ms; with --find "
+                                      "the target, e.g. ttft_p95<=2s,tpot_p95<=50ms,itl_p99<=100ms,error_rate<=1%"),
+    find: Optional[capacity_search.FindChoice] = typer.Option(None, "--find", help="max-concurrency (closed loop) | "
+                                                              "max-rate (open loop): search for the most load within --slo"),
+    max_load: Optional[float] = typer.Option(None, "--max", help="--find: the highest load to try (default 512 "
+                                             "streams, 256 req/s; the engine's slots and KV cache also cap it)"),
+    resolution: Optional[str] = typer.Option(None, "--resolution", help="--find: how close the boundary must be, "
+                                             "10% (default) of the first failing load, or a step like 2"),
     gate_flag: Optional[bool] = _GATE,
     gate_context: Optional[int] = _GATE_CONTEXT,
     repeat_prompt: bool = typer.Option(False, "--repeat-prompt", help="send one prompt over and over: shows the prefix cache at work; not a benchmark"),
@@ -226,15 +235,26 @@ def bench(
         _measure(model, launch, as_json, lambda target, rep, outcome: session.ramp(
             target, rspec, gate_mode=gate_flag, gate_spec=gate_spec, reporter=rep, outcome=outcome))
         return
+    if find is not None and (concurrency or rate):
+        raise UsageError("--find chooses the loads itself: drop --concurrency/--rate",
+                         hint="bound the search with --max (and its step with --resolution)")
+    if find is None and (max_load is not None or resolution is not None):
+        raise UsageError("--max and --resolution bound a capacity search", hint="add --find max-concurrency --slo ...")
     stall_s = _limit(stall_after, "--stall-after")
     spec = BenchSpec.from_options(
         workload, concurrency=_numbers(concurrency, "--concurrency") if concurrency else None,
         rate=_numbers(rate, "--rate", float) if rate else None, arrivals=arrivals,
         input_tokens=input_tokens, output_tokens=output_tokens, prompt_tokens=prompt_tokens,
         duration_s=seconds(duration, "--duration") if duration else None, requests=requests, warmup=warmup,
-        slo=_slo(slo), repeat_prompt=repeat_prompt, seed=seed, content=content,
+        slo=None if find else _slo(slo), repeat_prompt=repeat_prompt, seed=seed, content=content,
         request_timeout_s=_limit(request_timeout, "--request-timeout") if request_timeout else "default",
         stall_after_s=stall_s, check_outputs=check_outputs, client_procs=client_procs)
+    if find is not None:  # everything is checked before anything launches
+        cspec = capacity_search.spec_from_options(find.value, slo, spec, max_load=max_load, resolution=resolution,
+                                                  arrivals=arrivals.value)
+        _measure(model, launch, as_json, lambda target, rep, outcome: capacity_search.capacity(
+            target, cspec, gate_mode=gate_flag, gate_spec=gate_spec, reporter=rep, outcome=outcome))
+        return
     _measure(model, launch, as_json, lambda target, rep, outcome: session.bench(
         target, spec, gate_mode=gate_flag, gate_spec=gate_spec, reporter=rep, outcome=outcome))
 

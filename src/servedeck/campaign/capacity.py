@@ -1,0 +1,265 @@
+"""`servedeck bench MODEL --find max-concurrency|max-rate --slo ...`: the most load the server carries
+within an SLO, found by the search in search.py, every step an ordinary measured point of one run folder.
+
+    run folder/
+        requests.jsonl, summary.json   every measured point, as `servedeck bench` writes them
+        search.json                    every step (load, figures against each threshold, why up or down),
+                                       the boundary, the binding constraint, cliff or smooth; rewritten
+                                       after each step, so an interrupted search keeps what it found
+
+Each step is `bench.run_point` with fresh prompts (a new point index, a new nonce), judged from the
+records it wrote (servedeck.slo.judge). An open-loop point the server cannot keep up with is ended
+early as failed (overload.py says when).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from enum import Enum
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, Optional
+
+from servedeck.campaign import session as S
+from servedeck.campaign.bench import BenchSpec, run_point, shape_label
+from servedeck.campaign.overload import OverloadJudge
+from servedeck.campaign.reporter import QuietReporter, Reporter
+from servedeck.campaign.search import Resolution, Search, SearchOptions, parse_resolution
+from servedeck.campaign.target import Target
+from servedeck.engines import get_engine
+from servedeck.errors import UsageError
+from servedeck.fsio import atomic_write_json, read_jsonl
+from servedeck.gates.niah import GateSpec
+from servedeck.loadgen import ClosedLoop, OpenLoop, Progress, RequestRecord
+from servedeck.runs.folder import RunFolder
+from servedeck.slo import SloSpec, judge
+
+Find = Literal["max-concurrency", "max-rate"]
+FINDS = ("max-concurrency", "max-rate")
+
+
+class FindChoice(str, Enum):
+    """`servedeck bench --find`: what the search looks for."""
+
+    max_concurrency = "max-concurrency"  # closed loop: streams at once
+    max_rate = "max-rate"  # open loop: requests per second
+SEARCH_FILE = "search.json"
+SEARCH_SCHEMA = 1
+DEFAULT_MAX = {"max-concurrency": 512.0, "max-rate": 256.0}
+
+
+@dataclass(frozen=True)
+class CapacitySpec:
+    """What to find, against which SLO, and how each step is measured (`bench`: its shapes are unused)."""
+
+    find: Find
+    slo: SloSpec
+    bench: BenchSpec
+    max_load: Optional[float] = None  # --max; default DEFAULT_MAX
+    resolution: Resolution = field(default_factory=lambda: Resolution(0.1))
+    start: Optional[float] = None  # the smallest load (default 1)
+    arrivals: Literal["poisson", "constant"] = "poisson"
+    max_steps: int = 30
+
+    def check(self) -> None:
+        if self.find not in FINDS:
+            raise UsageError(f"--find: {self.find!r} is not one of {', '.join(FINDS)}",
+                             hint="--find max-concurrency (closed loop) or --find max-rate (open loop)")
+        if self.max_load is not None and not self.max_load > 0:
+            raise UsageError(f"--max must be above 0, got {self.max_load:g}", hint="like --max 512")
+        start = self.start or 1.0
+        if self.max_load is not None and start > self.max_load:
+            raise UsageError(f"the smallest load {start:g} is above --max {self.max_load:g}", hint="raise --max")
+        if self.bench.workload == "decode":
+            raise UsageError("--find needs the chat or long-prompt workload",
+                             hint="decode's one fixed prompt measures decoding only, not a user's latency")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"find": self.find, "slo": self.slo.to_json(), "max": self.max_load,
+                "resolution": self.resolution.text, "start": self.start or 1.0, "arrivals": self.arrivals,
+                "max_steps": self.max_steps}
+
+
+def spec_from_options(find: str, slo_text: Optional[str], bench: BenchSpec, *, max_load: Optional[float] = None,
+                      resolution: Optional[str] = None, start: Optional[float] = None,
+                      arrivals: str = "poisson") -> CapacitySpec:
+    """`servedeck bench --find ... --slo ... --max ... --resolution ...` → a checked CapacitySpec."""
+    from servedeck.slo import parse_slo
+
+    if not slo_text:
+        raise UsageError(f"--find {find} needs --slo: the latency target the capacity is measured against",
+                         hint='like --slo "ttft_p95<=2s,tpot_p95<=50ms,error_rate<=1%"')
+    spec = CapacitySpec(find=find, slo=parse_slo(slo_text, name="slo"), bench=bench,  # type: ignore[arg-type]
+                        max_load=max_load, resolution=parse_resolution(resolution or "10%"), start=start,
+                        arrivals=arrivals)  # type: ignore[arg-type]
+    spec.check()
+    return spec
+
+
+def caps(spec: CapacitySpec, target: Target, ctx: int) -> tuple[float, str]:
+    """The highest load the search may try, and what set it: --max, the engine's slots, the KV cache."""
+    asked = spec.max_load if spec.max_load is not None else DEFAULT_MAX[spec.find]
+    found = [(asked, f"--max {asked:g}" if spec.max_load is not None else f"the default --max {asked:g}")]
+    if spec.find == "max-concurrency":
+        n = len(target.replicas)
+        model, boot = target.cfg.models[target.name], target.record.boot or {}
+        slots = get_engine(target.engine).concurrency_cap(model, boot)
+        if slots:
+            found.append((float(slots * n), f"the engine's {slots * n} slots" + (f" ({n} replicas)" if n > 1 else "")))
+        kv = boot.get("kv_tokens")
+        per_request = spec.bench.prompt_size + spec.bench.output_tokens
+        if kv and per_request:
+            fits = max(1, int(kv) // per_request) * n
+            found.append((float(fits), f"the KV cache ({int(kv)} tokens: {fits} requests of {per_request} at once)"))
+    return min(found, key=lambda f: f[0])
+
+
+class _Tap:
+    """The run folder as run_point sees it, telling the overload judge of every measured request."""
+
+    def __init__(self, folder: RunFolder, on_request: Any):
+        self._folder, self._on_request = folder, on_request
+
+    def request(self, record: dict[str, Any]) -> None:
+        self._folder.request(record)
+        self._on_request(record)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._folder, name)
+
+
+class _Watching:
+    """A reporter that also starts the point's clock for the overload judge."""
+
+    def __init__(self, inner: Reporter):
+        self.inner = inner
+        self.started: Optional[float] = None
+
+    def point_start(self, label: str, total: Optional[int], duration_s: Optional[float]) -> None:
+        self.started = time.monotonic()
+        self.inner.point_start(label, total, duration_s)
+
+    def progress(self, label: str, p: Progress) -> None:
+        self.inner.progress(label, p)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+async def measure(index: int, load: float, cspec: CapacitySpec, spec: BenchSpec, target: Target,
+                  folder: RunFolder, reporter: Reporter) -> dict[str, Any]:
+    """One step: an ordinary point at `load` (fresh prompts), ended early when an open loop overloads, judged."""
+    shape = ClosedLoop(int(load)) if cspec.find == "max-concurrency" else \
+        OpenLoop(load, cspec.arrivals, seed=index)
+    watching = _Watching(reporter)
+    overload: Optional[OverloadJudge] = OverloadJudge(load) if isinstance(shape, OpenLoop) else None
+    reason: list[str] = []
+
+    def on_request(line: dict[str, Any]) -> None:
+        if overload is None or line.get("kind") != "measured" or watching.started is None:
+            return
+        ttft = (line["t_first_token"] - line["t_send"]) if line.get("status") == "ok" and \
+            line.get("t_first_token") is not None and line.get("t_send") is not None else None
+        overload.saw(time.monotonic() - watching.started, ttft)
+
+    task = asyncio.ensure_future(run_point(index, shape, spec, target, _Tap(folder, on_request),  # type: ignore[arg-type]
+                                           watching))
+    try:
+        while overload is not None and not task.done():
+            await asyncio.wait({task}, timeout=0.5)
+            if watching.started is not None and not task.done():
+                why = overload.check(time.monotonic() - watching.started)
+                if why:
+                    reason.append(why)
+                    reporter.stage(f"{shape_label(shape)}: {why}")
+                    task.cancel()
+                    break
+        await task
+    except asyncio.CancelledError:
+        me = asyncio.current_task()
+        if not reason or (me is not None and me.cancelling()):
+            raise  # Ctrl-C: run_point recorded the point as interrupted
+        _mark_failed(folder, index, reason[0])
+    records = [RequestRecord.from_json({k: v for k, v in ln.items() if k != "point"})
+               for ln in read_jsonl(folder.path / "requests.jsonl") if ln.get("point") == index]
+    point = next(p for p in folder.summary["points"] if p["index"] == index)
+    figures = point.get("figures") or {}
+    judged = judge(records, cspec.slo, client=figures.get("client"), output_tok_s=figures.get("output_tok_s"))
+    judged.update(point=index, label=point["label"])
+    if reason:
+        judged.update(passed=False, overloaded=reason[0], missed=judged["missed"] or ["overloaded"])
+    return judged
+
+
+def _mark_failed(folder: RunFolder, index: int, reason: str) -> None:
+    points = [dict(p, status="failed", reason=reason) if p.get("index") == index else p
+              for p in folder.summary.get("points", [])]
+    folder.update(points=points)
+
+
+def _write_search(folder: RunFolder, cspec: CapacitySpec, search: Search) -> dict[str, Any]:
+    result = search.result()
+    doc = {"schema": SEARCH_SCHEMA, **cspec.to_json(), **result}
+    atomic_write_json(folder.path / SEARCH_FILE, doc)
+    return doc
+
+
+def headline(doc: dict[str, Any]) -> dict[str, Any]:
+    """What summary.json keeps of search.json: the answer without the steps."""
+    at = next((s["judged"] for s in reversed(doc.get("steps") or [])
+               if s["load"] == doc.get("capacity") and s["passed"]), {})
+    return {"find": doc["find"], "slo": doc["slo"]["name"], "slo_text": doc["slo"]["text"],
+            "verdict": doc["verdict"], "capacity": doc["capacity"], "boundary": doc["boundary"],
+            "binding": doc["binding"], "shape": (doc.get("shape") or {}).get("kind"), "cap": doc["cap"],
+            "notes": doc["notes"], "steps": len(doc.get("steps") or []),
+            "requests": sum(s["judged"].get("measured", 0) for s in doc.get("steps") or []),
+            "goodput_request_s": at.get("goodput_request_s"), "output_tok_s": at.get("output_tok_s"),
+            "point": at.get("point"), "file": SEARCH_FILE}
+
+
+async def _capacity_async(target: Target, cspec: CapacitySpec, gate_mode: Optional[bool], gate_spec: GateSpec,
+                          reporter: Reporter, outcome: S.Outcome) -> None:
+    ctx = await S._served_context(target)
+    spec = cspec.bench
+    if not spec.shapes:  # the search picks each step's load; the spec's own list only has to pass its check
+        spec = replace(spec, shapes=(ClosedLoop(1),))
+    if spec.workload == "long-prompt" and spec.prompt_tokens is None:
+        spec = replace(spec, prompt_tokens=ctx - spec.output_tokens)
+    spec.check(ctx)
+    S.check_output_cap(target.cfg, target.name, spec.output_tokens, "--output-tokens")
+    cspec = replace(cspec, bench=spec)
+    cap, cap_reason = caps(cspec, target, ctx)
+    start = min(cspec.start or 1.0, cap)
+    workload = {**spec.to_json(), "points": [], "capacity": {**cspec.to_json(), "cap": cap, "cap_reason": cap_reason}}
+    folder, gate_spec, inherited = S._open_run(target, ctx, workload, gate_spec, gate_mode, outcome,
+                                               prompt_seed=spec.seed)
+
+    async def work() -> None:
+        await S._gate_or_inherit(folder, target, gate_mode, gate_spec, inherited, reporter, outcome)
+        search = Search(SearchOptions(start=start, cap=cap, cap_reason=cap_reason, resolution=cspec.resolution,
+                                      integer=cspec.find == "max-concurrency", max_steps=cspec.max_steps))
+        index = 0
+        while (load := search.next_load()) is not None:
+            reporter.stage(f"capacity step {index + 1}: {search.why_next}")
+            judged = await measure(index, load, cspec, spec, target, folder, reporter)
+            search.tell(load, judged)
+            _write_search(folder, cspec, search)
+            reporter.stage(f"{judged['label']}: {search.steps[-1].then}")
+            index += 1
+        doc = _write_search(folder, cspec, search)
+        folder.update(capacity=headline(doc),
+                      workload={**folder.summary["workload"], "points": [p["label"] for p in folder.summary["points"]]})
+        S._finish(folder, "ok", None)
+
+    await S._guarded(folder, work())
+
+
+async def capacity(target: Target, cspec: CapacitySpec, *, gate_mode: Optional[bool] = None,
+                   gate_spec: Optional[GateSpec] = None, reporter: Optional[Reporter] = None,
+                   outcome: Optional[S.Outcome] = None) -> S.Outcome:
+    """`servedeck bench MODEL --find ...`: gate (as bench), then the search, into one run folder."""
+    outcome = outcome or S.Outcome(target=target)
+    cspec.check()
+    await _capacity_async(target, cspec, gate_mode, gate_spec or GateSpec(context=0), reporter or QuietReporter(),
+                          outcome)
+    return outcome

@@ -1,0 +1,205 @@
+"""Capacity under an SLO, for people: one run's search (summary.md, `show`), and across a campaign's
+variants the capacity per SLO and the recommendation (campaign.md, the report).
+
+Pure functions over run views (runs.read.load) and their search.json; nothing is measured here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+from servedeck.report.stats import spread
+
+
+def _table(head: list[str], rows: list[list[str]]) -> str:
+    out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    out += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
+    return "\n".join(out)
+
+
+def _n(x: Optional[float], digits: int = 1) -> str:
+    if x is None:
+        return "-"
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.{digits}f}"
+
+
+def load_label(find: str, load: Optional[float]) -> str:
+    if load is None:
+        return "-"
+    return f"c={load:g}" if find == "max-concurrency" else f"{load:g} req/s"
+
+
+def search_of(view: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """The run's search.json, or None (not a capacity run, or the file is gone)."""
+    if not view.get("capacity") or not view.get("path"):
+        return None
+    try:
+        return json.loads((Path(view["path"]) / "search.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _limit_text(row: dict[str, Any]) -> str:
+    if row["key"] == "error_rate":
+        return f"{row['limit'] * 100:g} %"
+    return f"{row['limit']:g} ms"
+
+
+def _value_text(row: dict[str, Any]) -> str:
+    if row.get("value") is None:
+        return "∞ (failed requests)"
+    return f"{row['value'] * 100:.1f} %" if row["key"] == "error_rate" else f"{row['value']:.1f} ms"
+
+
+def run_section(view: dict[str, Any]) -> list[str]:
+    """One capacity run: the answer, then every step with each threshold's figure."""
+    doc = search_of(view)
+    cap = view.get("capacity")
+    if not cap:
+        return []
+    out = ["## Capacity", ""]
+    find = cap["find"]
+    what = "concurrency" if find == "max-concurrency" else "request rate"
+    verdict = cap["verdict"]
+    if verdict == "fails at smallest load":
+        out.append(f"**The SLO `{cap['slo_text']}` fails already at the smallest load** "
+                   f"({load_label(find, (cap['boundary'] or {}).get('min_failing'))}).")
+    elif cap.get("capacity") is None:
+        out.append(f"No capacity found for `{cap['slo_text']}` ({verdict}).")
+    else:
+        b = cap["boundary"]
+        out.append(f"**Capacity {load_label(find, cap['capacity'])}** (max {what} within `{cap['slo_text']}`; "
+                   f"{verdict}): the first failing load is {load_label(find, b.get('min_failing'))}"
+                   + (f", binding constraint **{cap['binding']}**" if cap.get("binding") else "")
+                   + (f", a {cap['shape']} boundary" if cap.get("shape") else "")
+                   + f". Goodput there {_n(cap.get('goodput_request_s'), 2)} requests/s, "
+                   f"{_n(cap.get('output_tok_s'))} output tok/s.")
+    out.append("")
+    out.append(f"{cap['steps']} steps, {cap['requests']} measured requests; cap {load_label(find, cap['cap']['load'])} "
+               f"({cap['cap']['reason']}).")
+    for note in cap.get("notes") or []:
+        out += ["", f"- {note}"]
+    if doc and (doc.get("shape") or {}).get("detail"):
+        out += ["", f"Boundary: {doc['shape']['detail']}."]
+    if doc:
+        keys = [t["key"] for t in doc["slo"]["thresholds"]]
+        rows = []
+        for s in doc["steps"]:
+            j = s["judged"]
+            cells = {r["key"]: f"{_value_text(r)}{'' if r['passed'] else ' ✗'}" for r in j["thresholds"]}
+            rows.append([str(s["step"]), load_label(find, s["load"]), s["phase"],
+                         *[cells.get(k, "-") for k in keys],
+                         "pass" if s["passed"] else ("overloaded" if j.get("overloaded") else "fail"), s["why"]])
+        head = ["step", "load", "phase", *[f"{k} ≤ {_limit_text(t)}" for k, t in
+                                            zip(keys, doc["slo"]["thresholds"])], "verdict", "why"]
+        out += ["", _table(head, rows)]
+    out.append("")
+    return out
+
+
+# --- across a campaign's variants ---------------------------------------------------------------
+
+def per_gpu(x: Optional[float], gpus: Optional[int]) -> Optional[float]:
+    """A figure per GPU; on a host without GPUs (gpus 0) the figure as it is, per launch."""
+    if x is None:
+        return None
+    return x / gpus if gpus else x
+
+
+def capacity_rows(views: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per variant and SLO: the capacity of each repeat, their mean and interval, per GPU."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for v in views:
+        cap = v.get("capacity")
+        if not cap:
+            continue
+        variant = (v.get("campaign") or {}).get("variant") or v.get("layout") or v.get("run")
+        groups.setdefault((cap.get("slo") or "slo", variant), []).append(v)
+    rows = []
+    for (slo, variant), vs in sorted(groups.items()):
+        caps = [v["capacity"] for v in vs]
+        gpus = vs[0].get("gpus_used") or 0
+        loads = [c["capacity"] for c in caps if c.get("capacity") is not None]
+        per = [per_gpu(x, gpus) for x in loads]
+        sp = spread([x for x in per if x is not None])
+        ci = {"lo": sp.low, "hi": sp.high} if sp.low is not None and sp.high is not None else None
+        tok = [per_gpu(c.get("output_tok_s"), gpus) for c in caps]
+        good = [per_gpu(c.get("goodput_request_s"), gpus) for c in caps]
+        rows.append({"slo": slo, "slo_text": caps[0].get("slo_text"), "variant": variant, "find": caps[0]["find"],
+                     "capacity": (sum(loads) / len(loads)) if loads else None,
+                     "capacity_per_gpu": (sum(p for p in per if p is not None) / len(per)) if per else None,
+                     "interval": ci, "repeats": len(caps), "gpus": gpus,
+                     "goodput_per_gpu": _mean(good), "output_tok_s_per_gpu": _mean(tok),
+                     "binding": caps[-1].get("binding"), "verdicts": [c["verdict"] for c in caps],
+                     "runs": [v.get("run") for v in vs], "point": caps[-1].get("point")})
+    return rows
+
+
+def _mean(xs: list[Optional[float]]) -> Optional[float]:
+    vals = [x for x in xs if x is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
+def recommendations(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per SLO: the variant carrying the most load per GPU, and by how much over the next best."""
+    out = []
+    for slo in sorted({r["slo"] for r in rows}):
+        ranked = sorted((r for r in rows if r["slo"] == slo and r["capacity_per_gpu"] is not None),
+                        key=lambda r: r["capacity_per_gpu"], reverse=True)
+        if not ranked:
+            out.append({"slo": slo, "best": None, "note": "no variant meets this SLO at any load searched"})
+            continue
+        best, runner = ranked[0], (ranked[1] if len(ranked) > 1 else None)
+        by = (best["capacity_per_gpu"] / runner["capacity_per_gpu"] - 1) \
+            if runner and runner["capacity_per_gpu"] else None
+        out.append({"slo": slo, "slo_text": best["slo_text"], "best": best["variant"], "find": best["find"],
+                    "capacity_per_gpu": best["capacity_per_gpu"], "interval": best["interval"],
+                    "next": runner["variant"] if runner else None,
+                    "next_capacity_per_gpu": runner["capacity_per_gpu"] if runner else None, "by": by,
+                    "overlap": _overlap(best, runner)})
+    return out
+
+
+def _overlap(a: dict[str, Any], b: Optional[dict[str, Any]]) -> Optional[bool]:
+    if not b or not a.get("interval") or not b.get("interval"):
+        return None
+    return a["interval"]["lo"] <= b["interval"]["hi"]
+
+
+def _cap_text(r: dict[str, Any]) -> str:
+    base = load_label(r["find"], r["capacity_per_gpu"])
+    ci = r.get("interval")
+    return base + (f" [{ci['lo']:.3g}, {ci['hi']:.3g}]" if ci else "")
+
+
+def campaign_section(views: list[dict[str, Any]], unit: str = "per GPU") -> list[str]:
+    """campaign.md's and the report's capacity tables: per variant and SLO, then the recommendation."""
+    rows = capacity_rows(views)
+    if not rows:
+        return []
+    gpu_note = "" if any(r["gpus"] for r in rows) else " (no GPUs on this host: per launch)"
+    out = ["## Capacity under each SLO", "",
+           _table(["SLO", "variant", f"capacity {unit}{gpu_note}", "goodput req/s " + unit,
+                   "output tok/s " + unit, "binding constraint", "repeats", "search"],
+                  [[f"{r['slo']} (`{r['slo_text']}`)", r["variant"], _cap_text(r), _n(r["goodput_per_gpu"], 2),
+                    _n(r["output_tok_s_per_gpu"]), r["binding"] or "-", str(r["repeats"]), ", ".join(r["verdicts"])]
+                   for r in rows]),
+           "", "### Recommendation", ""]
+    recs = []
+    for rec in recommendations(rows):
+        if rec["best"] is None:
+            recs.append([rec["slo"], "-", rec["note"]])
+            continue
+        if rec["next"] is None:
+            how = "the only variant that meets it"
+        else:
+            how = (f"{rec['by']:+.0%} over {rec['next']} ({load_label(rec['find'], rec['next_capacity_per_gpu'])})"
+                   if rec["by"] is not None else f"over {rec['next']}")
+            if rec.get("overlap"):
+                how += "; the repeats' intervals overlap: not distinguishable from noise"
+        recs.append([f"{rec['slo']} (`{rec['slo_text']}`)", f"**{rec['best']}**",
+                     f"{load_label(rec['find'], rec['capacity_per_gpu'])} {unit}, {how}"])
+    out += [_table(["SLO", "run this variant", "carrying"], recs), ""]
+    return out

@@ -1,0 +1,69 @@
+"""One real llama-server (SmolLM2, 4 slots), booted once for the capacity tests and stopped by process
+group; as tests/campaign/conftest.py, every test here sees the session home holding its live record
+and its own results directory."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from servedeck.config import Config
+from servedeck.deck import Deck
+from servedeck.init import render_starter
+from servedeck.modelsfile import load
+from servedeck.supervisor.process import group_members, stop_group
+from ports import free_port
+
+TEST_MARK = "SERVEDECK_TEST_RUN"
+SESSION = str(os.getpid())
+
+
+@pytest.fixture(scope="session")
+def capacity_home(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("capacity-home")
+
+
+@pytest.fixture(autouse=True)
+def servedeck_home(capacity_home, tmp_path, monkeypatch) -> Iterator[Path]:
+    monkeypatch.setenv("SERVEDECK_HOME", str(capacity_home))
+    monkeypatch.setenv(TEST_MARK, SESSION)
+    monkeypatch.setenv("SERVEDECK_RESULTS", str(tmp_path / "results"))
+    monkeypatch.delenv("SERVEDECK_CONFIG", raising=False)
+    yield capacity_home
+
+
+def capacity_toml() -> str:
+    """The starter models.toml with free ports and one slot per model (SmolLM2 on llama.cpp: 4 slots)."""
+    text = render_starter()
+    for old in ("8081", "8091", "8082"):
+        text = text.replace(f"port = {old}", f"port = {free_port()}")
+    n = iter(range(1, 10))
+    return re.sub(r'slot = "main"', lambda m: f'slot = "s{next(n)}"', text)
+
+
+@pytest.fixture(scope="session")
+def capacity_config(tmp_path_factory, engines_ready) -> Config:
+    path = tmp_path_factory.mktemp("capacity-config") / "models.toml"
+    path.write_text(capacity_toml())
+    return load(path)
+
+
+@pytest.fixture(scope="session")
+def llama(capacity_config, capacity_home) -> Iterator[dict]:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SERVEDECK_HOME", str(capacity_home))
+        mp.setenv(TEST_MARK, SESSION)
+        rec = Deck(capacity_config).start("smollm2").record
+        try:
+            yield rec
+        finally:
+            try:
+                Deck(capacity_config).stop(["smollm2"], grace_s=20)
+            finally:
+                if group_members(rec.pgid):
+                    stop_group(rec.pgid, 5)
+            assert not group_members(rec.pgid), "smollm2's process group outlived the session"
