@@ -15,13 +15,12 @@ import random
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-import httpx
-
 from servedeck.config.schema import merge_request
 from servedeck.engines import get_engine
 from servedeck.errors import RunError, ServedeckError
 from servedeck.fsio import read_jsonl
 from servedeck.loadgen import texts
+from servedeck.loadgen.api import ApiClient
 
 PROMPT_SEED = 20240610  # fixed: every launch, every host answers the same prompts
 N_PROMPTS = 8
@@ -51,19 +50,21 @@ async def collect(base_url: str, served_name: str, engine: str, request: dict[st
     """Ask every prompt once, in order, greedily; `on_answer` gets each line as it finishes."""
     adapter = get_engine(engine)
     lines = []
-    async with httpx.AsyncClient() as http:
+    async with ApiClient(base_url) as api:
         for p in prompts(n):
             body = merge_request({"model": served_name, "messages": [{"role": "user", "content": p["prompt"]}],
                                   "max_tokens": max_tokens, "temperature": 0, "stream": False}, request)
             body = merge_request(body, dict(adapter.output_tokens_request))
             line: dict[str, Any] = {"index": p["index"], "content": p["content"], "prompt_sha": p["prompt_sha"]}
             try:
-                r = await http.post(base_url.rstrip("/") + "/v1/chat/completions", json=body, timeout=timeout_s)
-                if r.status_code != 200:
-                    raise RunError(f"HTTP {r.status_code}: {r.text[:300]}")
-                doc = r.json()
+                r = await api.chat(body, timeout_s=timeout_s)
+                if r.status is not None and r.status != 200:
+                    raise RunError(f"HTTP {r.status}: {r.body[:300]}")
+                if not r.ok:
+                    raise RunError(r.error or "no answer")
+                doc = r.doc
                 msg = doc["choices"][0]["message"]
-            except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError, RunError) as e:
+            except (ValueError, KeyError, IndexError, TypeError, RunError) as e:
                 line["error"] = f"{type(e).__name__}: {e}"[:300]
             else:
                 ids = adapter.output_token_ids(doc)
