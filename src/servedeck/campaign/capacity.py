@@ -263,3 +263,22 @@ async def capacity(target: Target, cspec: CapacitySpec, *, gate_mode: Optional[b
     await _capacity_async(target, cspec, gate_mode, gate_spec or GateSpec(context=0), reporter or QuietReporter(),
                           outcome)
     return outcome
+
+
+def campaign_specs(w: Any, slos: dict[str, SloSpec]) -> list[CapacitySpec]:
+    """A campaign's `kind = "capacity"` workload → one search per SLO it names, each step sending chat
+    requests as `servedeck bench --workload chat` would with the same keys."""
+    from servedeck.campaign.bench import DEFAULTS
+    from servedeck.timeparse import seconds
+
+    default = DEFAULTS["chat"]
+    duration_s = seconds(w.duration, "duration") if w.duration else None
+    requests = w.requests
+    if duration_s is None and requests is None:
+        duration_s, requests = default.duration_s, default.requests
+    bench = BenchSpec(workload="chat", shapes=(), output_tokens=w.output_tokens or default.output_tokens,
+                      input_tokens=w.input_tokens, duration_s=duration_s, requests=requests, warmup=w.warmup,
+                      seed=w.seed, client_procs=w.client_procs)
+    return [CapacitySpec(find=w.find, slo=slos[name], bench=bench, max_load=w.max,
+                         resolution=parse_resolution(w.resolution or "10%"), start=w.start, arrivals=w.arrivals)
+            for name in w.slo]

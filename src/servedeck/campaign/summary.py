@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
+from servedeck.report.capacity import campaign_section, capacity_rows
 from servedeck.runs.read import load
 
 
@@ -39,6 +40,13 @@ def point_rows(doc: dict[str, Any], runs_root: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def capacity_of(doc: dict[str, Any], runs_root: Path) -> list[dict[str, Any]]:
+    """Per variant and SLO, the capacity its searches found (report/capacity.py), from the run folders."""
+    views = [load(runs_root / run) for cell in doc.get("cells", []) for run in cell.get("runs", [])
+             if (runs_root / run).exists()]
+    return capacity_rows([v for v in views if v.get("capacity")])
+
+
 def status_view(doc: dict[str, Any], runs_root: Path, folder: Path) -> dict[str, Any]:
     cells = doc.get("cells", [])
     counts: dict[str, int] = {}
@@ -46,7 +54,7 @@ def status_view(doc: dict[str, Any], runs_root: Path, folder: Path) -> dict[str,
         counts[c["state"]] = counts.get(c["state"], 0) + 1
     return {"folder": str(folder), "name": doc.get("name"), "file": doc.get("file"), "model": doc.get("model"),
             "started": doc.get("started"), "updated": doc.get("updated"), "counts": counts, "cells": cells,
-            "points": point_rows(doc, runs_root)}
+            "points": point_rows(doc, runs_root), "capacity": capacity_of(doc, runs_root)}
 
 
 def table(rows: list[dict[str, Any]]) -> list[str]:
@@ -70,6 +78,8 @@ def status_markdown(view: dict[str, Any]) -> str:
         lines.append(f"| {c['id']} | {c['state']} | {len(c.get('runs') or [])} | {reason} |")
     if view.get("points"):
         lines += ["", *table(view["points"]), "", "A figure whose gate is not `passed` is recorded but is not a result."]
+    if view.get("capacity"):
+        lines += ["", *campaign_section(view["capacity"])]
     return "\n".join(lines) + "\n"
 
 
@@ -84,6 +94,9 @@ def render_markdown(doc: dict[str, Any], runs_root: Path) -> str:
     rows = point_rows(doc, runs_root)
     if rows:
         lines += ["", "## Figures (from each run's requests.jsonl)", "", *table(rows)]
+    capacity = capacity_of(doc, runs_root)
+    if capacity:
+        lines += ["", *campaign_section(capacity)]
     ovr = doc.get("outputs_vs_reference")
     if ovr:
         lines += ["", f"## Greedy outputs against the reference variant `{ovr.get('reference')}`", ""]

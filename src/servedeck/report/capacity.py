@@ -174,9 +174,9 @@ def _cap_text(r: dict[str, Any]) -> str:
     return base + (f" [{ci['lo']:.3g}, {ci['hi']:.3g}]" if ci else "")
 
 
-def campaign_section(views: list[dict[str, Any]], unit: str = "per GPU") -> list[str]:
-    """campaign.md's and the report's capacity tables: per variant and SLO, then the recommendation."""
-    rows = capacity_rows(views)
+def campaign_section(rows: list[dict[str, Any]], unit: str = "per GPU") -> list[str]:
+    """campaign.md's and the report's capacity tables (from capacity_rows): per variant and SLO, then the
+    recommendation."""
     if not rows:
         return []
     gpu_note = "" if any(r["gpus"] for r in rows) else " (no GPUs on this host: per launch)"
