@@ -114,3 +114,12 @@ def test_rate_search_is_not_held_to_whole_numbers():
 def test_the_step_budget_bounds_the_search():
     r = run(below(37), max_steps=5)
     assert len(r["steps"]) == 5 and r["verdict"] == "step budget spent"
+
+
+def test_unstable_loads_up_to_the_cap_end_the_search():
+    # seen on a busy llama-server: c=1 always passes; c=2 and c=4 (the cap) pass some times, fail others
+    flips = {2: [False, True], 4: [True, False, True, True]}
+    r = run(lambda load, n: point(load == 1 or flips[int(load)][n % len(flips[int(load)])]), cap=4,
+            cap_reason="the engine's 4 slots")
+    assert r["verdict"] == "unstable above" and r["capacity"] == 1
+    assert len(r["steps"]) <= 6

@@ -170,6 +170,14 @@ class Search:
             nxt = min(lo * 2, o.cap)
             while self._runs(nxt) and nxt < o.cap:  # an unstable load in the way: step past it
                 nxt = min(nxt * 2, o.cap)
+            if self._runs(nxt):  # up to the cap every load above the last passing one is unstable
+                if len(self._runs(lo)) < 2:
+                    return lo, "verify", "re-measure the last passing load with fresh prompts"
+                self.notes.append(f"above {self._label(lo)} every load measured up to the cap ({o.cap_reason}) "
+                                  "passed some times and failed others: the capacity is the last load that "
+                                  "passed every time")
+                self._verdict = "unstable above"
+                return None
             why = f"{self._label(lo)} passed: double" + (" (up to the cap)" if nxt == o.cap else "")
             return nxt, ("widen" if widening else "bracket"), why
         if lo is None:  # the smallest load failed
