@@ -22,7 +22,6 @@ from enum import Enum
 from functools import partial
 from typing import Any, Callable, Iterator, Literal, Optional, Sequence
 
-import httpx
 
 from servedeck.campaign.reporter import Reporter
 from servedeck.campaign.stall import StallJudge
@@ -31,6 +30,7 @@ from servedeck.engines import get_engine
 from servedeck.engines.metrics import metrics_snapshot_async, parse_prometheus
 from servedeck.errors import RunError, ServerDied, UsageError
 from servedeck.gates.server import ServerTokens
+from servedeck.loadgen.api import ApiClient
 from servedeck.loadgen import (ClientConfig, ClosedLoop, LoadRun, OpenLoop, RequestRecord, RequestSpec,
                                Shape, Slo, StreamingClient, new_nonce, sized_requests, synthetic_requests,
                                synthetic_text)
@@ -298,8 +298,8 @@ async def run_point(index: int, shape: Shape, spec: BenchSpec, target: Target, f
         records.append(RequestRecord.from_json(line))
         watch.saw(rec)
 
-    async with httpx.AsyncClient() as http:
-        tokens = ServerTokens(http, target.base_url, target.served_name, target.engine)
+    async with ApiClient(target.base_url) as api:
+        tokens = ServerTokens(api, target.served_name, target.engine)
         try:
             warm, measured, how = await _prompts(spec, tokens, nonce, reporter, label)
         except RunError as e:
@@ -317,7 +317,7 @@ async def run_point(index: int, shape: Shape, spec: BenchSpec, target: Target, f
                 await LoadRun(client, ClosedLoop(min(len(warm), conc or 4)), [], warmup=warm,
                               on_record=on_record).run()
             before, spec_before = await metrics_snapshot_async(target.engine, target.base_url)
-            gen_before = await _generated(http, target) if isinstance(client, Spread) else None
+            gen_before = await _generated(target) if isinstance(client, Spread) else None
             if isinstance(client, Spread):
                 client.reset_counts()
             total = spec.requests if spec.duration_s is None else None
@@ -357,7 +357,7 @@ async def run_point(index: int, shape: Shape, spec: BenchSpec, target: Target, f
                 if watch.death is None else (None, None)
             if isinstance(client, Spread):
                 point["replicas"] = client.counts()
-                gen_after = await _generated(http, target) if watch.death is None else None
+                gen_after = await _generated(target) if watch.death is None else None
                 for i, r in enumerate(point["replicas"]):
                     if gen_before and gen_after and gen_before[i] is not None and gen_after[i] is not None:
                         r["generated_tokens_by_server"] = gen_after[i] - gen_before[i]
@@ -390,16 +390,14 @@ def _client(target: Target, spec: BenchSpec) -> Any:
     return Spread([StreamingClient(_config(t, spec)) for t in target.replicas])
 
 
-async def _generated(http: httpx.AsyncClient, target: Target) -> list[Optional[float]]:
+async def _generated(target: Target) -> list[Optional[float]]:
     """Each replica's own count of generated tokens (its /metrics), to check the spread against."""
     name = get_engine(target.engine).metrics.get("generation_tokens")
     out: list[Optional[float]] = []
     for t in target.replicas:
-        try:
-            r = await http.get(t.base_url.rstrip("/") + "/metrics", timeout=10)
-            out.append(parse_prometheus(r.text).get(name) if r.status_code == 200 and name else None)
-        except httpx.HTTPError:
-            out.append(None)
+        async with ApiClient(t.base_url) as api:
+            r = await api.get("/metrics", timeout_s=10)
+        out.append(parse_prometheus(r.body).get(name) if r.ok and name else None)
     return out
 
 

@@ -27,8 +27,6 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
-import httpx
-
 from servedeck.campaign.reporter import Reporter
 from servedeck.campaign.stall import Quiet, StallWatch
 from servedeck.campaign.target import Target
@@ -195,8 +193,8 @@ async def run_ramp(spec: RampSpec, target: Target, context: int, folder: RunFold
     start = time.perf_counter()
     cutoff: dict[str, Any] = {"reason": "", "turn": 0}
     folder.update(ramp={"status": "running", "file": FILE, "code": code, "nonce": nonce, "limit": limit})
-    async with httpx.AsyncClient() as http, ApiClient(target.base_url) as api:
-        tokens = ServerTokens(http, target.base_url, target.served_name, target.engine)
+    async with ApiClient(target.base_url) as api:
+        tokens = ServerTokens(api, target.served_name, target.engine)
         i = 0
         while True:
             i += 1

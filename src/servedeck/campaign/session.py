@@ -17,7 +17,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-import httpx
 
 from servedeck.campaign import outputs
 from servedeck.campaign.bench import BenchSpec, run_point
@@ -30,6 +29,7 @@ from servedeck.engines.metrics import prefix_counters_async
 from servedeck.errors import RunError, ServedeckError, ServerDied, UsageError
 from servedeck.gates.niah import GateResult, GateSpec, run_gate
 from servedeck.gates.server import server_context
+from servedeck.loadgen.api import ApiClient
 from servedeck.report.render import markdown
 from servedeck.runs import inventory
 from servedeck.runs.folder import RunFolder, runs_root
@@ -76,8 +76,8 @@ def base_summary(target: Target, context: int, kind: str, workload: dict[str, An
 
 async def _served_context(target: Target) -> int:
     """The context one request may fill: what the server reports, else models.toml."""
-    async with httpx.AsyncClient() as http:
-        served = await server_context(http, target.base_url)
+    async with ApiClient(target.base_url) as api:
+        served = await server_context(api)
     ctx = served or target.cfg.models[target.name].context
     if ctx is None:
         raise RunError(f"the server does not report its context and models.{target.name}.context is unset",

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-
-import httpx
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from servedeck.campaign.target import Target
 from servedeck.engines import get_engine
 from servedeck.engines.metrics import read_counters
+from servedeck.loadgen.api import ApiClient
 from servedeck.watch.liveness import judge
 
 STALLED_PREFIX = "stalled:"
@@ -68,12 +67,9 @@ class StallJudge:
         return await asyncio.to_thread(read_counters, self.target.base_url, names, 10.0)
 
     async def _answers_health(self) -> bool:
-        try:
-            async with httpx.AsyncClient() as http:
-                r = await http.get(self.target.base_url.rstrip("/") + self.target.server.health_path, timeout=5.0)
-            return r.status_code == 200
-        except httpx.HTTPError:
-            return False
+        async with ApiClient(self.target.base_url) as api:
+            r = await api.get(self.target.server.health_path, timeout_s=5.0)
+        return r.ok
 
     async def check(self, key: Any, quiet_s: float, tick_s: float) -> Optional[dict[str, Any]]:
         """None while fine (or slow); a verdict {"status": "stalled", …} once the silence is a stall."""

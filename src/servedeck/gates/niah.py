@@ -19,13 +19,12 @@ from dataclasses import asdict, dataclass, field
 from time import perf_counter
 from typing import Any, Awaitable, Callable, Mapping, Optional, Sequence
 
-import httpx
-
 from servedeck.config.schema import merge_request
 from servedeck.engines.base import Endpoint
 from servedeck.errors import RunError, UsageError
 from servedeck.gates import haystack
 from servedeck.gates.server import ServerTokens
+from servedeck.loadgen.api import ApiClient
 
 Counters = Callable[[], Awaitable[Optional[dict[str, float]]]]
 
@@ -185,24 +184,23 @@ async def size_prompt(tokens: ServerTokens, target: int, seed: int, depth: float
     return haystack.build(seed, n, depth, code), c
 
 
-async def ask(client: httpx.AsyncClient, server: Endpoint, text: str, answer_tokens: int,
+async def ask(client: ApiClient, server: Endpoint, text: str, answer_tokens: int,
               timeout_s: float) -> dict[str, Any]:
     """One probe request. Never raises for a server-side failure: the error comes back in the dict."""
     body = merge_request({"model": server.served_name, "messages": [{"role": "user", "content": text}],
                           "max_tokens": answer_tokens, "temperature": 0, "stream": False}, server.request)
     t0 = perf_counter()
-    try:
-        r = await client.post(server.base_url.rstrip("/") + "/v1/chat/completions", json=body, timeout=timeout_s)
-    except httpx.HTTPError as e:
-        return {"latency_s": perf_counter() - t0, "error": f"{type(e).__name__}: {e}".rstrip(": ")}
+    r = await client.chat(body, timeout_s=timeout_s)
     latency = perf_counter() - t0
-    if r.status_code != 200:
-        return {"latency_s": latency, "error": f"HTTP {r.status_code}: {r.text[:300]}"}
+    if r.status is None or (not r.ok and r.status == 200):  # no answer, or one cut off
+        return {"latency_s": latency, "error": r.error or "no answer"}
+    if r.status != 200:
+        return {"latency_s": latency, "error": f"HTTP {r.status}: {r.body[:300]}"}
     try:
-        doc = r.json()
+        doc = r.doc
         msg = doc["choices"][0]["message"]
-    except (ValueError, KeyError, IndexError, TypeError) as e:
-        return {"latency_s": latency, "error": f"malformed answer ({type(e).__name__} {e}): {r.text[:200]}"}
+    except (KeyError, IndexError, TypeError) as e:
+        return {"latency_s": latency, "error": f"malformed answer ({type(e).__name__} {e}): {r.body[:200]}"}
     # A reasoning model may put everything in reasoning_content when the answer room runs out.
     answer = msg.get("content") or msg.get("reasoning_content") or msg.get("reasoning") or ""
     return {"latency_s": latency, "answer": answer, "usage": doc.get("usage") or {}, "timings": doc.get("timings")}
@@ -228,8 +226,8 @@ async def run_gate(server: Endpoint, spec: GateSpec, on_probe: Callable[[ProbeRe
     rng = random.Random(spec.seed)
     target = spec.context - spec.answer_tokens
     results: list[ProbeResult] = []
-    async with httpx.AsyncClient() as client:
-        tokens = ServerTokens(client, server.base_url, server.served_name, server.engine)
+    async with ApiClient(server.base_url) as client:
+        tokens = ServerTokens(client, server.served_name, server.engine)
         for key in range(spec.repeats):
             for depth in spec.depths:
                 seed, code = rng.getrandbits(48), haystack.new_code(rng)
