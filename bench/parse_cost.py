@@ -1,15 +1,18 @@
 """What the client's stream parser costs per chunk, now and against an older copy of it.
 
 Feeds a 100-token chat stream, as a server frames it (role chunk, 100 content chunks, usage
-event, [DONE]), through `servedeck.loadgen.sse.ResponseParser` one read per chunk, and times
+event, [DONE]), through the client's response parser one read per chunk (now
+`servedeck.loadgen.response.Response`: httptools framing, sse.EventStream events), and times
 (CPU time, not wall: a busy host stretches wall time, not instructions) the work done as each
 chunk arrives and the work left for the end of the response (`facts()`: the events kept for JSON
 decoding). Both JSON spellings: compact (vLLM's pydantic, llama.cpp's nlohmann) and with
 json.dumps' default spaces; and vLLM's continuous usage stats (a usage object on every chunk,
 which `servedeck bench` asks vLLM for). The two parsers run interleaved in one process, min of --reps.
+A baseline is an older sse.py that holds the whole parser (ResponseParser, before issue 21).
 
     .venv/bin/python bench/parse_cost.py [--baseline OLD_SSE_PY]
-    # e.g. the parser before issue 14:  git show 19ff67b:src/servedeck/loadgen/sse.py > /tmp/sse_old.py
+    # the hand-written framing before issue 21:  git show 33d2f12:src/servedeck/loadgen/sse.py > /tmp/sse_old.py
+    # the parser before issue 14:               git show 19ff67b:src/servedeck/loadgen/sse.py > /tmp/sse_old.py
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ def cost(mod: ModuleType, reads: list[bytes], n: int) -> tuple[float, float]:
     t = time.process_time()
     parsers = []
     for _ in range(n):
-        p = mod.ResponseParser()
+        p = mod.ResponseParser() if hasattr(mod, "ResponseParser") else mod.Response()
         for k, r in enumerate(reads):
             p.feed(k * 0.02, r)
         parsers.append(p)
@@ -77,7 +80,9 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=25)
     ap.add_argument("--responses", type=int, default=100, help="responses per timed batch")
     a = ap.parse_args()
-    parsers = {"current": load("sse_current", HERE.parent / "src" / "servedeck" / "loadgen" / "sse.py")}
+    from servedeck.loadgen import response
+
+    parsers: dict[str, ModuleType] = {"current": response}
     if a.baseline:
         parsers["baseline"] = load("sse_baseline", a.baseline)
     out = {}

@@ -5,11 +5,11 @@ instrument in its own process, reporting what the client measured against what t
 wrote (TTFT error p50/p99), schedule lag, client CPU, and every garbage collection the client
 ran during the measured phase: count and CPU time per generation (time.thread_time, so a descheduled process does not
 inflate it), the longest single pause. --profile adds cProfile's top functions by own time.
---baseline-sse runs the client with an older copy of loadgen/sse.py (for before/after figures):
+--before-tree runs the client of another source tree (a git worktree) instead, for before/after figures:
 
     .venv/bin/python bench/profile_client.py --mode realistic --streams 256 [--loop uvloop] [--gc default]
-    git show 19ff67b:src/servedeck/loadgen/sse.py > /tmp/sse_old.py
-    .venv/bin/python bench/profile_client.py --mode spaced --baseline-sse /tmp/sse_old.py
+    git worktree add /tmp/loadgen-before 33d2f12     # before issue 21's httptools framing
+    .venv/bin/python bench/profile_client.py --mode realistic --before-tree /tmp/loadgen-before
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import gc
-import importlib.util
 import io
 import json
 import os
@@ -37,15 +36,11 @@ def main() -> None:
     ap.add_argument("--gc", choices=["quiet", "default"], default="quiet")
     ap.add_argument("--profile", action="store_true", help="cProfile the client (slows it: figures then are not the client's)")
     ap.add_argument("--top", type=int, default=20)
-    ap.add_argument("--baseline-sse", type=Path, help="use this older sse.py for the client's parser")
+    ap.add_argument("--before-tree", type=Path, help="profile the servedeck client of this source tree instead")
     ap.add_argument("--json", type=Path, help="append the figures as one JSON line to this file")
     a = ap.parse_args()
-    if a.baseline_sse:  # before servedeck.loadgen imports it
-        spec = importlib.util.spec_from_file_location("servedeck.loadgen.sse", a.baseline_sse)
-        assert spec is not None and spec.loader is not None
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["servedeck.loadgen.sse"] = mod
-        spec.loader.exec_module(mod)
+    if a.before_tree:  # before anything imports servedeck
+        sys.path.insert(0, str(a.before_tree.resolve() / "src"))
 
     import numpy as np
 
@@ -92,7 +87,7 @@ def main() -> None:
     lo, hi = res.t0 + (res.measured_start or 0.0), res.t0 + (res.measured_end or 0.0)
     by_gen = {g: [d * 1e3 for x, t, d in pauses if x == g and lo <= t <= hi] for g in (0, 1, 2)}
     out = {
-        "mode": a.mode, "streams": a.streams, "loop": res.loop, "gc": a.gc, "parser": str(a.baseline_sse or "current"),
+        "mode": a.mode, "streams": a.streams, "loop": res.loop, "gc": a.gc, "client_tree": str(a.before_tree or "current"),
         "ttft_err_p50_ms": float(np.percentile(errs, 50)), "ttft_err_p99_ms": float(np.percentile(errs, 99)),
         "lag_p99_ms": st["client"]["lag_ms"]["p99"], "client_cpu_fraction": st["client"]["cpu_fraction"],
         "gc_collections": {g: len(v) for g, v in by_gen.items()},
@@ -100,7 +95,7 @@ def main() -> None:
         "gc_longest_ms": {g: round(max(v, default=0.0), 2) for g, v in by_gen.items()},
         "load_avg_1m": os.getloadavg()[0], "profiled": a.profile,
     }
-    print(f"{a.mode} instrument, {a.streams} streams, loop {res.loop}, gc {a.gc}, parser {out['parser']}: "
+    print(f"{a.mode} instrument, {a.streams} streams, loop {res.loop}, gc {a.gc}, client {out['client_tree']}: "
           f"TTFT error p50 {out['ttft_err_p50_ms']:.2f} ms, p99 {out['ttft_err_p99_ms']:.2f} ms; lag p99 "
           f"{out['lag_p99_ms']:.1f} ms; client CPU {out['client_cpu_fraction']:.0%}; load {out['load_avg_1m']:.1f}")
     print(f"GC during the measured phase: collections {out['gc_collections']}, CPU ms {out['gc_cpu_ms']}, "
