@@ -29,7 +29,7 @@ terminal, and the door turns the deck's ServedeckErrors into Refusals (`except S
 door/manager.py must never catch one of its own answers).
 
 Exceptions that never reach a user are converted where they are raised: supervisor.ready's Died and
-TimedOut become LaunchError in the deck; loadgen.sse's ProtocolError becomes a failed request record;
+TimedOut become LaunchError in the deck; loadgen.response's ProtocolError becomes a failed request record;
 gpu.gguf_header's GGUFError becomes PlanError; soak's ProtocolViolation becomes a recorded fault.
 """
 
