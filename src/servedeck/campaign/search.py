@@ -131,7 +131,7 @@ class Search:
             self._verdict = "client-bound"
             return
         runs = self._runs(load)
-        if len(runs) > 1 and len(set(runs)) > 1:
+        if len(runs) > 1 and len(set(runs[:-1])) == 1 and runs[-1] != runs[0]:  # it just became unstable
             first = "passed" if runs[0] else "failed"
             now = "passes" if judged["passed"] else "fails"
             self.notes.append(f"{self._label(load)} {first} at first and {now} on re-measure: the two disagree, "

@@ -79,8 +79,8 @@ def run_section(view: dict[str, Any]) -> list[str]:
     out.append("")
     out.append(f"{cap['steps']} steps, {cap['requests']} measured requests; cap {load_label(find, cap['cap']['load'])} "
                f"({cap['cap']['reason']}).")
-    for note in cap.get("notes") or []:
-        out += ["", f"- {note}"]
+    if cap.get("notes"):
+        out += [""] + [f"- {note}" for note in cap["notes"]]
     if doc and (doc.get("shape") or {}).get("detail"):
         out += ["", f"Boundary: {doc['shape']['detail']}."]
     if doc:
@@ -203,3 +203,48 @@ def campaign_section(rows: list[dict[str, Any]], unit: str = "per GPU") -> list[
                      f"{load_label(rec['find'], rec['capacity_per_gpu'])} {unit}, {how}"])
     out += [_table(["SLO", "run this variant", "carrying"], recs), ""]
     return out
+
+
+def section(coll: Any) -> Any:
+    """The report's section (report/sections.py SECTIONS): the capacity table and the recommendation, each
+    capacity linked to the search.json it came from; None when no run searched for a capacity."""
+    from servedeck.report.blocks import Link, Para, Section, Table
+
+    runs = [r for r in coll.runs if r.view.get("capacity")]
+    if not runs:
+        return None
+    views = []
+    for r in runs:
+        v = dict(r.view)
+        v.setdefault("campaign", {})
+        v["campaign"] = {**(v.get("campaign") or {}), "variant": r.variant or (v["campaign"] or {}).get("variant")}
+        views.append(v)
+    rows = capacity_rows(views)
+    by_name = {r.name: r for r in runs}
+    gpus = any(r["gpus"] for r in rows)
+    unit = "per GPU" if gpus else "per launch (CPU)"
+    table = []
+    for row in rows:
+        links = [Link(f"search.json #{i + 1}" if len(row["runs"]) > 1 else "search.json",
+                      by_name[name].path / "search.json") for i, name in enumerate(row["runs"]) if name in by_name]
+        table.append([f"{row['slo']} ({row['slo_text']})", row["variant"], _cap_text(row), _n(row["goodput_per_gpu"], 2),
+                      _n(row["output_tok_s_per_gpu"]), row["binding"] or "-", ", ".join(row["verdicts"]), links])
+    recs = []
+    for rec in recommendations(rows):
+        if rec["best"] is None:
+            recs.append([rec["slo"], "-", rec["note"]])
+            continue
+        how = "the only variant that meets it" if rec["next"] is None else (
+            f"{rec['by']:+.0%} over {rec['next']} ({load_label(rec['find'], rec['next_capacity_per_gpu'])})"
+            if rec["by"] is not None else f"over {rec['next']}")
+        if rec.get("overlap"):
+            how += "; the repeats' intervals overlap: not distinguishable from noise"
+        recs.append([f"{rec['slo']} ({rec['slo_text']})", rec["best"],
+                     f"{load_label(rec['find'], rec['capacity_per_gpu'])} {unit}, {how}"])
+    return Section("capacity", "Capacity under each SLO", [
+        Para(["The most load each variant carried within each SLO, found by a search (bracket by doubling, "
+              "bisect, both ends re-measured with fresh prompts); every step is a point of its run folder."]),
+        Table(["SLO", "variant", f"capacity {unit}", f"goodput req/s {unit}", f"output tok/s {unit}",
+               "binding constraint", "search", "sources"], table),
+        Para(["Recommendation: for each SLO, the variant carrying the most load " + unit + "."]),
+        Table(["SLO", "run this variant", "carrying"], recs)])

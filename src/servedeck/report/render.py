@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from servedeck.gates.samples import describe as describe_gates
+from servedeck.report.capacity import run_section as capacity_run
 from servedeck.report.knobs import gpu_facts
 from servedeck.report.workloads import outputs_section, ramp_section, speculation_section
 
@@ -264,7 +265,8 @@ def markdown(view: dict[str, Any]) -> str:
                 str(view.get("model")), str(view.get("engine")), str(view.get("layout")), str(view.get("context")),
                 str(view.get("kind")), str(view.get("status")), str(view.get("created_at")),
                 str(view.get("finished_at"))]]), ""]
-    body = (_gate_section(view) + [""] + _workload(view) + [""] + outputs_section(view) + [""] + _figures(view)
+    body = (_gate_section(view) + [""] + _workload(view) + [""] + capacity_run(view) + [""] + outputs_section(view)
+            + [""] + _figures(view)
             + [""] + speculation_section(view) + [""] + ramp_section(view) + [""] + _where(view))
     return "\n".join(head + body).replace("\n\n\n", "\n\n") + "\n"
 
