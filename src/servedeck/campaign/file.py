@@ -44,8 +44,8 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class GateCfg(_Strict):
-    """Runs first on every launch. context 0/absent: what the server serves per request."""
+class NeedleCfg(_Strict):
+    """The needle (gates/niah.py). context 0/absent: what the server serves per request."""
 
     context: int = Field(default=0, ge=0)
     depths: list[float] = Field(default_factory=lambda: [0.1, 0.5, 0.9])
@@ -59,6 +59,55 @@ class GateCfg(_Strict):
         if not v or any(not 0 <= d <= 1 for d in v):
             raise ValueError(f"depths must be fractions between 0 and 1, got {v}")
         return v
+
+
+class EvalCfg(_Strict):
+    """An accuracy gate (gates/kinds.py): questions from `path` (a JSONL file, relative to the campaign
+    file), or an lm-eval `task` ("lm-eval:NAME", its YAML in `task_dir`)."""
+
+    path: Optional[str] = None
+    task: Optional[str] = None
+    task_dir: Optional[str] = None
+    threshold: float = Field(ge=0, le=1)
+    limit: Optional[int] = Field(default=None, ge=1)
+    concurrency: int = Field(default=8, ge=1)
+    answer_tokens: int = Field(default=32, ge=1)
+
+    @model_validator(mode="after")
+    def _one(self) -> "EvalCfg":
+        if (self.path is None) == (self.task is None):
+            raise ValueError('give one of path = "questions.jsonl" or task = "lm-eval:NAME"')
+        if self.task is not None and not self.task.startswith("lm-eval:"):
+            raise ValueError(f'task {self.task!r}: write it like "lm-eval:NAME"')
+        if self.task_dir is not None and self.task is None:
+            raise ValueError("task_dir is for an lm-eval task, not a question file")
+        return self
+
+    @property
+    def ref(self) -> str:
+        return self.task or self.path or ""
+
+
+class GateCfg(NeedleCfg):
+    """Runs first on every launch: the needle (its keys here, or in `niah`; `niah = false` for none),
+    then the accuracy gate `eval` if given."""
+
+    niah: Optional[Union[NeedleCfg, Literal[False]]] = None
+    eval: Optional[EvalCfg] = None
+
+    @model_validator(mode="after")
+    def _where(self) -> "GateCfg":
+        flat = self.model_fields_set & set(NeedleCfg.model_fields)
+        if self.niah is not None and flat:
+            raise ValueError(f"the needle's keys go in niah = {{...}} or directly in gate, not both "
+                             f"(found {', '.join(sorted(flat))} beside niah)")
+        return self
+
+    @property
+    def needle(self) -> Optional[NeedleCfg]:
+        if self.niah is False:
+            return None
+        return self.niah or NeedleCfg(**{k: getattr(self, k) for k in NeedleCfg.model_fields})
 
 
 class Head(_Strict):

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Protocol
 
 from servedeck.campaign import cells as C
+from servedeck.campaign.accuracy import campaign_gate, cited_from, run_accuracy
 from servedeck.campaign.bench import DEFAULTS, BenchSpec
 from servedeck.campaign.file import Campaign, WorkloadCfg
 from servedeck.campaign.reporter import QuietReporter
@@ -104,18 +105,29 @@ class CellSteps:
                 return C.Ending(C.CellState.FAILED, "stopped while launching")
         main = targets[0]
         main.peers = targets[1:]
-        gate_ctx = head.gate.context if head.gate else 0
-        if head.gate:  # on every replica: each is a launch of its own (the workloads cite the first's)
+        needle = head.gate.needle if head.gate else None
+        gate_ctx = needle.context if needle else 0
+        if needle:  # on every replica: each is a launch of its own (the workloads cite the first's)
             for i, t in enumerate(targets):
                 news.phase(cell.id, "gate" + (f" (replica {i + 1})" if len(targets) > 1 else ""))
                 out = _Listed(lambda run: news.run_made(cell.id, run))
                 try:
-                    spec = GateSpec(context=head.gate.context, depths=tuple(head.gate.depths),
-                                    repeats=head.gate.repeats, threshold=head.gate.threshold, seed=head.gate.seed)
+                    spec = GateSpec(context=needle.context, depths=tuple(needle.depths),
+                                    repeats=needle.repeats, threshold=needle.threshold, seed=needle.seed)
                     asyncio.run(gate_on_target(t, spec, reporter=_PhaseReporter(news, cell.id), outcome=out))
                 finally:
                     if out.folder is not None:
                         news.run_made(cell.id, out.folder.name)
+        accuracy = campaign_gate(self.camp)
+        if accuracy is not None:  # after the needle, before any workload; the bench runs cite it
+            news.phase(cell.id, f"gate {accuracy.name}")
+            out = _Listed(lambda run: news.run_made(cell.id, run))
+            try:
+                asyncio.run(run_accuracy(main, accuracy, outcome=out))
+            finally:
+                if out.folder is not None:
+                    news.run_made(cell.id, out.folder.name)
+            main.extra = {**main.extra, "gates": cited_from(out.folder, accuracy)}
         for k, w in enumerate(self.camp.file.workloads):
             news.phase(cell.id, f"workload {w.title}")
             out = _Listed(lambda run: news.run_made(cell.id, run))
@@ -124,7 +136,7 @@ class CellSteps:
                 spec = replace(spec, check_outputs=True, check_prompts=head.reference_prompts,
                                check_tokens=head.reference_tokens)
             try:
-                asyncio.run(bench_on_target(main, spec, gate_mode=None if head.gate else False,
+                asyncio.run(bench_on_target(main, spec, gate_mode=None if needle else False,
                                             gate_spec=GateSpec(context=gate_ctx),
                                             reporter=_PhaseReporter(news, cell.id), outcome=out))
             finally:

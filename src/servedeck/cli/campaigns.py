@@ -12,12 +12,13 @@ from rich.markdown import Markdown
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from servedeck.campaign.accuracy import check_campaign_gate
 from servedeck.campaign.file import load as load_campaign
 from servedeck.campaign.folder import CampaignFolder, campaigns_root, find_campaign
 from servedeck.campaign.runner import RunOptions, plan_campaign, run_campaign
 from servedeck.campaign.summary import status_markdown, status_view, table
 from servedeck.cli.app import app, configured_results_dir, console, err_console, load_config, print_json
-from servedeck.errors import ConfigError
+from servedeck.errors import ConfigError, ServedeckError
 from servedeck.runs.folder import runs_root
 
 campaign_app = typer.Typer(help="Campaigns: one file declares launches × workloads; servedeck runs them unattended.",
@@ -104,6 +105,14 @@ def plan(file: Path = typer.Argument(..., help="the campaign .toml"),
                   highlight=False)
 
 
+def _engine_of(cfg: Any, model: str) -> Optional[str]:
+    try:
+        m = cfg.models[cfg.resolve(model)]
+        return cfg.deck.builds[m.build].engine
+    except (KeyError, ServedeckError):
+        return None  # an unknown model is refused by the runner itself, with its own message
+
+
 @campaign_app.command("run")
 def run(file: Path = typer.Argument(..., help="the campaign .toml"),
         resume: bool = typer.Option(False, "--resume", help="continue the newest unfinished folder of this file"),
@@ -120,6 +129,7 @@ def run(file: Path = typer.Argument(..., help="the campaign .toml"),
 
     cfg = load_config()
     camp = load_campaign(file)
+    check_campaign_gate(camp, _engine_of(cfg, camp.head.model))  # before the first launch
     opts = RunOptions(resume=resume, only=frozenset(x for x in (only or "").split(",") if x) or None,
                       parallel=parallel, retry_failed=retry_failed, evict=evict)
     address = address_from(ray)

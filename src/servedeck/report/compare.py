@@ -8,6 +8,8 @@ whether it matters.
      records' prompt digests agree index by index: checked, not assumed), request i of A is paired
      with request i of B and the interval is a paired bootstrap; otherwise an unpaired one, labelled.
    - output tok/s: one number per launch, so only repeats give an interval (Welch t across them).
+3. Accuracy, per accuracy gate both sides ran: sample i of A with sample i of B (same id, same prompt
+   digest), McNemar's exact test and the paired difference's interval (report/accuracy.py).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any, Optional
 from servedeck.fsio import read_jsonl
 from servedeck.loadgen.records import RequestRecord
 from servedeck.loadgen.stats import tpot
+from servedeck.report.accuracy import PairedAccuracy, compare_runs as paired_accuracy
 from servedeck.report.attribution import Attribution, attribute, sentence
 from servedeck.report.collect import Run
 from servedeck.report.knobs import NOT_CONFIG, WORKLOAD_PREFIX, changed
@@ -48,6 +51,7 @@ class Comparison:
     only_a: list[str]
     only_b: list[str]
     att: Attribution  # by the campaign's knobs where both sides carry them (report/attribution.py)
+    accuracy: list[PairedAccuracy] = field(default_factory=list)  # each accuracy gate both ran (report/accuracy.py)
 
     @property
     def attribution(self) -> str:
@@ -65,6 +69,7 @@ class Comparison:
                 "knobs_from": "campaign.json" if self.att.declared else "the rendered launches",
                 "consequences": [{"knob": n, "a": x, "b": y} for n, x, y in self.att.consequences],
                 "attribution": self.attribution,
+                "accuracy": [x.to_json() for x in self.accuracy],
                 "points": [p.to_json() for p in self.points], "only_a": self.only_a, "only_b": self.only_b,
                 "noise_threshold": NOISE}
 
@@ -175,7 +180,8 @@ def compare(a: list[Run], b: list[Run], noise: float = NOISE) -> Comparison:
     if not keys:  # no workload in common: say what each side has
         only_a = [str(p.get("label")) for r in a for p in r.view.get("points") or []]
         only_b = sorted({str(p.get("label")) for r in b for p in r.view.get("points") or []})
-    return Comparison(a, b, changes, config, points, only_a, only_b, attribute(a[0], b[0], config))
+    return Comparison(a, b, changes, config, points, only_a, only_b, attribute(a[0], b[0], config),
+                      paired_accuracy(a, b))
 
 
 def text(c: Comparison) -> str:
@@ -190,6 +196,8 @@ def text(c: Comparison) -> str:
         out.append("The campaign's knobs (campaign.json), and what changed that none of them explains:")
         out += [f"  {n}: {x} → {y}" for n, x, y in c.att.knobs] or ["  none differ"]
     out += ["", c.attribution[0].upper() + c.attribution[1:] + ".", ""]
+    for x in c.accuracy:
+        out += [f"accuracy (gate {x.gate}): A {x.a_accuracy:.1%}, B {x.b_accuracy:.1%}: {x.text}", ""]
     for p in c.points:
         out.append(f"{p.label} ({p.pairing}):")
         for v in p.verdicts:

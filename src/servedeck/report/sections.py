@@ -13,6 +13,7 @@ from servedeck.report.blocks import Block, Cell, Figure, Link, Para, Pre, Sectio
 from servedeck.report.caveats import BUSY_MARGIN, BUSY_RATIO, Busy, busy_hosts, not_a_result, point_warnings, \
     standing, unit_of
 from servedeck.report.collect import Collection, Run
+from servedeck.report.accuracy import compare_runs as paired_accuracy, gate_names
 from servedeck.report.compare import compare
 from servedeck.report.knobs import changed, config_knobs
 from servedeck.report.pareto import LoadPoint, load_points, pareto
@@ -192,6 +193,34 @@ def gate(coll: Collection) -> Optional[Section]:
               "benchmark runs of the same launch reuse it."]),
         Table(["variant", "repeat", "gate run", "gate", "score", "found", "context", "threshold",
                "prompt tokens", "niah.log", "figures it stands for"], rows)])
+
+
+def accuracy(coll: Collection) -> Optional[Section]:
+    """Each variant's accuracy gate against the reference variant's (campaign `reference`, else the base),
+    paired sample by sample: McNemar's exact test and the difference's interval (report/accuracy.py)."""
+    variants = {v: sorted(runs, key=lambda r: r.repeat) for v, runs in coll.variants().items()}
+    gated = [v for v, runs in variants.items() if gate_names(runs)]
+    if not gated:
+        return None
+    ref = next((v for v in ((coll.campaign or {}).get("reference"), coll.base_variant) if v in gated), gated[0])
+    rows = []
+    for v in gated:
+        if v == ref:
+            continue
+        for x in paired_accuracy(variants[ref], variants[v]):
+            rows.append([ref, v, x.gate, f"{x.a_accuracy:.1%}", f"{x.b_accuracy:.1%}", f"{x.pairs:,}",
+                         str(x.gained), str(x.lost), f"{x.difference:+.1f} [{x.low:+.1f}, {x.high:+.1f}]",
+                         f"{x.p_value:.3g}", x.text])
+    blocks: list[Block] = [Para([f"Accuracy gates, each variant against {ref} on the same questions (same id, same "
+                                 "prompt digest): 'gained' = A wrong and B right, 'lost' = A right and B wrong; "
+                                 "p from McNemar's exact test, the interval (95 %) of B − A in points is Newcombe's "
+                                 "paired hybrid score interval; a difference is named only when p < 0.05."])]
+    if rows:
+        blocks.append(Table(["A (reference)", "B", "gate", "A accuracy", "B accuracy", "pairs", "gained", "lost",
+                             "B − A, points [95 %]", "p (McNemar)", "verdict"], rows))
+    else:
+        blocks.append(Para([f"No other variant ran an accuracy gate on the questions {ref} answered."]))
+    return Section("accuracy", "Accuracy against the reference (paired)", blocks)
 
 
 def pareto_section(coll: Collection) -> Optional[Section]:
@@ -392,7 +421,7 @@ def sources(coll: Collection) -> Optional[Section]:
 
 # A section function: Collection → Section or None (absent data, absent section).
 SECTIONS: list[Callable[[Collection], Optional[Section]]] = [
-    what, caveats, gate, pareto_section, latency, long_prompt, repeats, attribution, failures, sources]
+    what, caveats, gate, accuracy, pareto_section, latency, long_prompt, repeats, attribution, failures, sources]
 
 
 def build(coll: Collection) -> list[Section]:
