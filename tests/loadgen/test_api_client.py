@@ -36,7 +36,8 @@ def test_a_streamed_completion_joins_its_text(instrument):
 def test_an_http_error_is_a_reply_with_its_json_and_status(instrument):
     # the instrument answers a request that is not streamed with a 400 and a JSON error
     r = ask(instrument.url, "/v1/chat/completions", {"model": "m", "messages": [], "max_tokens": 3})
-    assert not r.ok and r.status == 400
+    assert not r.ok and r.http_status == 400
+    assert r.http_error == 'HTTP 400: {"error":{"message":"the instrument only streams"}}'
     assert r.doc == {"error": {"message": "the instrument only streams"}}
     assert r.error is not None and r.error.startswith("HTTP 400")
 

@@ -58,8 +58,8 @@ async def collect(base_url: str, served_name: str, engine: str, request: dict[st
             line: dict[str, Any] = {"index": p["index"], "content": p["content"], "prompt_sha": p["prompt_sha"]}
             try:
                 r = await api.chat(body, timeout_s=timeout_s)
-                if r.status is not None and r.status != 200:
-                    raise RunError(f"HTTP {r.status}: {r.body[:300]}")
+                if r.http_error:
+                    raise RunError(r.http_error)
                 if not r.ok:
                     raise RunError(r.error or "no answer")
                 doc = r.doc

@@ -192,10 +192,8 @@ async def ask(client: ApiClient, server: Endpoint, text: str, answer_tokens: int
     t0 = perf_counter()
     r = await client.chat(body, timeout_s=timeout_s)
     latency = perf_counter() - t0
-    if r.status is None or (not r.ok and r.status == 200):  # no answer, or one cut off
-        return {"latency_s": latency, "error": r.error or "no answer"}
-    if r.status != 200:
-        return {"latency_s": latency, "error": f"HTTP {r.status}: {r.body[:300]}"}
+    if r.http_error or not r.ok:  # an error status; or no answer, or one cut off
+        return {"latency_s": latency, "error": r.http_error or r.error or "no answer"}
     try:
         doc = r.doc
         msg = doc["choices"][0]["message"]

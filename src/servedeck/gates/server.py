@@ -32,11 +32,11 @@ class ServerTokens:
 
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         r = await self.api.post(path, body, timeout_s=120)
-        if r.status is None or (not r.ok and r.status == 200):  # no answer, or one cut off
-            raise RunError(f"{self.base}{path}: {r.error}", hint="is the server still running? `servedeck status`")
-        if r.status != 200:
-            raise RunError(f"{self.base}{path}: HTTP {r.status}: {r.body[:300]}",
+        if r.http_error:
+            raise RunError(f"{self.base}{path}: {r.http_error}",
                            hint=f"the {self.engine.name} server must offer {path} to size prompts with its tokenizer")
+        if not r.ok:  # no answer, or one cut off
+            raise RunError(f"{self.base}{path}: {r.error}", hint="is the server still running? `servedeck status`")
         if not isinstance(r.doc, dict):
             raise RunError(f"{self.base}{path}: answer is not a JSON object: {r.body[:200]}")
         return r.doc

@@ -6,6 +6,7 @@ same RequestRecord), so there is one HTTP client path in servedeck, not one per 
         reply = await api.chat({"model": "m", "messages": [...], "max_tokens": 32})   # not streamed
         reply = await api.chat({..., "stream": True})       # streamed: the text is joined from the events
         reply.ok, reply.text, reply.reasoning, reply.usage, reply.finish_reason, reply.error
+        reply.http_error                                    # "HTTP 503: <body>" for an error status, else None
         reply.record                                        # timings: t_send, t_first_token, chunk_t, t_end
         doc = (await api.post("/tokenize", {"content": "..."})).doc     # any JSON POST
         models = (await api.get("/v1/models")).doc
@@ -53,8 +54,14 @@ class Reply:
         return self.record.error
 
     @property
-    def status(self) -> int | None:
+    def http_status(self) -> int | None:
         return self.record.http_status
+
+    @property
+    def http_error(self) -> str | None:
+        """"HTTP 503: <the body's start>" when the server answered with an error status, else None."""
+        s = self.record.http_status
+        return None if s is None or s == 200 else f"HTTP {s}: {self.body[:300]}"
 
 
 class ApiClient:

@@ -217,9 +217,9 @@ class Soak:
         point = int(self.in_burst(rec.t_send))
         try:
             r = await client.chat(body, timeout_s=self.spec.request_timeout_s)
-            rec.http_status = r.status
-            if r.status is not None and r.status != 200:
-                rec.status, rec.error = "error", f"HTTP {r.status}: {r.body[:300]}"
+            rec.http_status = r.http_status
+            if r.http_error:
+                rec.status, rec.error = "error", r.http_error
             elif not r.ok:  # refused, timed out, cut off: no answer to read
                 rec.status, rec.error = "error", (r.error or "no answer")[:300]
             else:
