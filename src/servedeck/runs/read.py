@@ -18,6 +18,7 @@ from servedeck.gates.samples import accuracy_views, combined
 from servedeck.loadgen.records import RequestRecord
 from servedeck.runs.figures import headline, point_figures
 from servedeck.supervisor.process import alive
+from servedeck.telemetry.figures import point_telemetry, read_lines as read_telemetry
 
 RUN_FILES = ("summary.json", "requests.jsonl", "niah.log")
 
@@ -129,6 +130,7 @@ def load(path: Path) -> dict[str, Any]:
             bad += 1
             first_bad = first_bad or f"{type(e).__name__}: {e}"
     points = [dict(p) for p in summary.get("points") or []]
+    telemetry = read_telemetry(path)  # telemetry.jsonl by point (telemetry/figures.py)
     known = {p.get("index") for p in points}
     for idx in sorted(by_point):
         if idx not in known:  # a point whose summary entry was never written (crash mid-point)
@@ -138,6 +140,7 @@ def load(path: Path) -> dict[str, Any]:
             p["status"] = "incomplete"  # the run ended while this point was being prepared or measured
         recs = by_point.get(p.get("index"), [])
         p["figures"] = point_figures(recs, p, workload)
+        p["figures"]["telemetry"] = point_telemetry(telemetry.get(p.get("index"), []), p, recs)
         p["headline"] = headline(p["figures"])
     view["points"] = sorted(points, key=lambda p: p.get("index", 0))
     bad += lines.skipped
