@@ -44,9 +44,10 @@ def main() -> None:
     a = ap.parse_args()
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     inst = InstrumentProcess("--ttft-ms", "0", "--itl-ms", "0", "--tokens", "2")
-    door = DoorProcess("", "--upstream", f"instrument={inst.url}")
+    door = None
     rows = []
     try:
+        door = DoorProcess("", "--upstream", f"instrument={inst.url}")
         pd, pi = psutil.Process(door.proc.pid), psutil.Process(inst.proc.pid)
         run_loop(drive(door.url, "instrument", a.concurrency, 200, 2, 16))  # warm: imports, pools
         for rep in range(a.reps):
@@ -62,8 +63,9 @@ def main() -> None:
             print(f"rep {rep}: {row['ok']} ok, door {row['door_us_per_request']:.0f} µs/request, "
                   f"instrument {row['instrument_us_per_request']:.0f} µs/request (load {la0:.1f})")
     finally:
-        door.stop()
-        inst.stop()
+        if door:
+            door.stop()
+        inst.stop()  # also when the door did not start
     med = {k: float(np.median([r[k] for r in rows])) for k in ("door_us_per_request", "instrument_us_per_request")}
     print(f"median: door {med['door_us_per_request']:.0f} µs/request, "
           f"instrument {med['instrument_us_per_request']:.0f} µs/request")
