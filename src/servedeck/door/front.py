@@ -189,7 +189,7 @@ class Req:
                           [(k.encode(), v.encode()) for k, v in a.headers.items()])
 
     def respond_body(self, status: int, content_type: bytes, body: bytes,
-                     headers: list[tuple[bytes, bytes]] = ()) -> None:
+                     headers: Iterable[tuple[bytes, bytes]] = ()) -> None:
         """A whole response with its length; the next request follows."""
         if self.finished:
             return
