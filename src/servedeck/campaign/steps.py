@@ -17,6 +17,7 @@ from typing import Any, Callable, Optional, Protocol
 from servedeck.campaign import cells as C
 from servedeck.campaign.accuracy import campaign_gate, cited_from, run_accuracy
 from servedeck.campaign.bench import DEFAULTS, BenchSpec
+from servedeck.campaign.capacity import campaign_specs as capacity_specs, capacity as capacity_on_target
 from servedeck.campaign.file import Campaign, WorkloadCfg
 from servedeck.campaign.reporter import QuietReporter
 from servedeck.campaign.session import Outcome, bench as bench_on_target, gate as gate_on_target
@@ -130,6 +131,18 @@ class CellSteps:
             main.extra = {**main.extra, "gates": cited_from(out.folder, accuracy)}
         for k, w in enumerate(self.camp.file.workloads):
             news.phase(cell.id, f"workload {w.title}")
+            if w.kind == "capacity":  # one search (one run folder) per SLO it names
+                for cspec in capacity_specs(w, self.camp.slos):
+                    news.phase(cell.id, f"workload {w.title}: {cspec.find} under {cspec.slo.name}")
+                    out = _Listed(lambda run: news.run_made(cell.id, run))
+                    try:
+                        asyncio.run(capacity_on_target(main, cspec, gate_mode=None if needle else False,
+                                                       gate_spec=GateSpec(context=gate_ctx),
+                                                       reporter=_PhaseReporter(news, cell.id), outcome=out))
+                    finally:
+                        if out.folder is not None:
+                            news.run_made(cell.id, out.folder.name)
+                continue
             out = _Listed(lambda run: news.run_made(cell.id, run))
             spec = bench_spec(w)
             if head.reference and k == 0:  # the fixed greedy prompts, compared with the reference variant's
