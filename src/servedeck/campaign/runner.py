@@ -461,5 +461,6 @@ def plan_campaign(cfg: Config, camp: Campaign, inv: Any = None) -> dict[str, Any
             "cells": [{"id": c.id, "variant": c.variant, "repeat": c.repeat, "models": list(c.models),
                        "gpus": sorted(c.gpus), "cpus": sorted(c.cpus)} for c in cells],
             "variants": variants,
-            "workloads": [dict(w.model_dump(exclude_none=True), points=bench_spec(w).to_json()["points"])
+            "workloads": [dict(w.model_dump(exclude_none=True),  # a capacity search picks its own points
+                               points=bench_spec(w).to_json()["points"] if w.kind != "capacity" else [])
                           for w in camp.file.workloads]}
