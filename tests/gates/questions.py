@@ -23,3 +23,42 @@ def arithmetic(seed: int, n: int) -> list[dict]:
 def write(path: Path, rows: list[dict]) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
+
+
+TASK_YAML = """task: {name}
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {data}
+test_split: test
+output_type: {output_type}
+doc_to_text: "{{{{question}}}}"
+doc_to_target: "{{{{answer}}}}"
+generation_kwargs:
+  until: ["\\n\\n"]
+  max_gen_toks: 32
+  do_sample: false
+  temperature: 0
+filter_list:
+  - name: last-number
+    filter:
+      - function: regex
+        regex_pattern: "(-?[0-9]+)(?!.*[0-9])"
+        group_select: -1
+      - function: take_first
+metric_list:
+  - metric: exact_match
+    aggregation: mean
+    higher_is_better: true
+metadata:
+  version: 1.0
+"""
+
+
+def lm_eval_task(folder: Path, name: str, rows: list[dict], output_type: str = "generate_until") -> Path:
+    """A task folder for lm-eval: the questions as local JSON lines and a YAML naming them (no hub)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.jsonl").write_text("".join(json.dumps({"question": r["prompt"], "answer": str(r["answer"])})
+                                                  + "\n" for r in rows))
+    (folder / f"{name}.yaml").write_text(TASK_YAML.format(name=name, data=f"{name}.jsonl", output_type=output_type))
+    return folder

@@ -41,9 +41,13 @@ def _cli(cfg_path, *args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def measured_score(campaign_config, llama, tmp_path_factory):
-    f = write(tmp_path_factory.mktemp("questions") / "arith.jsonl", arithmetic(SEED, N))
-    out = _gate(campaign_config, "smollm2", ExactGate(path=f, threshold=0.0))
+def measured_score(campaign_config, llama, campaign_home, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("questions")
+    f = write(tmp / "arith.jsonl", arithmetic(SEED, N))
+    with pytest.MonkeyPatch.context() as mp:  # before the per-test fixtures: say where, as they would
+        mp.setenv("SERVEDECK_HOME", str(campaign_home))
+        mp.setenv("SERVEDECK_RESULTS", str(tmp / "results"))
+        out = _gate(campaign_config, "smollm2", ExactGate(path=f, threshold=0.0))
     return f, out.folder, load(out.folder)
 
 

@@ -137,7 +137,7 @@ class LmEvalGate:
 
     async def run(self, server: Endpoint, folder: Path, record: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
         self.check(server.engine)
-        out = folder / OUT
+        out = folder.resolve() / OUT  # absolute: lm-eval runs in the task folder
         out.mkdir(exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="servedeck-lmeval-") as cache, open(out / "lm-eval.log", "wb") as log:
             env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_DATASETS_CACHE": cache,

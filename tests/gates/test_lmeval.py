@@ -1,0 +1,127 @@
+"""The lm-eval gate: a generative task (arithmetic this test writes, as a local JSON task) through
+lm-eval's local-chat-completions against real llama.cpp; and what is refused before any launch."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from questions import arithmetic, lm_eval_task
+from servedeck.campaign.accuracy import run_accuracy
+from servedeck.campaign.session import Outcome, measured
+from servedeck.errors import UsageError
+from servedeck.gates.lmeval import LmEvalGate
+from servedeck.runs import load
+
+N = 24
+SEED = 29
+
+
+def _gate(cfg, model, gate):
+    out = Outcome()
+    with measured(cfg, model, False, out) as target:
+        asyncio.run(run_accuracy(target, gate, outcome=out))
+    return out
+
+
+def test_an_unknown_task_is_refused_naming_the_tasks_there(tmp_path):
+    d = lm_eval_task(tmp_path / "tasks", "arith", arithmetic(1, 3))
+    with pytest.raises(UsageError) as e:
+        LmEvalGate(task="gsm8k", task_dir=d, threshold=0.5).check("llamacpp")
+    assert f"no task named 'gsm8k' in {d}" in e.value.message and "arith" in e.value.hint
+
+
+def test_a_loglikelihood_task_on_llamacpp_is_refused_saying_why(tmp_path):
+    d = lm_eval_task(tmp_path / "tasks", "mc", arithmetic(1, 3), output_type="multiple_choice")
+    with pytest.raises(UsageError) as e:
+        LmEvalGate(task="mc", task_dir=d, threshold=0.5).check("llamacpp")
+    assert "is a multiple_choice task" in e.value.message
+    assert "llama-server returns no prompt logprobs" in e.value.message
+
+
+def test_a_task_reading_from_the_hub_is_refused(tmp_path):
+    d = lm_eval_task(tmp_path / "tasks", "arith", arithmetic(1, 3))
+    f = d / "arith.yaml"
+    f.write_text(f.read_text().replace("dataset_path: json", "dataset_path: openai/gsm8k"))
+    with pytest.raises(UsageError) as e:
+        LmEvalGate(task="arith", task_dir=d, threshold=0.5).check("llamacpp")
+    assert "dataset_path is 'openai/gsm8k'; expected json with local data_files" in e.value.message
+
+
+def test_a_missing_data_file_is_refused(tmp_path):
+    d = lm_eval_task(tmp_path / "tasks", "arith", arithmetic(1, 3))
+    (d / "arith.jsonl").unlink()
+    with pytest.raises(UsageError) as e:
+        LmEvalGate(task="arith", task_dir=d, threshold=0.5).check("llamacpp")
+    assert "data_files not found" in e.value.message and "arith.jsonl" in e.value.message
+
+
+def test_cli_refuses_a_loglikelihood_task_before_any_launch(tmp_path, deck_config):
+    d = lm_eval_task(tmp_path / "tasks", "mc", arithmetic(1, 3), output_type="loglikelihood")
+    r = subprocess.run([sys.executable, "-m", "servedeck", "--config", str(deck_config.path), "gate", "smollm2",
+                        "--eval", "lm-eval:mc", "--task-dir", str(d), "--threshold", "0.5", "--launch"],
+                       capture_output=True, text=True, timeout=120, env=dict(os.environ))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "llama-server returns no prompt logprobs" in r.stderr
+    assert not os.path.exists(os.path.join(os.environ["SERVEDECK_HOME"], "launches")), "a launch was attempted"
+
+
+@pytest.fixture(scope="module")
+def lm_measured(campaign_config, llama, campaign_home, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("lm")
+    d = lm_eval_task(tmp / "tasks", "arith", arithmetic(SEED, N))
+    with pytest.MonkeyPatch.context() as mp:  # before the per-test fixtures: say where, as they would
+        mp.setenv("SERVEDECK_HOME", str(campaign_home))
+        mp.setenv("SERVEDECK_RESULTS", str(tmp / "results"))
+        out = _gate(campaign_config, "smollm2", LmEvalGate(task="arith", task_dir=d, threshold=0.0, concurrency=4))
+    return d, out.folder, load(out.folder)
+
+
+@pytest.mark.engine
+@pytest.mark.llamacpp
+def test_lm_evals_own_files_stay_in_the_run_folder(lm_measured):
+    _, folder, _ = lm_measured
+    samples = list((folder / "lm-eval").rglob("samples_arith_*.jsonl"))
+    results = list((folder / "lm-eval").rglob("results_*.json"))
+    assert len(samples) == 1 and len(results) == 1
+    assert len(samples[0].read_text().splitlines()) == N
+
+
+@pytest.mark.engine
+@pytest.mark.llamacpp
+def test_each_lm_eval_sample_is_one_eval_line_scored_as_lm_eval_scored_it(lm_measured):
+    _, folder, view = lm_measured
+    lines = [json.loads(x) for x in (folder / "eval.jsonl").read_text().splitlines()]
+    assert len(lines) == N and all(x["metric"] == "exact_match" for x in lines)
+    acc = view["gate"]["accuracy"]["eval"]
+    # servedeck's share of samples scored 1 is lm-eval's own exact_match for the task
+    assert acc["result"]["score"] == pytest.approx(acc["result"]["lm_eval"]["exact_match,last-number"])
+    assert acc["status"] == "passed"  # threshold 0
+
+
+@pytest.mark.engine
+@pytest.mark.llamacpp
+def test_cli_lm_eval_gate_fails_above_the_measured_score(campaign_config, lm_measured):
+    d, _, view = lm_measured
+    score = view["gate"]["accuracy"]["eval"]["result"]["score"]
+    r = subprocess.run([sys.executable, "-m", "servedeck", "--config", str(campaign_config.path), "gate", "smollm2",
+                        "--eval", "lm-eval:arith", "--task-dir", str(d), "--threshold", f"{min(1.0, score + 0.1):.3f}",
+                        "--concurrency", "4"], capture_output=True, text=True, timeout=600, env=dict(os.environ))
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "GATE eval score= " in r.stdout and "gate failed" in r.stdout
+
+
+@pytest.mark.engine
+@pytest.mark.llamacpp
+def test_lm_eval_gate_passes_below_the_measured_score(campaign_config, lm_measured):
+    d, _, view = lm_measured
+    score = view["gate"]["accuracy"]["eval"]["result"]["score"]
+    assert score > 0.1, "too few right to set a threshold below the score"  # 1 of 12 when first tried
+    out = _gate(campaign_config, "smollm2", LmEvalGate(task="arith", task_dir=d, threshold=round(score - 0.1, 3),
+                                                       concurrency=4))
+    assert load(out.folder)["gate"]["accuracy"]["eval"]["status"] == "passed"
