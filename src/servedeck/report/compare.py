@@ -23,6 +23,7 @@ from servedeck.loadgen.stats import tpot
 from servedeck.report.accuracy import PairedAccuracy, compare_runs as paired_accuracy
 from servedeck.report.attribution import Attribution, attribute, sentence
 from servedeck.report.collect import Run
+from servedeck.report.energy import j_per_token
 from servedeck.report.knobs import NOT_CONFIG, WORKLOAD_PREFIX, changed
 from servedeck.report.stats import NOISE, Verdict, judge
 
@@ -148,6 +149,10 @@ def _point(label: str, a_runs: list[Run], b_runs: list[Run], a_recs: list[dict[s
         tput.append(vals)
     pc.verdicts.append(judge(f"output tok/s per {a_runs[0].per}", "repeats", tput[0], tput[1],
                              lower_is_better=False, noise=noise))
+    energy = [j_per_token(runs, label) for runs in (a_runs, b_runs)]
+    if energy[0] and energy[1]:  # both sides' GPUs were sampled (telemetry): one figure per launch, as tok/s
+        pc.verdicts.append(judge("J per output token", "repeats", energy[0], energy[1], lower_is_better=True,
+                                 noise=noise))
     return pc
 
 

@@ -15,10 +15,12 @@ from servedeck.report.caveats import BUSY_MARGIN, BUSY_RATIO, Busy, busy_hosts, 
 from servedeck.report.collect import Collection, Run
 from servedeck.report.accuracy import compare_runs as paired_accuracy, gate_names
 from servedeck.report.compare import compare
+from servedeck.report.energy import energy_section
 from servedeck.report.knobs import changed, config_knobs
 from servedeck.report.pareto import LoadPoint, load_points, pareto
 from servedeck.report.render import ms, num
 from servedeck.report.stats import Spread
+from servedeck.report.timeline import timeline_section
 
 FILES = ("summary.json", "requests.jsonl", "niah.log", "cmd.sh", "server.log", "summary.md")
 
@@ -421,7 +423,8 @@ def sources(coll: Collection) -> Optional[Section]:
 
 # A section function: Collection → Section or None (absent data, absent section).
 SECTIONS: list[Callable[[Collection], Optional[Section]]] = [
-    what, caveats, gate, accuracy, pareto_section, latency, long_prompt, repeats, attribution, failures, sources]
+    what, caveats, gate, accuracy, pareto_section, energy_section, latency, timeline_section, long_prompt, repeats,
+    attribution, failures, sources]
 
 
 def build(coll: Collection) -> list[Section]:

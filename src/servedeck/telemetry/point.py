@@ -5,12 +5,14 @@ and stops it after; `s.facts` then says what was sampled, and telemetry.jsonl ho
 from __future__ import annotations
 
 import asyncio
+import os
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator, Optional
 
 from servedeck.engines import get_engine
-from servedeck.telemetry.nvml_source import GpuSource, PynvmlSource
+from servedeck.errors import UsageError
+from servedeck.telemetry.nvml_source import GpuSource, PynvmlSource, RecordedSource
 from servedeck.telemetry.sampler import FILE, EngineReader, PointSampler, Settings
 
 
@@ -31,11 +33,25 @@ def sampler_for(folder_path: Path, target: Any, point: Any, settings: Optional[S
         off = "SERVEDECK_TELEMETRY=off"
         return PointSampler(folder_path / FILE, point, engine=None, gpu_source=None, gpus=None, settings=settings,
                             not_sampled={"engine": off, "gpu": off})
+    if gpu_source is None and os.environ.get("SERVEDECK_TELEMETRY_GPU_REPLAY"):
+        gpu_source = replayed(os.environ["SERVEDECK_TELEMETRY_GPU_REPLAY"])
     names = get_engine(target.engine).telemetry_series()
     urls = [t.base_url for t in getattr(target, "replicas", [target])]
     engine = EngineReader(urls, names, timeout_s=max(2.0, settings.engine_interval_s * 2))
     return PointSampler(folder_path / FILE, point, engine=engine, gpu_source=gpu_source or PynvmlSource(),
                         gpus=launch_gpus(target), settings=settings)
+
+
+def replayed(path: str) -> GpuSource:
+    """SERVEDECK_TELEMETRY_GPU_REPLAY=capture.jsonl: the GPU readings replayed from a capture (scripts/
+    gpu-energy.sh writes one) instead of read from NVML: a host without a GPU then runs the whole path,
+    figures and report included, on recorded readings. Every line it writes is as a live one's."""
+    try:
+        return RecordedSource.from_file(Path(path))
+    except (OSError, ValueError, KeyError) as e:
+        raise UsageError(f"SERVEDECK_TELEMETRY_GPU_REPLAY={path!r} cannot be replayed: {e}",
+                         hint="point it at a capture of NVML readings (JSON lines with gpu, power_mw, energy_mj, "
+                              "...), or unset it to read the GPUs") from None
 
 
 @asynccontextmanager
