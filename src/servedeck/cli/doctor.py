@@ -120,10 +120,21 @@ def plan(
 
 
 @app.command()
-def gpu(json_out: bool = typer.Option(False, "--json")) -> None:
+def gpu(json_out: bool = typer.Option(False, "--json"),
+        watch: bool = typer.Option(False, "--watch", help="sample power, energy, clocks and throttling live, as "
+                                                          "a run's telemetry does (Ctrl-C ends)"),
+        interval: str = typer.Option("0.5s", "--interval", help="with --watch: time between samples"),
+        count: Optional[int] = typer.Option(None, "--count", help="with --watch: stop after this many rounds")) -> None:
     """GPUs, memory, power, and which process (and which servedeck model) holds what."""
     from servedeck.gpu import inventory
     from servedeck.gpu.holders import holders
+
+    if watch:
+        from servedeck.cli.gpu_watch import watch_gpus
+        from servedeck.timeparse import seconds
+
+        watch_gpus(seconds(interval, "--interval"), count, json_out)
+        return
 
     inv = inventory()
     hs = holders(inv) if inv.available else []

@@ -190,7 +190,22 @@ def check_host_ram(name: str, model: "Model", available: int | None = None) -> R
 
 
 # ---------------------------------------------------------------- power
-def check_power(host: "Host | None", inv: Inventory) -> Row:
+def check_power(host: "Host | None", inv: Inventory, now: "dict[int, dict] | str | None" = None) -> Row:
+    """The enforced limits against [host]'s policy; `now`, the GPUs' current draw as the telemetry sampler
+    reads it (telemetry/live.py: the same source and units as telemetry.jsonl), is said beside them."""
+    row = _power_limits(host, inv)
+    if isinstance(now, dict) and now:
+        from servedeck.telemetry.live import draw_text
+
+        drawing = draw_text(now)
+        if drawing:
+            row.saw = f"{row.saw}; now {drawing}"
+    elif isinstance(now, str) and inv.available:
+        row.saw = f"{row.saw}; current draw not read: {now}"
+    return row
+
+
+def _power_limits(host: "Host | None", inv: Inventory) -> Row:
     if not inv.available:
         return Row("power", "", SKIP, f"no GPU to check here: {inv.reason}")
     if host is None or (host.power_min_w is None and host.power_max_w is None):
@@ -218,6 +233,14 @@ def check_power(host: "Host | None", inv: Inventory) -> Row:
     if unknown and not seen:
         return Row("power", "", SKIP, "the driver reports no enforced power limit")
     return Row("power", "", OK, ", ".join(seen) + f" within {policy}")
+
+
+def _draw_now(inv: Inventory) -> "dict[int, dict] | str | None":
+    if not inv.available:
+        return None
+    from servedeck.telemetry.live import readings_now
+
+    return readings_now()
 
 
 # ---------------------------------------------------------------- kernel
@@ -261,7 +284,7 @@ def run_doctor(load: Callable[[], "Config"], model: str | None = None, *, inv: I
     inv = inv if inv is not None else inventory()
     klog = klog if klog is not None else read_kernel_events()
     if cfg is None:
-        rows += [check_power(None, inv), check_kernel(klog)]
+        rows += [check_power(None, inv, _draw_now(inv)), check_kernel(klog)]
         return rows
     names = [cfg.resolve(model)] if model else sorted(cfg.models)
     builds = sorted({cfg.models[n].build for n in names if cfg.models[n].build in cfg.deck.builds})
@@ -282,7 +305,7 @@ def run_doctor(load: Callable[[], "Config"], model: str | None = None, *, inv: I
         m = cfg.models[n]
         rows += [check_weights(cfg, n), check_port(cfg, n, records), check_gpu(cfg, n, inv, holdings, plan_for),
                  check_host_ram(n, m)]
-    rows += [check_power(cfg.deck.host, inv), check_kernel(klog)]
+    rows += [check_power(cfg.deck.host, inv, _draw_now(inv)), check_kernel(klog)]
     return rows
 
 
