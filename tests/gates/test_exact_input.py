@@ -108,3 +108,9 @@ def test_cli_refuses_a_bad_file_before_any_launch(tmp_path, deck_config):
     assert f"{p}:2: expected 'answer'" in r.stderr
     home = os.environ["SERVEDECK_HOME"]
     assert not os.path.exists(os.path.join(home, "launches")), "a launch was attempted"
+
+
+def test_cli_refuses_eval_options_without_eval(deck_config):
+    r = subprocess.run([sys.executable, "-m", "servedeck", "--config", str(deck_config.path), "gate", "smollm2",
+                        "--limit", "5"], capture_output=True, text=True, timeout=120, env=dict(os.environ))
+    assert r.returncode == 2 and "--limit: only with --eval" in r.stderr, r.stdout + r.stderr

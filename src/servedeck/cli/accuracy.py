@@ -66,3 +66,14 @@ def gate_eval(cfg: Config, model: str, ref: str, threshold: Optional[float], lim
         err_console.print(f"run folder: {outcome.folder}", highlight=False, soft_wrap=True)
     if acc.get("status") != "passed":
         raise typer.Exit(1)
+
+
+def without_eval(limit: Optional[int], concurrency: int, task_dir: Optional[str]) -> None:
+    """--limit, --concurrency and --task-dir mean nothing to the needle: refused rather than ignored."""
+    given = [flag for flag, v in (("--limit", limit), ("--task-dir", task_dir)) if v is not None]
+    given += ["--concurrency"] if concurrency != 8 else []
+    if given:
+        from servedeck.errors import UsageError
+
+        raise UsageError(f"{', '.join(given)}: only with --eval (the needle asks its probes one at a time)",
+                         hint="add --eval PATH.jsonl or --eval lm-eval:TASK, or leave them out")

@@ -14,7 +14,7 @@ from servedeck.campaign import BenchSpec, Outcome, RampSpec, compare_runs, measu
 from servedeck.campaign.bench import DEFAULTS, ArrivalsChoice, ContentChoice, WorkloadChoice, shape_label
 from servedeck.campaign import capacity as capacity_search
 from servedeck.campaign.target import Target
-from servedeck.cli.accuracy import gate_eval
+from servedeck.cli.accuracy import gate_eval, without_eval
 from servedeck.cli.app import app, configured_results_dir, console, err_console, load_config, print_json
 from servedeck.errors import ServedeckError, UsageError
 from servedeck.gates import GateSpec, ProbeResult
@@ -146,6 +146,7 @@ def gate(
     cfg = load_config()
     if eval_ref is not None:
         return gate_eval(cfg, model, eval_ref, threshold, limit, concurrency, task_dir, answer_tokens, launch, as_json)
+    without_eval(limit, concurrency, task_dir)
     spec = GateSpec(context=context or 0, depths=_depths(depths), repeats=repeats,
                     threshold=0.67 if threshold is None else threshold, seed=seed, answer_tokens=answer_tokens)
     outcome = Outcome()
