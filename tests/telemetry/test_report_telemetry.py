@@ -61,6 +61,7 @@ def test_replayed_gpu_readings_give_energy_per_token(two_runs):
         assert gpu["energy_j"] > 0 and gpu["output_tokens"] == 3 * 16
         assert gpu["j_per_output_token"] == pytest.approx(gpu["energy_j"] / 48)
         assert gpu["mean_power_w"] == pytest.approx(450.0) and gpu["max_share_of_limit"] == pytest.approx(450 / 700)
+        assert p["headline"]["j_per_output_token"] == gpu["j_per_output_token"]  # beside the other headline figures
 
 
 def test_compare_carries_energy_per_token(two_runs):

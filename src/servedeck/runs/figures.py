@@ -116,7 +116,10 @@ def headline(fig: dict[str, Any]) -> dict[str, Any]:
     return {"ok": (fig.get("counts") or {}).get("ok"), "errors": (fig.get("counts") or {}).get("error"),
             "ttft_p50_ms": p50("ttft_ms"), "tpot_p50_ms": p50("tpot_ms"), "output_tok_s": fig.get("output_tok_s"),
             "prefill_tok_s_p50": p50("prefill_tok_s"), "cached_fraction": fig.get("cached_fraction"),
-            **({"decode_tok_s_p50": (fig["decode"]["decode_tok_s"] or {}).get("p50")} if fig.get("decode") else {})}
+            **({"decode_tok_s_p50": (fig["decode"]["decode_tok_s"] or {}).get("p50")} if fig.get("decode") else {}),
+            # GPU energy over the measured window (telemetry/figures.py), where the GPUs were sampled
+            **({"j_per_output_token": j} if (j := ((fig.get("telemetry") or {}).get("gpu") or {})
+                                                .get("j_per_output_token")) is not None else {})}
 
 
 
