@@ -174,12 +174,13 @@ def _cap_text(r: dict[str, Any]) -> str:
     return base + (f" [{ci['lo']:.3g}, {ci['hi']:.3g}]" if ci else "")
 
 
-def campaign_section(rows: list[dict[str, Any]], unit: str = "per GPU") -> list[str]:
+def campaign_section(rows: list[dict[str, Any]]) -> list[str]:
     """campaign.md's and the report's capacity tables (from capacity_rows): per variant and SLO, then the
     recommendation."""
     if not rows:
         return []
-    gpu_note = "" if any(r["gpus"] for r in rows) else " (no GPUs on this host: per launch)"
+    unit = "per GPU" if any(r["gpus"] for r in rows) else "per launch (CPU)"
+    gpu_note = ""
     out = ["## Capacity under each SLO", "",
            _table(["SLO", "variant", f"capacity {unit}{gpu_note}", "goodput req/s " + unit,
                    "output tok/s " + unit, "binding constraint", "repeats", "search"],

@@ -9,6 +9,7 @@ from typing import Callable, Optional
 
 from servedeck.report import plots
 from servedeck.report.attribution import Attribution, attribute
+from servedeck.report.capacity import section as capacity_section
 from servedeck.report.blocks import Block, Cell, Figure, Link, Para, Pre, Section, Table
 from servedeck.report.caveats import BUSY_MARGIN, BUSY_RATIO, Busy, busy_hosts, not_a_result, point_warnings, \
     standing, unit_of
@@ -423,7 +424,7 @@ def sources(coll: Collection) -> Optional[Section]:
 
 # A section function: Collection → Section or None (absent data, absent section).
 SECTIONS: list[Callable[[Collection], Optional[Section]]] = [
-    what, caveats, gate, accuracy, pareto_section, energy_section, latency, timeline_section, long_prompt, repeats,
+    what, caveats, gate, accuracy, pareto_section, capacity_section, energy_section, latency, timeline_section, long_prompt, repeats,
     attribution, failures, sources]
 
 
