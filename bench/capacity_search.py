@@ -1,0 +1,170 @@
+"""Issue 22's check of the capacity search against a grid, on real llama.cpp (SmolLM2-135M).
+
+    .venv/bin/python bench/capacity_search.py [--parallel 32] [--duration 8s] [--searches 3]
+                                              [--resolution 10%] [--out bench/results/capacity_search.json]
+
+1. The SLO: TPOT p90 at c=1 and at c=--parallel, measured first; the limit is their geometric mean (so the
+   boundary falls mid-range whatever this machine's speed), plus error_rate<=1%.
+2. The grid: one point at every concurrency 1..--parallel, once; its boundary is the highest load that
+   passed below the lowest that failed (each judged by servedeck.slo.judge, as the search judges).
+3. The search: `servedeck bench --find max-concurrency` (campaign/capacity.py) --searches times.
+Goal: each search's boundary within one resolution step of the grid's, using at most 40 % of the grid's
+measured requests, and the searches within one step of each other. Prints a table, writes JSON.
+Timings on a shared 2-core machine are noisy: the load average is recorded beside each figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import socket
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from servedeck.campaign.bench import BenchSpec
+from servedeck.campaign.capacity import SEARCH_FILE, CapacitySpec, capacity
+from servedeck.campaign.search import parse_resolution
+from servedeck.campaign.session import Outcome, bench, measured
+from servedeck.deck import Deck
+from servedeck.fsio import read_jsonl
+from servedeck.init import render_starter
+from servedeck.loadgen import ClosedLoop, RequestRecord
+from servedeck.loadgen.loop import run as run_loop
+from servedeck.modelsfile import load as load_config
+from servedeck.runs import load
+from servedeck.slo import judge, parse_slo
+from servedeck.timeparse import seconds
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def config(tmp: Path, parallel: int):
+    text = render_starter()
+    for old in ("8081", "8091", "8082"):
+        text = text.replace(f"port = {old}", f"port = {_port()}")
+    text = re.sub(r"context = 4096\nargs = \{ parallel = 4 \}", f"context = {512 * parallel}\nargs = {{ parallel = {parallel} }}",
+                  text, count=1)
+    path = tmp / "models.toml"
+    path.write_text(text)
+    return load_config(path)
+
+
+def _points(cfg: Any, spec: BenchSpec) -> Path:
+    out = Outcome()
+    with measured(cfg, "smollm2", False, out) as target:
+        run_loop(bench(target, spec, gate_mode=False, outcome=out))
+    assert out.folder is not None
+    return out.folder
+
+
+def _judged(folder: Path, slo: Any) -> list[dict[str, Any]]:
+    by: dict[int, list[RequestRecord]] = {}
+    for ln in read_jsonl(folder / "requests.jsonl"):
+        by.setdefault(int(ln.pop("point")), []).append(RequestRecord.from_json(ln))
+    view = load(folder)
+    return [{"load": p["shape"]["concurrency"], **judge(by.get(p["index"], []), slo, client=p["figures"]["client"])}
+            for p in view["points"]]
+
+
+def grid_boundary(judged: list[dict[str, Any]]) -> tuple[int | None, int | None]:
+    fails = [j["load"] for j in judged if not j["passed"]]
+    hi = min(fails) if fails else None
+    lo = max((j["load"] for j in judged if j["passed"] and (hi is None or j["load"] < hi)), default=None)
+    return lo, hi
+
+
+def _load_avg() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--parallel", type=int, default=32, help="llama-server slots: the search's cap and the grid's top")
+    ap.add_argument("--duration", default="8s", help="each point's length (grid and search alike)")
+    ap.add_argument("--input-tokens", type=int, default=64)
+    ap.add_argument("--output-tokens", type=int, default=32)
+    ap.add_argument("--searches", type=int, default=3)
+    ap.add_argument("--resolution", default="10%")
+    ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "bench/results"), "capacity_search.json"))
+    a = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="servedeck-capacity-"))
+    os.environ.setdefault("SERVEDECK_HOME", str(tmp / "home"))
+    os.environ.setdefault("SERVEDECK_RESULTS", str(tmp / "results"))
+    cfg = config(tmp, a.parallel)
+    point = dict(workload="chat", input_tokens=a.input_tokens, output_tokens=a.output_tokens,
+                 duration_s=seconds(a.duration, "--duration"), warmup=1)
+    res = parse_resolution(a.resolution)
+    console = Console(width=160)
+    out: dict[str, Any] = {"args": vars(a), "searches": []}
+    deck = Deck(cfg)
+    try:
+        deck.start("smollm2")
+        ref = load(_points(cfg, BenchSpec(shapes=(ClosedLoop(1), ClosedLoop(a.parallel)), **point)))["points"]
+        t1, tn = (p["figures"]["tpot_ms"]["p90"] for p in ref)
+        slo = parse_slo(f"tpot_p90<={math.sqrt(t1 * tn):.2f}ms,error_rate<=1%")
+        out["slo"] = {"text": slo.text, "tpot_p90_ms_c1": t1, f"tpot_p90_ms_c{a.parallel}": tn}
+        console.print(f"SLO {slo.text} (TPOT p90 {t1:.1f} ms at c=1, {tn:.1f} ms at c={a.parallel})")
+        load0 = _load_avg()
+        folder = _points(cfg, BenchSpec(shapes=tuple(ClosedLoop(c) for c in range(1, a.parallel + 1)), **point))
+        judged = _judged(folder, slo)
+        lo, hi = grid_boundary(judged)
+        out["grid"] = {"run": folder.name, "max_passing": lo, "min_failing": hi,
+                       "requests": sum(j["measured"] for j in judged), "points": len(judged),
+                       "load_avg": [load0, _load_avg()],
+                       "judged": [{"load": j["load"], "passed": j["passed"],
+                                   "tpot_p90_ms": j["thresholds"][0]["value"]} for j in judged]}
+        for i in range(a.searches):
+            load0 = _load_avg()
+            cspec = CapacitySpec(find="max-concurrency", slo=slo, bench=BenchSpec(shapes=(), **point), resolution=res)
+            got = Outcome()
+            with measured(cfg, "smollm2", False, got) as target:
+                run_loop(capacity(target, cspec, gate_mode=False, outcome=got))
+            assert got.folder is not None
+            doc = json.loads((got.folder / SEARCH_FILE).read_text())
+            out["searches"].append({"run": got.folder.name, "verdict": doc["verdict"], "capacity": doc["capacity"],
+                                    "min_failing": doc["boundary"]["min_failing"],
+                                    "unstable": doc["boundary"]["unstable"], "steps": len(doc["steps"]),
+                                    "requests": sum(s["judged"]["measured"] for s in doc["steps"]),
+                                    "binding": doc["binding"], "shape": (doc.get("shape") or {}).get("kind"),
+                                    "load_avg": [load0, _load_avg()]})
+    finally:
+        deck.stop(["smollm2"])
+    g = out["grid"]
+    step = max(1.0, res.width(g["min_failing"] or a.parallel))
+    t = Table(title=f"Capacity search against a grid: SmolLM2-135M on llama.cpp, --parallel {a.parallel}, "
+                    f"SLO {out['slo']['text']}, {a.duration} points")
+    for col in ("", "capacity (max passing)", "first failing", "steps", "requests", "% of grid's", "within a step",
+                "verdict", "load avg"):
+        t.add_column(col)
+    t.add_row("grid 1.." + str(a.parallel), str(g["max_passing"]), str(g["min_failing"]), str(g["points"]),
+              str(g["requests"]), "100 %", "-", "-", f"{g['load_avg'][0]}–{g['load_avg'][1]}")
+    for i, s in enumerate(out["searches"]):
+        near = s["capacity"] is not None and g["max_passing"] is not None and \
+            abs(s["capacity"] - g["max_passing"]) <= step
+        s["within_one_step"], s["share_of_grid_requests"] = near, s["requests"] / max(1, g["requests"])
+        t.add_row(f"search {i + 1}", str(s["capacity"]), str(s["min_failing"]), str(s["steps"]), str(s["requests"]),
+                  f"{s['share_of_grid_requests']:.0%}", "yes" if near else "NO", s["verdict"],
+                  f"{s['load_avg'][0]}–{s['load_avg'][1]}")
+    caps = [s["capacity"] for s in out["searches"] if s["capacity"] is not None]
+    out["searches_agree"] = bool(caps) and max(caps) - min(caps) <= step
+    console.print(t)
+    console.print(f"one step = {step:g}; the searches {'agree' if out['searches_agree'] else 'DISAGREE'} within one "
+                  f"step ({', '.join(str(c) for c in caps)})")
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(out, indent=2))
+    console.print(f"wrote {a.out}")
+
+
+if __name__ == "__main__":
+    main()
