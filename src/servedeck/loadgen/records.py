@@ -87,6 +87,10 @@ class RequestRecord:
     prompt_tokens_expected: int | None = None
     prompt_index: int | None = None
     prompt_digest: str | None = None
+    # Multi-turn workloads (campaign/conversations.py): which conversation, which turn (from 1); None elsewhere,
+    # and then left out of the JSON line.
+    conversation: int | None = None
+    turn: int | None = None
 
     @property
     def ttft(self) -> float | None:
@@ -107,7 +111,7 @@ class RequestRecord:
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-able dict (one line of requests.jsonl once dumped)."""
-        return {
+        line = {
             "schema": RECORD_SCHEMA,
             "id": self.id,
             "kind": self.kind,
@@ -132,6 +136,9 @@ class RequestRecord:
             "finish_reason": self.finish_reason,
             "timings": self.timings,
         }
+        if self.conversation is not None:
+            line.update(conversation=self.conversation, turn=self.turn)
+        return line
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | str) -> RequestRecord:

@@ -1,0 +1,259 @@
+"""The conversations workload: N users, each a conversation of T turns, all at once.
+
+Every user's conversation opens (after an optional system prompt of S tokens, the same for all
+users, so the engine can share it) with its own unique tag, then each turn appends U tokens of real
+text and a question; the model's answer goes back into the history exactly as it came, and the next
+turn sends the whole history again, after the think time. What the engine serves from its prefix
+cache is its own account, per request (llama.cpp: usage.prompt_tokens_details.cached_tokens and
+timings.cache_n; vLLM: usage.prompt_tokens_details.cached_tokens with prefix caching and
+enable-prompt-tokens-details on), kept in requests.jsonl with `conversation` and `turn`; figures per
+turn index and overall come from those lines (runs/turns.py).
+
+A conversation stops, as the ramp does, when its next turn would not fit the context (its
+previous prompt + answer + U + A + 32 tokens of margin) or a turn fails; each stop and its reason
+go into summary.json's `conversations.cutoffs`. Before the first request, the turn at which the
+context will cut the conversations is estimated from U, A and S and said (`expected_cut_turn`).
+
+One point (index 0) holds every turn, so the usual figures (TTFT, TPOT, tok/s, the engine's
+counters) are the overall ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from servedeck.campaign.bench import _finish_point, _put_point
+from servedeck.campaign.reporter import QuietReporter, Reporter
+from servedeck.campaign.session import (Outcome, _finish, _gate_or_inherit, _guarded, _open_run, _served_context,
+                                        check_output_cap)
+from servedeck.campaign.target import Target
+from servedeck.config.schema import merge_request
+from servedeck.engines.metrics import metrics_snapshot_async
+from servedeck.errors import ServerDied, UsageError
+from servedeck.gates.niah import GateSpec
+from servedeck.gates.server import ServerTokens
+from servedeck.loadgen import texts
+from servedeck.loadgen.api import ApiClient
+from servedeck.loadgen.prompts import _tag, chars_per_token, new_nonce, seeded_nonce
+from servedeck.loadgen.records import RequestRecord
+from servedeck.loadgen.texts import Content
+from servedeck.runs.figures import counter_delta
+from servedeck.runs.folder import RunFolder
+from servedeck.runs.turns import turn_figures
+from servedeck.telemetry.point import sampled
+
+QUESTION = "In one sentence, what is the text above about?"
+MARGIN = 32  # tokens kept free below the context: the chat template of the next turn
+PER_TURN_EXTRA = 24  # about what the question and the template add per user + assistant pair (the estimate only)
+
+
+@dataclass(frozen=True)
+class ConversationsSpec:
+    users: int = 4
+    turns: int = 4
+    turn_tokens: int = 256  # text tokens each user turn adds
+    answer_tokens: int = 64  # room for each answer
+    think_time_s: float = 0.0  # between an answer and the same user's next turn
+    system_prompt_tokens: int = 0  # 0: no system prompt; else one shared by every user
+    content: Content = "prose"
+    seed: Optional[int] = None
+    request_timeout_s: Optional[float] = 600.0
+    max_context: Optional[int] = None  # None: what the server serves per request
+
+    def check(self, context: Optional[int]) -> None:
+        """Every rule on the spec; context None before the server is asked."""
+        for flag, value, least in (("--users", self.users, 1), ("--turns", self.turns, 1),
+                                   ("--turn-tokens", self.turn_tokens, 16), ("--answer-tokens", self.answer_tokens, 1),
+                                   ("--system-prompt-tokens", self.system_prompt_tokens, 0)):
+            if value < least:
+                raise UsageError(f"{flag} must be at least {least}, got {value}",
+                                 hint="e.g. --users 16 --turns 6 --turn-tokens 256 --answer-tokens 64")
+        if self.think_time_s < 0:
+            raise UsageError(f"--think-time must be 0 or more, got {self.think_time_s:g} s", hint="e.g. --think-time 2s")
+        if self.content == "random":
+            raise UsageError("a conversation is real text; --content random is not for it",
+                             hint="--content prose (default) or --content code")
+        limit = self.max_context or context
+        if limit and self.cut_turn(limit) == 1:
+            raise UsageError(f"not even one turn fits a context of {limit} tokens: system prompt "
+                             f"{self.system_prompt_tokens} + turn {self.turn_tokens} + answer {self.answer_tokens} "
+                             f"+ {MARGIN} tokens of margin", hint="lower --turn-tokens or --system-prompt-tokens")
+
+    def cut_turn(self, context: int) -> Optional[int]:
+        """The first turn that will not fit `context` (an estimate from S, U and A: the server's counts
+        decide at run time), or None when every turn fits."""
+        for t in range(1, self.turns + 1):
+            if self.system_prompt_tokens + t * (self.turn_tokens + self.answer_tokens + PER_TURN_EXTRA) \
+                    + MARGIN > context:
+                return t
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"workload": "conversations", "points": [self.label], "users": self.users, "turns": self.turns,
+                "turn_tokens": self.turn_tokens, "answer_tokens": self.answer_tokens,
+                "think_time_s": self.think_time_s, "system_prompt_tokens": self.system_prompt_tokens,
+                "content": self.content, "seed": self.seed, "request_timeout_s": self.request_timeout_s,
+                "max_context": self.max_context, "warmup": 0, "api": "chat", "temperature": 0}
+
+    @property
+    def label(self) -> str:
+        return f"{self.users} users x {self.turns} turns"
+
+
+def cut_note(spec: ConversationsSpec, context: int) -> Optional[str]:
+    """What to tell the user before launching when the context will cut the conversations short."""
+    t = spec.cut_turn(context)
+    if t is None:
+        return None
+    return (f"each conversation will be cut at turn {t} of {spec.turns}: by then its history (system prompt "
+            f"{spec.system_prompt_tokens} + {t} × ({spec.turn_tokens} + {spec.answer_tokens}) tokens) passes the "
+            f"context of {context} tokens; turns {t}–{spec.turns} will not be sent")
+
+
+async def _calibrate(tokens: ServerTokens, content: Content, start: int, size: int) -> float:
+    """Characters per token of this content on this server's tokenizer (chat template left out by
+    counting two lengths)."""
+    cpt = chars_per_token(content)
+    bare = await tokens.count_chat([{"role": "user", "content": ""}])
+    for _ in range(2):
+        text = texts.piece(content, start, int(size * cpt))
+        n = await tokens.count_chat([{"role": "user", "content": text}]) - bare
+        cpt = len(text) / max(n, 1)
+    return cpt
+
+
+class _Run:
+    """One run's shared state: the client, the records as written, the cut-offs."""
+
+    def __init__(self, spec: ConversationsSpec, target: Target, limit: int, folder: RunFolder, api: ApiClient,
+                 reporter: Reporter, nonce: str, cpt: float, system: str, start: float) -> None:
+        self.spec, self.target, self.limit, self.folder, self.api = spec, target, limit, folder, api
+        self.reporter, self.nonce, self.cpt, self.system, self.start = reporter, nonce, cpt, system, start
+        self.records: list[RequestRecord] = []
+        self.cutoffs: list[dict[str, Any]] = []
+
+    def keep(self, rec: RequestRecord, c: int, t: int, t_target: float) -> None:
+        """The turn's record on the run's clock, written to requests.jsonl at once."""
+        s = self.start
+        rec.id, rec.kind, rec.conversation, rec.turn = f"{self.nonce}-c{c}-t{t}", "measured", c, t
+        rec.t_target = t_target - s
+        for name in ("t_send", "t_first_byte", "t_first_token", "t_end"):
+            v = getattr(rec, name)
+            if v is not None:
+                setattr(rec, name, v - s)
+        rec.chunk_t = [x - s for x in rec.chunk_t]
+        line = rec.to_json()
+        self.folder.request({"point": 0, **line})
+        self.records.append(RequestRecord.from_json(line))
+
+    async def converse(self, c: int, rng: random.Random) -> None:
+        spec = self.spec
+        history: list[dict[str, str]] = [{"role": "system", "content": self.system}] if self.system else []
+        pos = texts.start_of(spec.content, rng)
+        so_far = 0  # the previous turn's prompt + answer tokens, by the server's count
+        for t in range(1, spec.turns + 1):
+            if so_far + spec.turn_tokens + spec.answer_tokens + MARGIN > self.limit:
+                self.cutoffs.append({"conversation": c, "turn": t - 1, "reason": (
+                    f"context limit: {so_far} tokens so far + a {spec.turn_tokens}-token turn + "
+                    f"{spec.answer_tokens} answer tokens would pass {self.limit}")})
+                return
+            if t > 1 and spec.think_time_s:
+                await asyncio.sleep(spec.think_time_s)
+            chars = int(spec.turn_tokens * self.cpt)
+            text = (_tag(self.nonce, "measured", c) if t == 1 else "") + texts.piece(spec.content, pos, chars)
+            pos += chars
+            history.append({"role": "user", "content": f"{text}\n\n{QUESTION}"})
+            body = merge_request({"model": self.target.served_name, "messages": history,
+                                  "max_tokens": spec.answer_tokens, "temperature": 0, "stream": True,
+                                  "stream_options": {"include_usage": True}}, self.target.request)
+            t_target = time.perf_counter()
+            reply = await self.api.chat(body, timeout_s=spec.request_timeout_s)
+            rec = reply.record
+            self.keep(rec, c, t, t_target)
+            cached = f"{rec.cached_tokens}/{rec.prompt_tokens}" if rec.cached_tokens is not None else "-"
+            self.reporter.stage(f"conversation {c} turn {t}: {rec.status}, TTFT "
+                                f"{'-' if rec.ttft is None else f'{rec.ttft * 1000:.0f} ms'}, cached {cached}")
+            if not reply.ok:
+                self.cutoffs.append({"conversation": c, "turn": t, "reason": f"turn {t} {rec.status}: {rec.error}"})
+                return
+            history.append({"role": "assistant", "content": reply.text})
+            so_far = (rec.prompt_tokens or 0) + (rec.output_tokens or 0)
+        self.cutoffs.append({"conversation": c, "turn": spec.turns, "reason": "every turn sent"})
+
+
+async def run_conversations(spec: ConversationsSpec, target: Target, context: int, folder: RunFolder,
+                            reporter: Reporter) -> dict[str, Any]:
+    """Every user's conversation at once, as one point (index 0); returns the point."""
+    limit = spec.max_context or context
+    rng = random.Random(spec.seed)
+    nonce = seeded_nonce(spec.seed, 0) if spec.seed is not None else new_nonce()
+    point: dict[str, Any] = {"index": 0, "label": spec.label, "shape": {"conversations": spec.users},
+                             "nonce": nonce, "status": "running"}
+    _put_point(folder, point)
+    async with ApiClient(target.base_url) as api:
+        tokens = ServerTokens(api, target.served_name, target.engine)
+        reporter.stage("conversations: sizing turns with the server's tokenizer")
+        cpt = await _calibrate(tokens, spec.content, texts.start_of(spec.content, rng), spec.turn_tokens)
+        system = ""
+        if spec.system_prompt_tokens:
+            system = ("You are a careful assistant. Answer briefly. Background reading follows.\n\n"
+                      + texts.piece(spec.content, texts.start_of(spec.content, rng),
+                                    int(spec.system_prompt_tokens * cpt)))
+        point["prompts"] = {"sized_by": "server tokenizer, calibrated chars/token (approximate per turn)",
+                            "chars_per_token": round(cpt, 4), "content": spec.content}
+        async with sampled(folder.path, target, 0) as telemetry:
+            before, _ = await metrics_snapshot_async(target.engine, target.base_url)
+            run = _Run(spec, target, limit, folder, api, reporter, nonce, cpt, system, time.perf_counter())
+            reporter.stage(f"conversations: {spec.label}")
+            try:
+                await asyncio.gather(*(run.converse(c, random.Random(rng.random())) for c in range(spec.users)))
+                point["status"] = "ok"
+            finally:
+                wall = time.perf_counter() - run.start
+                death = target.death()
+                after, _ = await metrics_snapshot_async(target.engine, target.base_url) if death is None \
+                    else (None, None)
+                point["load"] = {"wall_s": wall}
+                point["counters"] = counter_delta(before, after)
+                point["telemetry"] = telemetry.facts
+                folder.update(conversations={"cutoffs": sorted(run.cutoffs, key=lambda x: x["conversation"]),
+                                             **turn_figures(run.records)})
+    _finish_point(folder, point, run.records, spec)  # type: ignore[arg-type]
+    reporter.point_done(spec.label, point)
+    if death is not None:
+        raise ServerDied(f"{death} (during the conversations, after {len(run.records)} turns)")
+    return point
+
+
+async def conversations(target: Target, spec: ConversationsSpec, *, gate_mode: Optional[bool] = None,
+                        gate_spec: Optional[GateSpec] = None, reporter: Optional[Reporter] = None,
+                        outcome: Optional[Outcome] = None) -> Outcome:
+    """`servedeck bench MODEL --workload conversations`: gate (as bench), then every conversation, one run folder."""
+    outcome = outcome or Outcome(target=target)
+    reporter = reporter or QuietReporter()
+    ctx = await _served_context(target)
+    spec.check(ctx)
+    check_output_cap(target.cfg, target.name, spec.answer_tokens, "--answer-tokens")
+    limit = spec.max_context or ctx
+    note = cut_note(spec, limit)
+    if note:
+        reporter.stage(note)
+    workload = {**spec.to_json(), "expected_cut_turn": spec.cut_turn(limit), "cut_note": note}
+    folder, gate_spec_, inherited = _open_run(target, ctx, workload, gate_spec or GateSpec(context=0), gate_mode,
+                                              outcome, prompt_seed=spec.seed)
+
+    async def work() -> None:
+        await _gate_or_inherit(folder, target, gate_mode, gate_spec_, inherited, reporter, outcome)
+        point = await run_conversations(spec, target, ctx, folder, reporter)
+        counts = point["figures"]["counts"]
+        if counts["error"]:
+            _finish(folder, "failed", f"requests failed: {counts['error']} of {counts['measured']} turns")
+        else:
+            _finish(folder, "ok", None)
+
+    await _guarded(folder, work())
+    return outcome

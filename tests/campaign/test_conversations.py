@@ -1,0 +1,115 @@
+"""Issue 25's conversations workload on real llama.cpp (SmolLM2, 4 slots of 8K): users talking at
+once, each turn sending the whole history, the engine's own count of cached tokens per turn; a
+conversation cut by the context as the ramp is; the spec's rules and the per-turn figures (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from servedeck.campaign import Outcome, measured
+from servedeck.campaign.conversations import ConversationsSpec, conversations
+from servedeck.errors import UsageError
+from servedeck.fsio import read_jsonl
+from servedeck.loadgen.loop import run as run_loop
+from servedeck.loadgen.records import RequestRecord
+from servedeck.runs import load
+from servedeck.runs.turns import turn_figures
+
+
+def _run(cfg, model: str, spec: ConversationsSpec):
+    out = Outcome()
+    with measured(cfg, model, False, out) as target:
+        return run_loop(conversations(target, spec, gate_mode=False, outcome=out)).folder
+
+
+def _turns(folder) -> list[dict]:
+    return [ln for ln in read_jsonl(folder / "requests.jsonl") if ln.get("turn") is not None]
+
+
+@pytest.mark.engine
+@pytest.mark.llamacpp
+def test_three_users_three_turns_cached_tokens_rise_turn_by_turn(campaign_config, llama):
+    spec = ConversationsSpec(users=3, turns=3, turn_tokens=64, answer_tokens=8, system_prompt_tokens=100, seed=3)
+    folder = _run(campaign_config, "smollm2", spec)
+    lines = _turns(folder)
+    assert sorted((ln["conversation"], ln["turn"]) for ln in lines) == [(c, t) for c in range(3) for t in (1, 2, 3)]
+    assert all(ln["status"] == "ok" for ln in lines)
+    by = {(ln["conversation"], ln["turn"]): ln for ln in lines}
+    for c in range(3):
+        # the history grows, and from turn 2 on the engine serves at least the previous prompt from its cache
+        assert by[(c, 1)]["prompt_tokens"] < by[(c, 2)]["prompt_tokens"] < by[(c, 3)]["prompt_tokens"]
+        for t in (2, 3):
+            assert by[(c, t)]["cached_tokens"] >= by[(c, t - 1)]["prompt_tokens"], (c, t, by[(c, t)])
+    view = load(folder)
+    shares = [row["cached_share"] for row in view["conversations"]["per_turn"]]
+    assert shares == sorted(shares) and shares[0] < shares[1] < shares[2], shares
+    assert [row["turn"] for row in view["conversations"]["per_turn"]] == [1, 2, 3]
+    assert view["conversations"]["overall"]["ok"] == 9
+    assert [c["reason"] for c in view["conversations"]["cutoffs"]] == ["every turn sent"] * 3
+    assert view["status"] == "ok" and view["points"][0]["figures"]["counts"]["ok"] == 9
+    print("\nper turn: " + "; ".join(f"turn {r['turn']}: cached {r['cached_share']:.0%}, TTFT p50 "
+                                     f"{r['ttft_ms_p50']:.0f} ms" for r in view["conversations"]["per_turn"]))
+
+
+@pytest.mark.engine
+@pytest.mark.llamacpp
+def test_a_conversation_reaching_the_context_is_cut_and_the_cut_was_said_before(campaign_config, llama):
+    spec = ConversationsSpec(users=2, turns=8, turn_tokens=64, answer_tokens=8, max_context=420, seed=4)
+    assert spec.cut_turn(420) == 5  # 32 + 5 × (64 + 8 + 24) = 512 > 420; 4 turns: 416
+    folder = _run(campaign_config, "smollm2", spec)
+    view = load(folder)
+    assert view["workload"]["expected_cut_turn"] == 5 and "cut at turn 5 of 8" in view["workload"]["cut_note"]
+    cuts = view["conversations"]["cutoffs"]
+    assert [c["reason"].startswith("context limit") for c in cuts] == [True, True], cuts
+    lines = _turns(folder)
+    for c in cuts:  # every turn it did send is on record, and no more
+        assert sorted(ln["turn"] for ln in lines if ln["conversation"] == c["conversation"]) == \
+            list(range(1, c["turn"] + 1))
+        assert 1 <= c["turn"] < 8
+    assert all(ln["prompt_tokens"] + ln["output_tokens"] <= 420 for ln in lines)
+    assert view["status"] == "ok"
+
+
+@pytest.mark.parametrize("change, flag", [({"users": 0}, "--users"), ({"turns": 0}, "--turns"),
+                                          ({"turn_tokens": 4}, "--turn-tokens"),
+                                          ({"answer_tokens": 0}, "--answer-tokens"),
+                                          ({"think_time_s": -1.0}, "--think-time"),
+                                          ({"content": "random"}, "--content")])
+def test_a_bad_option_is_refused_naming_it(change, flag):
+    with pytest.raises(UsageError) as e:
+        ConversationsSpec(**change).check(None)
+    assert flag in e.value.message
+
+
+def test_a_first_turn_that_cannot_fit_is_refused_before_any_request():
+    with pytest.raises(UsageError) as e:
+        ConversationsSpec(turn_tokens=300, system_prompt_tokens=200).check(512)
+    assert "not even one turn fits a context of 512" in e.value.message
+
+
+def test_cut_turn_is_none_when_every_turn_fits():
+    assert ConversationsSpec(turns=4, turn_tokens=100, answer_tokens=20).cut_turn(4096) is None
+
+
+def _rec(turn: int, prompt: int, cached: int, ttft_s: float, status: str = "ok") -> RequestRecord:
+    return RequestRecord(id=f"r{turn}-{prompt}", kind="measured", t_target=0.0, t_send=1.0, t_first_token=1.0 + ttft_s,
+                         chunk_t=[1.0 + ttft_s, 1.1 + ttft_s], chunk_n=[1, 1], t_end=1.1 + ttft_s, prompt_tokens=prompt,
+                         output_tokens=2, cached_tokens=cached, status=status, conversation=0, turn=turn)
+
+
+def test_turn_figures_share_and_ttft_per_turn():
+    recs = [_rec(1, 100, 0, 0.2), _rec(1, 100, 50, 0.4), _rec(2, 200, 150, 0.1), _rec(2, 200, 0, 0.3, "error")]
+    fig = turn_figures(recs)
+    one, two = fig["per_turn"]
+    assert one["cached_share"] == pytest.approx(50 / 200)
+    assert two["cached_share"] == pytest.approx(150 / 200)  # the failed turn is left out
+    assert one["ttft_ms_p50"] == pytest.approx(300.0)
+    assert (two["requests"], two["ok"]) == (2, 1)
+    assert fig["overall"]["cached_share"] == pytest.approx(200 / 400)
+
+
+def test_a_turn_survives_the_record_line():
+    rec = _rec(2, 10, 5, 0.1)
+    back = RequestRecord.from_json(rec.to_json())
+    assert (back.conversation, back.turn) == (0, 2)
+    assert "turn" not in RequestRecord(id="x", kind="measured", t_target=0.0).to_json()
