@@ -121,7 +121,7 @@ def test_the_report_has_the_paired_table_for_every_other_variant(campaign):
     r = _cli(campaign["cfg"], campaign["env"], "report", str(campaign["folder"]), "--json", timeout=300)
     assert r.returncode == 0, r.stderr
     md = Path(json.loads(r.stdout)["report_md"]).read_text()
-    section = md.split("Accuracy against the reference (paired)", 1)[1].split("\n## ", 1)[0]
+    section = md.split("\n## Accuracy against the reference (paired)", 1)[1].split("\n## ", 1)[0]
     rows = [ln for ln in section.splitlines() if ln.startswith("| ref |")]
     assert len(rows) == 2, section
     assert any("| squeezed |" in ln and "B lost" in ln for ln in rows), section
