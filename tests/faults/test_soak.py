@@ -56,8 +56,10 @@ def test_short_soak_on_llama_cpp(deck_config, results, monkeypatch):
     assert s["longest_clean_window_s"] == pytest.approx(s["elapsed_s"], abs=0.01) and s["faults"] == []
     assert len(s["samples"]) >= 5 and all(x["healthy"] for x in s["samples"])
     folder = Path(s["path"])
-    for f in ("summary.json", "requests.jsonl", "cmd.sh", "boot.json", "server.log", "config.json"):
+    for f in ("summary.json", "requests.jsonl", "cmd.sh", "boot.json", "server.log", "config.json", "telemetry.jsonl"):
         assert (folder / f).exists(), f
+    tele = json.loads((folder / "summary.json").read_text())["telemetry"]  # the engine sampled beside the soak
+    assert tele["point"] == "soak" and tele["figures"]["engine"]["max_running"] >= 1
     frozen = json.loads((folder / "config.json").read_text())
     assert frozen["model"]["env"]["HF_TOKEN"] == "<redacted>" and frozen["host"]["relaunch_tries"] == 3
     assert SECRET not in _all_text(folder)  # secrets never reach a run folder

@@ -29,7 +29,8 @@ def test_ramp_run_folder_holds_telemetry_of_its_conversation(campaign_config, ll
     samples = [ln for ln in lines if ln["source"] == "engine" and ln["kind"] == "sample"]
     assert len(samples) >= 2
     summary = json.loads((out.folder / "summary.json").read_text())
-    tele = summary["ramp"]["telemetry"]
+    assert summary["telemetry"]["point"] == "ramp"
+    tele = summary["telemetry"]["figures"]
     assert tele["sampled"] is True and tele["engine"]["samples"] == len(samples)
     assert summary["ramp"]["ok_turns"] >= 1  # the ramp's own account is still there beside it
 

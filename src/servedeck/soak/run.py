@@ -361,8 +361,11 @@ class SoakRun:
         self.soak, self.folder, self.notices, self.redactor = soak, folder, notices, redactor
 
     async def main(self) -> None:
+        from servedeck.telemetry.point import sampled_soak
+
         try:
-            await self.soak.main()
+            async with sampled_soak(self.folder, self.soak.rec, self.soak.records):  # telemetry.jsonl beside it
+                await self.soak.main()
         except asyncio.CancelledError:  # Ctrl-C under asyncio.run: keep what finished, finish() says so
             self.soak.interrupted = True
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, AsyncIterator, Optional
+from typing import Any, AsyncIterator, Callable, Optional
 
 from servedeck.engines import get_engine
 from servedeck.errors import UsageError
@@ -66,20 +67,41 @@ async def sampled(folder_path: Path, target: Any, point: Any) -> AsyncIterator[P
 
 
 @asynccontextmanager
-async def sampled_ramp(folder: Any, target: Any) -> AsyncIterator[PointSampler]:
-    """A ramp's conversation, sampled as one stretch (point "ramp"); its figures go to summary.json's
-    `ramp.telemetry` (output tokens and turns from ramp.jsonl's finished turns)."""
-    import time
-
-    from servedeck.fsio import read_jsonl
+async def sampled_stretch(folder: Any, target: Any, point: str,
+                          tally: Callable[[], tuple[int, int]]) -> AsyncIterator[PointSampler]:
+    """A stretch that is not a bench point (a ramp's conversation, a soak), sampled as one: its figures
+    over the whole stretch (output tokens and finished requests from `tally()` once it ends) go to
+    summary.json's `telemetry` ({"point", "figures", "sampler"})."""
     from servedeck.telemetry.figures import read_lines, span_telemetry
 
     begin = time.perf_counter()
-    async with sampled(folder.path, target, "ramp") as sampler:
+    async with sampled(folder.path, target, point) as sampler:
         yield sampler
     end = time.perf_counter()
-    turns = [t for t in read_jsonl(folder.path / "ramp.jsonl") if t.get("status") == "ok"] \
-        if (folder.path / "ramp.jsonl").exists() else []
-    fig = span_telemetry(read_lines(folder.path).get("ramp", []), (begin, end),
-                         sum(t.get("completion_tokens") or 0 for t in turns), len(turns))
-    folder.update(ramp={**(folder.summary.get("ramp") or {}), "telemetry": fig, "telemetry_sampler": sampler.facts})
+    tokens, requests = tally()
+    fig = span_telemetry(read_lines(folder.path).get(point, []), (begin, end), tokens, requests)
+    folder.update(telemetry={"point": point, "figures": fig, "sampler": sampler.facts})
+
+
+def sampled_ramp(folder: Any, target: Any) -> Any:
+    """A ramp's conversation (point "ramp"; output tokens and turns from ramp.jsonl's finished turns)."""
+    from servedeck.fsio import read_jsonl
+
+    def tally() -> tuple[int, int]:
+        f = folder.path / "ramp.jsonl"
+        turns = [t for t in read_jsonl(f) if t.get("status") == "ok"] if f.exists() else []
+        return sum(t.get("completion_tokens") or 0 for t in turns), len(turns)
+
+    return sampled_stretch(folder, target, "ramp", tally)
+
+
+def sampled_soak(folder: Any, rec: Any, records: list[dict[str, Any]]) -> Any:
+    """A soak (point "soak") on the deck's live record of its engine; `records` its request lines so far."""
+    from types import SimpleNamespace
+
+    def tally() -> tuple[int, int]:
+        ok = [r for r in records if r.get("status") == "ok"]
+        return sum(r.get("output_tokens") or 0 for r in ok), len(ok)
+
+    return sampled_stretch(folder, SimpleNamespace(engine=rec.engine, base_url=rec.base_url, record=rec), "soak",
+                           tally)
