@@ -4,6 +4,11 @@ conversation cut by the context as the ramp is; the spec's rules and the per-tur
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 
 from servedeck.campaign import Outcome, measured
@@ -113,3 +118,37 @@ def test_a_turn_survives_the_record_line():
     back = RequestRecord.from_json(rec.to_json())
     assert (back.conversation, back.turn) == (0, 2)
     assert "turn" not in RequestRecord(id="x", kind="measured", t_target=0.0).to_json()
+
+
+def _cli(cfg_path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "servedeck", "--config", str(cfg_path), *args],
+                          capture_output=True, text=True, timeout=timeout, env=dict(os.environ))
+
+
+@pytest.mark.parametrize("args, message, hint", [
+    # refused before the model is looked up (victim is not running: that error would come first otherwise)
+    (["--users", "0"], "--users must be at least 1", "--users 16"),
+    (["--turns", "0"], "--turns must be at least 1", "--turns 6"),
+    (["--think-time", "soon"], "--think-time: 'soon' is not a duration", "90s"),
+    (["--content", "random"], "--content random is not for it", "--content prose"),
+])
+def test_servedeck_bench_refuses_a_bad_conversations_option(campaign_config, args, message, hint):
+    r = _cli(campaign_config.path, "bench", "victim", "--workload", "conversations", *args, timeout=60)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr
+    assert message in r.stderr and "hint:" in r.stderr and hint in r.stderr
+
+
+@pytest.mark.engine
+@pytest.mark.llamacpp
+def test_servedeck_bench_workload_conversations_end_to_end(campaign_config, llama):
+    r = _cli(campaign_config.path, "bench", "smollm2", "--workload", "conversations", "--users", "2", "--turns", "2",
+             "--turn-tokens", "48", "--answer-tokens", "4", "--think-time", "100ms", "--system-prompt-tokens", "40",
+             "--seed", "2", "--no-gate", "--json")
+    assert r.returncode == 0, r.stderr
+    view = json.loads(r.stdout)
+    w = view["workload"]
+    assert (w["workload"], w["users"], w["turns"], w["think_time_s"], w["system_prompt_tokens"]) == \
+        ("conversations", 2, 2, 0.1, 40)
+    assert [row["ok"] for row in view["conversations"]["per_turn"]] == [2, 2]
+    assert view["status"] == "ok"

@@ -48,13 +48,14 @@ Workload = Literal["chat", "long-prompt", "decode"]
 
 
 class WorkloadChoice(str, Enum):
-    """`servedeck bench --workload`: the three kinds a BenchSpec runs, and the ramp (campaign/ramp.py's
-    RampSpec, also `servedeck ramp`)."""
+    """`servedeck bench --workload`: the three kinds a BenchSpec runs, the ramp (campaign/ramp.py's
+    RampSpec, also `servedeck ramp`) and the conversations (campaign/conversations.py's ConversationsSpec)."""
 
     chat = "chat"  # --input-tokens of prompt, --output-tokens of answer, per request
     long_prompt = "long-prompt"  # a prompt near the context
     decode = "decode"  # one fixed prompt: decode speed only
     ramp = "ramp"  # one conversation grown turn by turn
+    conversations = "conversations"  # many users, each a multi-turn conversation (campaign/conversations.py)
 
 
 class ArrivalsChoice(str, Enum):

@@ -24,7 +24,7 @@ import asyncio
 import random
 import time
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 from servedeck.campaign.bench import _finish_point, _put_point
 from servedeck.campaign.reporter import QuietReporter, Reporter
@@ -45,7 +45,9 @@ from servedeck.runs.figures import counter_delta
 from servedeck.runs.folder import RunFolder
 from servedeck.runs.turns import turn_figures
 from servedeck.telemetry.point import sampled
+from servedeck.timeparse import seconds
 
+DEFAULT_TURN_TOKENS = 256
 QUESTION = "In one sentence, what is the text above about?"
 MARGIN = 32  # tokens kept free below the context: the chat template of the next turn
 PER_TURN_EXTRA = 24  # about what the question and the template add per user + assistant pair (the estimate only)
@@ -55,7 +57,7 @@ PER_TURN_EXTRA = 24  # about what the question and the template add per user + a
 class ConversationsSpec:
     users: int = 4
     turns: int = 4
-    turn_tokens: int = 256  # text tokens each user turn adds
+    turn_tokens: int = DEFAULT_TURN_TOKENS  # text tokens each user turn adds
     answer_tokens: int = 64  # room for each answer
     think_time_s: float = 0.0  # between an answer and the same user's next turn
     system_prompt_tokens: int = 0  # 0: no system prompt; else one shared by every user
@@ -257,3 +259,18 @@ async def conversations(target: Target, spec: ConversationsSpec, *, gate_mode: O
 
     await _guarded(folder, work())
     return outcome
+
+
+def spec_from_options(*, users: int, turns: int, turn_tokens: Optional[int], answer_tokens: int,
+                      think_time: str, system_prompt_tokens: int, content: Optional[str], seed: Optional[int],
+                      request_timeout_s: Optional[float] | Literal["default"], max_context: Optional[int]
+                      ) -> ConversationsSpec:
+    """`servedeck bench --workload conversations`' options → a spec checked before anything launches."""
+    spec = ConversationsSpec(users=users, turns=turns, turn_tokens=DEFAULT_TURN_TOKENS if turn_tokens is None
+                             else turn_tokens, answer_tokens=answer_tokens,
+                             think_time_s=seconds(think_time, "--think-time") if think_time.strip() not in ("", "0")
+                             else 0.0, system_prompt_tokens=system_prompt_tokens, content=content or "prose",  # type: ignore[arg-type]
+                             seed=seed, request_timeout_s=600.0 if request_timeout_s == "default"
+                             else request_timeout_s, max_context=max_context)  # type: ignore[arg-type]
+    spec.check(None)
+    return spec

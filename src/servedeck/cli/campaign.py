@@ -13,6 +13,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from servedeck.campaign import BenchSpec, Outcome, RampSpec, compare_runs, measured, session
 from servedeck.campaign.bench import DEFAULTS, ArrivalsChoice, ContentChoice, WorkloadChoice, shape_label
 from servedeck.campaign import capacity as capacity_search
+from servedeck.campaign import conversations as talks
 from servedeck.campaign.target import Target
 from servedeck.cli.accuracy import gate_eval, without_eval
 from servedeck.cli.app import app, configured_results_dir, console, err_console, load_config, print_json
@@ -186,7 +187,8 @@ def bench(
     workload: WorkloadChoice = typer.Option(WorkloadChoice.chat, "--workload", help="chat (--input-tokens/"
                                             "--output-tokens per request) | long-prompt (a prompt near the context) | "
                                             "decode (one fixed prompt: TPOT and decode tok/s only) | ramp (one "
-                                            "conversation grown turn by turn, as `servedeck ramp`)"),
+                                            "conversation grown turn by turn, as `servedeck ramp`) | conversations "
+                                            "(--users at once, --turns each, the whole history every turn)"),
     concurrency: Optional[str] = typer.Option(None, "--concurrency", help="closed-loop points, e.g. 1,4,16"),
     rate: Optional[str] = typer.Option(None, "--rate", help="open-loop points in requests/s, e.g. 2,4,8"),
     arrivals: ArrivalsChoice = typer.Option(ArrivalsChoice.poisson, "--arrivals", help="with --rate: poisson (random "
@@ -215,9 +217,13 @@ def bench(
     stall_after: str = _STALL_AFTER,
     check_outputs: bool = typer.Option(False, "--check-outputs", help="first answer 8 fixed prompts greedily into outputs.jsonl (see compare-outputs)"),
     gate_answer_tokens: int = _GATE_ANSWER_TOKENS,
-    turn_tokens: int = typer.Option(2000, "--turn-tokens", help="ramp: text tokens each turn adds"),
-    answer_tokens: int = typer.Option(64, "--answer-tokens", help="ramp: room for each answer"),
-    max_context: Optional[int] = typer.Option(None, "--max-context", help="ramp: stop before the conversation passes this (default: the server's context)"),
+    turn_tokens: Optional[int] = typer.Option(None, "--turn-tokens", help="ramp, conversations: text tokens each turn adds (default 2000 for the ramp, 256 for conversations)"),
+    answer_tokens: int = typer.Option(64, "--answer-tokens", help="ramp, conversations: room for each answer"),
+    max_context: Optional[int] = typer.Option(None, "--max-context", help="ramp, conversations: stop before a conversation passes this (default: the server's context)"),
+    users: int = typer.Option(4, "--users", help="conversations: users talking at once"),
+    turns: int = typer.Option(4, "--turns", help="conversations: turns per conversation"),
+    think_time: str = typer.Option("0", "--think-time", help="conversations: pause between an answer and the next turn, e.g. 2s"),
+    system_prompt_tokens: int = typer.Option(0, "--system-prompt-tokens", help="conversations: a system prompt of this many tokens shared by every user (0: none)"),
     needle_every: int = typer.Option(4, "--needle-every", help="ramp: ask for the code planted in turn 1 every N turns (0: never)"),
     time_cap: str = typer.Option("2h", "--time-cap", help="ramp: stop after this long"),
     turn_timeout: str = typer.Option("20m", "--turn-timeout", help="ramp: a turn taking longer ends the ramp"),
@@ -228,9 +234,18 @@ def bench(
 ) -> None:
     """Benchmark MODEL: gate, then one measured point per concurrency or rate (or the conversation ramp), recorded as a run folder."""
     gate_spec = GateSpec(context=gate_context or 0, answer_tokens=gate_answer_tokens)
+    if workload is WorkloadChoice.conversations:
+        vspec = talks.spec_from_options(
+            users=users, turns=turns, turn_tokens=turn_tokens, answer_tokens=answer_tokens, think_time=think_time,
+            system_prompt_tokens=system_prompt_tokens, content=content.value if content else None, seed=seed,
+            request_timeout_s=_limit(request_timeout, "--request-timeout") if request_timeout else "default",
+            max_context=max_context)
+        _measure(model, launch, as_json, lambda target, rep, outcome: talks.conversations(
+            target, vspec, gate_mode=gate_flag, gate_spec=gate_spec, reporter=rep, outcome=outcome))
+        return
     if workload is WorkloadChoice.ramp:
         # --request-timeout, when given, bounds each turn (as it bounds each request of the other workloads)
-        rspec = _ramp_spec(turn_tokens, answer_tokens, max_context, needle_every, time_cap,
+        rspec = _ramp_spec(2000 if turn_tokens is None else turn_tokens, answer_tokens, max_context, needle_every, time_cap,
                            (request_timeout, "--request-timeout") if request_timeout else (turn_timeout, "--turn-timeout"),
                            stop_on_miss, content or ContentChoice.prose, stall_after, seed)
         _measure(model, launch, as_json, lambda target, rep, outcome: session.ramp(
