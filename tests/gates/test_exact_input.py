@@ -21,6 +21,12 @@ def _file(tmp_path, *lines: str):
     return p
 
 
+def _launches() -> set:
+    """Every launch folder under this test's home (the shared servers' are there too)."""
+    from pathlib import Path
+    return {str(p) for p in (Path(os.environ["SERVEDECK_HOME"]) / "launches").glob("*/*")}
+
+
 GOOD = json.dumps({"prompt": "What is 3 plus 4?", "answer": 7, "match": "number"})
 
 
@@ -100,14 +106,14 @@ def test_match_rules(rule, expected, reply, right):
 
 
 def test_cli_refuses_a_bad_file_before_any_launch(tmp_path, deck_config):
+    before = _launches()
     p = _file(tmp_path, GOOD, '{"prompt": "x"}')
     r = subprocess.run([sys.executable, "-m", "servedeck", "--config", str(deck_config.path), "gate", "smollm2",
                         "--eval", str(p), "--threshold", "0.5", "--launch"],
                        capture_output=True, text=True, timeout=120, env=dict(os.environ))
     assert r.returncode == 2, r.stdout + r.stderr
     assert f"{p}:2: expected 'answer'" in r.stderr
-    home = os.environ["SERVEDECK_HOME"]
-    assert not os.path.exists(os.path.join(home, "launches")), "a launch was attempted"
+    assert _launches() == before, "a launch was attempted"
 
 
 def test_cli_refuses_eval_options_without_eval(deck_config):

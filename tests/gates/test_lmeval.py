@@ -18,6 +18,12 @@ from servedeck.errors import UsageError
 from servedeck.gates.lmeval import LmEvalGate
 from servedeck.runs import load
 
+def _launches() -> set:
+    """Every launch folder under this test's home (the shared servers' are there too)."""
+    from pathlib import Path
+    return {str(p) for p in (Path(os.environ["SERVEDECK_HOME"]) / "launches").glob("*/*")}
+
+
 N = 24
 SEED = 29
 
@@ -62,13 +68,14 @@ def test_a_missing_data_file_is_refused(tmp_path):
 
 
 def test_cli_refuses_a_loglikelihood_task_before_any_launch(tmp_path, deck_config):
+    before = _launches()
     d = lm_eval_task(tmp_path / "tasks", "mc", arithmetic(1, 3), output_type="loglikelihood")
     r = subprocess.run([sys.executable, "-m", "servedeck", "--config", str(deck_config.path), "gate", "smollm2",
                         "--eval", "lm-eval:mc", "--task-dir", str(d), "--threshold", "0.5", "--launch"],
                        capture_output=True, text=True, timeout=120, env=dict(os.environ))
     assert r.returncode == 2, r.stdout + r.stderr
     assert "llama-server returns no prompt logprobs" in r.stderr
-    assert not os.path.exists(os.path.join(os.environ["SERVEDECK_HOME"], "launches")), "a launch was attempted"
+    assert _launches() == before, "a launch was attempted"
 
 
 @pytest.fixture(scope="module")
