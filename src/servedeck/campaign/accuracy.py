@@ -11,15 +11,17 @@ Ctrl-C → failed, every scored question kept.
 
 from __future__ import annotations
 
+from pathlib import Path
 from time import perf_counter
 from typing import Any, Callable, Optional
 
 from servedeck.campaign.session import Outcome, _finish, _guarded, _root, _served_context, base_summary
 from servedeck.campaign.target import Target
-from servedeck.errors import RunError, ServerDied
+from servedeck.errors import RunError, ServerDied, UsageError
 from servedeck.gates import samples as S
-from servedeck.gates.kinds import AccuracyGate
+from servedeck.gates.kinds import AccuracyGate, accuracy_gate
 from servedeck.runs.folder import RunFolder
+from servedeck.runs.read import summary_of
 from servedeck.watch.notices import Redactor
 
 
@@ -70,7 +72,28 @@ async def run_accuracy(target: Target, gate: AccuracyGate, *, outcome: Optional[
     return outcome
 
 
-def cited(gate_run: str, gate: AccuracyGate, status: str) -> dict[str, Any]:
-    """What a bench run of the same launch records about this gate: where its samples are."""
-    return {gate.name: {"kind": gate.kind, "status": status, "source": gate_run, "file": S.FILE,
-                        "spec": gate.spec_json(), "note": "gate run on this same launch of the server"}}
+def campaign_gate(camp: Any) -> Optional[AccuracyGate]:
+    """The campaign's `gate.eval` as a gate (its paths relative to the campaign file), or None."""
+    g = camp.head.gate.eval if camp.head.gate else None
+    if g is None:
+        return None
+    return accuracy_gate(g.ref, g.threshold, limit=g.limit, concurrency=g.concurrency, task_dir=g.task_dir,
+                         answer_tokens=g.answer_tokens, base=Path(camp.path).parent, where="gate.eval")
+
+
+def check_campaign_gate(camp: Any, engine: Optional[str]) -> None:
+    """`campaign run`: a bad question file, task or threshold is refused before the first launch."""
+    gate = campaign_gate(camp)
+    if gate is not None:
+        try:
+            gate.check(engine)
+        except UsageError as e:
+            raise UsageError(f"{camp.path}: gate.eval: {e.message}", hint=e.hint) from None
+
+
+def cited_from(gate_run: Optional[Path], gate: AccuracyGate) -> dict[str, Any]:
+    """What each bench run of the same launch records about this gate: where its samples are, so their
+    figures stand or fall with it."""
+    status = ((summary_of(gate_run).get("gates") or {}).get(gate.name) or {}).get("status") if gate_run else None
+    return {gate.name: {"kind": gate.kind, "status": status or "failed", "source": gate_run.name if gate_run else None,
+                        "file": S.FILE, "spec": gate.spec_json(), "note": "gate run on this same launch of the server"}}
