@@ -101,6 +101,7 @@ def test_report_has_timeline_and_energy_and_chromium_draws_the_power_lane(two_ru
     assert "## Energy per token" in md
     assert "## What the engine and the GPUs did during each point" in md
     assert "energy counter" in md  # where the energy figure came from, in the table
+    assert "| waiting in the engine at arrival | requests | TTFT p50 |" in md  # TTFT against queue depth
     page = html.read_text()
     _screenshot(html, tmp_path / "report.png", tmp_path)
     assert _pixels(tmp_path / "report.png", PURPLE) > 200  # the timeline's power lane, drawn

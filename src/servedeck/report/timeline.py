@@ -16,8 +16,9 @@ from typing import Any, Optional
 
 from servedeck.fsio import read_jsonl
 from servedeck.loadgen.records import RequestRecord
-from servedeck.report.blocks import Block, Figure, Link, Para, Section
+from servedeck.report.blocks import Block, Figure, Link, Para, Section, Table
 from servedeck.report.collect import Collection, Run
+from servedeck.report.render import ms, num
 from servedeck.telemetry.figures import read_lines, timeline
 
 MAX_FIGURES = 12  # a campaign of many variants × points: the first repeat of each, up to this many
@@ -108,6 +109,15 @@ def timeline_section(coll: Collection) -> Optional[Section]:
                                  "GPU power against the enforced limit (NVML), on the client's clock.",
                                  [Link("telemetry.jsonl", run.path / "telemetry.jsonl"),
                                   Link("requests.jsonl", run.path / "requests.jsonl")]))
+    queue_rows = [[variant, str(p.get("label")), num(g["waiting"]), str(g["requests"]), ms(g["ttft_p50_ms"])]
+                  for variant, runs in coll.variants().items() for r in runs[:1] for p in r.view.get("points") or []
+                  for g in (((p.get("figures") or {}).get("telemetry") or {}).get("arrivals") or {})
+                  .get("ttft_by_waiting") or []]
+    if queue_rows:
+        blocks.append(Para(["TTFT against the engine's queue each request met on arrival (its last /metrics sample "
+                            "before the request was sent; first repeat of each variant):"]))
+        blocks.append(Table(["variant", "point", "waiting in the engine at arrival", "requests", "TTFT p50"],
+                            queue_rows))
     if not blocks:
         return None
     if skipped:
