@@ -1,7 +1,8 @@
 """A campaign on real llama.cpp with an accuracy gate: the reference variant, the same configuration
 launched again, and a variant whose RoPE is squeezed (rope-freq-scale 0.5: positions read at half
 their distance), which really answers worse (0.25 → 0.025 of these 40 questions when first measured).
-The paired table names the difference for the squeezed variant and none for the relaunch."""
+The paired table names the difference for the squeezed variant and none for the relaunch; at a
+threshold of 0.1 the squeezed launch fails its gate and its figures are not results."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ CAMPAIGN = """
 name = "acc"
 model = "smollm2"
 cell_timeout = "8m"
-gate = { niah = false, eval = { path = "arith.jsonl", threshold = 0.0, concurrency = 4 } }
+gate = { niah = false, eval = { path = "arith.jsonl", threshold = 0.1, concurrency = 4 } }
 
 [[variants]]
 name = "ref"
@@ -126,3 +127,15 @@ def test_the_report_has_the_paired_table_for_every_other_variant(campaign):
     assert len(rows) == 2, section
     assert any("| squeezed |" in ln and "B lost" in ln for ln in rows), section
     assert any("| again |" in ln and "no difference distinguishable" in ln for ln in rows), section
+
+
+def test_a_failed_accuracy_gate_marks_its_launchs_figures_as_not_results(campaign):
+    from servedeck.runs import load
+
+    labels = {}
+    for r in sorted((campaign["results"] / "runs").iterdir()):
+        view = load(r)
+        if view["kind"] == "bench":
+            labels[view["layout"]] = (view["gate"]["status"], view["label"])
+    assert labels["squeezed"] == ("failed", "ok; gate failed: not a result")
+    assert labels["ref"] == ("passed", "ok; result")
