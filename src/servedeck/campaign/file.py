@@ -11,6 +11,8 @@ CampaignFile out); `variants()` expands `[matrix]` into named variants.
     [matrix]       "args.max-num-seqs" = [64, 128]: every combination becomes a variant named after its values
     [[workloads]]  kind = chat | long-prompt and the keys of `servedeck bench`; kind = capacity: find, slo
                    (names of [slo.NAME] tables), max, resolution, start (campaign/capacity.py)
+                   kind = conversations: users, turns, turn_tokens, answer_tokens, think_time,
+                   system_prompt_tokens, max_context (campaign/conversations.py)
     [slo.NAME]     thresholds, like ttft_p95 = "2s", error_rate = "1%" (servedeck.slo)
 """
 
@@ -205,7 +207,7 @@ class Variant(_Strict):
 class WorkloadCfg(_Strict):
     """One `servedeck bench` per launch: the same keys as its options."""
 
-    kind: Literal["chat", "long-prompt", "capacity"]
+    kind: Literal["chat", "long-prompt", "capacity", "conversations"]
     concurrency: Optional[list[int]] = None
     rate: Optional[list[float]] = None
     arrivals: Literal["poisson", "constant"] = "poisson"
@@ -224,12 +226,22 @@ class WorkloadCfg(_Strict):
     max: Optional[float] = Field(default=None, gt=0)
     resolution: Optional[str] = None
     start: Optional[float] = Field(default=None, gt=0)
+    # kind = "conversations" only: as `servedeck bench --workload conversations`' options
+    users: Optional[int] = None
+    turns: Optional[int] = None
+    turn_tokens: Optional[int] = None
+    answer_tokens: Optional[int] = None
+    think_time: Optional[str] = None
+    system_prompt_tokens: Optional[int] = None
+    max_context: Optional[int] = None
 
     @model_validator(mode="after")
     def _shape(self) -> "WorkloadCfg":
         from servedeck.campaign.capacity_keys import check_workload  # the capacity keys' rules live with the search
+        from servedeck.campaign.conversation_keys import check_workload as check_conversations
 
         check_workload(self)
+        check_conversations(self)
         if self.concurrency and self.rate:
             raise ValueError("concurrency and rate are two different load shapes: give one")
         for key in ("concurrency", "rate"):

@@ -28,6 +28,7 @@ from servedeck.campaign import cells as C
 from servedeck.campaign.file import Campaign, parse
 from servedeck.campaign.folder import CampaignFolder, campaigns_root, newest_unfinished
 from servedeck.campaign.outputs import compare_runs
+from servedeck.campaign.conversation_keys import spec_of as conversation_spec
 from servedeck.campaign.steps import LOCK_WAIT_S, CellNews, CellSteps, bench_spec
 from servedeck.campaign.summary import render_markdown
 from servedeck.config import Config
@@ -462,5 +463,15 @@ def plan_campaign(cfg: Config, camp: Campaign, inv: Any = None) -> dict[str, Any
                        "gpus": sorted(c.gpus), "cpus": sorted(c.cpus)} for c in cells],
             "variants": variants,
             "workloads": [dict(w.model_dump(exclude_none=True),  # a capacity search picks its own points
-                               points=bench_spec(w).to_json()["points"] if w.kind != "capacity" else [])
+                               points=_points(w))
                           for w in camp.file.workloads]}
+
+
+def _points(w: Any) -> list[str]:
+    """A workload's points as the plan lists them: a capacity search picks its own (none listed here); a
+    conversations workload is one point of all its users."""
+    if w.kind == "capacity":
+        return []
+    if w.kind == "conversations":
+        return conversation_spec(w).to_json()["points"]
+    return bench_spec(w).to_json()["points"]

@@ -18,6 +18,8 @@ from servedeck.campaign import cells as C
 from servedeck.campaign.accuracy import campaign_gate, cited_from, run_accuracy
 from servedeck.campaign.bench import DEFAULTS, BenchSpec
 from servedeck.campaign.capacity import campaign_specs as capacity_specs, capacity as capacity_on_target
+from servedeck.campaign.conversation_keys import spec_of as conversation_spec
+from servedeck.campaign.conversations import conversations as conversations_on_target
 from servedeck.campaign.file import Campaign, WorkloadCfg
 from servedeck.campaign.reporter import QuietReporter
 from servedeck.campaign.session import Outcome, bench as bench_on_target, gate as gate_on_target
@@ -142,6 +144,16 @@ class CellSteps:
                     finally:
                         if out.folder is not None:
                             news.run_made(cell.id, out.folder.name)
+                continue
+            if w.kind == "conversations":  # one run folder of every user's conversation
+                out = _Listed(lambda run: news.run_made(cell.id, run))
+                try:
+                    asyncio.run(conversations_on_target(main, conversation_spec(w), gate_mode=None if needle else False,
+                                                        gate_spec=GateSpec(context=gate_ctx),
+                                                        reporter=_PhaseReporter(news, cell.id), outcome=out))
+                finally:
+                    if out.folder is not None:
+                        news.run_made(cell.id, out.folder.name)
                 continue
             out = _Listed(lambda run: news.run_made(cell.id, run))
             spec = bench_spec(w)
