@@ -52,8 +52,28 @@ def test_three_users_three_turns_cached_tokens_rise_turn_by_turn(campaign_config
     assert view["conversations"]["overall"]["ok"] == 9
     assert [c["reason"] for c in view["conversations"]["cutoffs"]] == ["every turn sent"] * 3
     assert view["status"] == "ok" and view["points"][0]["figures"]["counts"]["ok"] == 9
+    md = (folder / "summary.md").read_text()
+    assert "## Conversations: figures per turn" in md and "| all | 9 | 9 |" in md
     print("\nper turn: " + "; ".join(f"turn {r['turn']}: cached {r['cached_share']:.0%}, TTFT p50 "
                                      f"{r['ttft_ms_p50']:.0f} ms" for r in view["conversations"]["per_turn"]))
+
+
+@pytest.mark.engine
+@pytest.mark.vllm
+def test_on_vllm_cached_tokens_come_from_its_usage_and_rise_turn_by_turn(campaign_config, vllm):
+    # vLLM caches whole KV blocks (128 tokens on its CPU build, Target.cache_block): from turn 2 on, at least the
+    # previous prompt's whole blocks
+    spec = ConversationsSpec(users=2, turns=3, turn_tokens=64, answer_tokens=8, system_prompt_tokens=64, seed=5)
+    folder = _run(campaign_config, "smollm2-vllm", spec)
+    by = {(ln["conversation"], ln["turn"]): ln for ln in _turns(folder)}
+    assert len(by) == 6 and all(ln["status"] == "ok" for ln in by.values())
+    for c in range(2):
+        for t in (2, 3):
+            prev = by[(c, t - 1)]["prompt_tokens"]
+            assert by[(c, t)]["cached_tokens"] >= (prev // 128) * 128 > 0, (c, t, by[(c, t)])
+    shares = [row["cached_share"] for row in load(folder)["conversations"]["per_turn"]]
+    assert shares[0] < shares[1] < shares[2], shares
+    print(f"\nvLLM cached share per turn: {shares}")
 
 
 @pytest.mark.engine

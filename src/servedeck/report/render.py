@@ -11,6 +11,7 @@ from typing import Any, Optional
 from servedeck.gates.samples import describe as describe_gates
 from servedeck.report.capacity import run_section as capacity_run
 from servedeck.report.knobs import gpu_facts
+from servedeck.report.conversations import conversations_section
 from servedeck.report.workloads import outputs_section, ramp_section, speculation_section
 
 NOT_A_RESULT = {
@@ -267,7 +268,8 @@ def markdown(view: dict[str, Any]) -> str:
                 str(view.get("finished_at"))]]), ""]
     body = (_gate_section(view) + [""] + _workload(view) + [""] + capacity_run(view) + [""] + outputs_section(view)
             + [""] + _figures(view)
-            + [""] + speculation_section(view) + [""] + ramp_section(view) + [""] + _where(view))
+            + [""] + speculation_section(view) + [""] + ramp_section(view) + [""] + conversations_section(view)
+            + [""] + _where(view))
     return "\n".join(head + body).replace("\n\n\n", "\n\n") + "\n"
 
 
