@@ -90,6 +90,7 @@ def test_vllm_bench_point_samples_kv_usage_and_queue(campaign_config, vllm, monk
 @pytest.mark.llamacpp
 def test_engine_without_metrics_the_point_runs_and_telemetry_says_why(tmp_path, engines_ready, monkeypatch):
     from ports import free_port
+    from tests.conftest import stop_everything
     from servedeck.campaign.session import Outcome, bench, measured
     from servedeck.init import render_starter
     from servedeck.loadgen.loop import run as run_loop
@@ -100,9 +101,16 @@ def test_engine_without_metrics_the_point_runs_and_telemetry_says_why(tmp_path, 
         .replace("args = { parallel = 4 }", "args = { parallel = 2, metrics = false }", 1)
     path = tmp_path / "models.toml"
     path.write_text(text)
+    # a home of its own: the session's shared smollm2 (with --metrics) lives in the campaign home
+    home = tmp_path / "own-home"
+    home.mkdir()
+    monkeypatch.setenv("SERVEDECK_HOME", str(home))
     out = Outcome()
-    with measured(load_models(path), "smollm2", True, out) as target:  # started for this test, stopped after it
-        run_loop(bench(target, _spec(requests=2), gate_mode=False, outcome=out))
+    try:
+        with measured(load_models(path), "smollm2", True, out) as target:  # started for this test, stopped after
+            run_loop(bench(target, _spec(requests=2), gate_mode=False, outcome=out))
+    finally:
+        stop_everything(home)
     summary = json.loads((out.folder / "summary.json").read_text())
     point = summary["points"][0]
     assert point["status"] == "ok" and point["figures"]["counts"]["ok"] == 2  # the load ran regardless
