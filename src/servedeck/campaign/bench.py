@@ -56,6 +56,7 @@ class WorkloadChoice(str, Enum):
     decode = "decode"  # one fixed prompt: decode speed only
     ramp = "ramp"  # one conversation grown turn by turn
     conversations = "conversations"  # many users, each a multi-turn conversation (campaign/conversations.py)
+    shared_prefix = "shared-prefix"  # groups of requests sharing a prefix (campaign/shared_prefix.py)
 
 
 class ArrivalsChoice(str, Enum):

@@ -14,6 +14,7 @@ from servedeck.campaign import BenchSpec, Outcome, RampSpec, compare_runs, measu
 from servedeck.campaign.bench import DEFAULTS, ArrivalsChoice, ContentChoice, WorkloadChoice, shape_label
 from servedeck.campaign import capacity as capacity_search
 from servedeck.campaign import conversations as talks
+from servedeck.campaign import shared_prefix as shared
 from servedeck.campaign.target import Target
 from servedeck.cli.accuracy import gate_eval, without_eval
 from servedeck.cli.app import app, configured_results_dir, console, err_console, load_config, print_json
@@ -188,7 +189,8 @@ def bench(
                                             "--output-tokens per request) | long-prompt (a prompt near the context) | "
                                             "decode (one fixed prompt: TPOT and decode tok/s only) | ramp (one "
                                             "conversation grown turn by turn, as `servedeck ramp`) | conversations "
-                                            "(--users at once, --turns each, the whole history every turn)"),
+                                            "(--users at once, --turns each, the whole history every turn) | "
+                                            "shared-prefix (--groups of --group-size requests sharing --prefix-tokens)"),
     concurrency: Optional[str] = typer.Option(None, "--concurrency", help="closed-loop points, e.g. 1,4,16"),
     rate: Optional[str] = typer.Option(None, "--rate", help="open-loop points in requests/s, e.g. 2,4,8"),
     arrivals: ArrivalsChoice = typer.Option(ArrivalsChoice.poisson, "--arrivals", help="with --rate: poisson (random "
@@ -224,6 +226,10 @@ def bench(
     turns: int = typer.Option(4, "--turns", help="conversations: turns per conversation"),
     think_time: str = typer.Option("0", "--think-time", help="conversations: pause between an answer and the next turn, e.g. 2s"),
     system_prompt_tokens: int = typer.Option(0, "--system-prompt-tokens", help="conversations: a system prompt of this many tokens shared by every user (0: none)"),
+    groups: int = typer.Option(4, "--groups", help="shared-prefix: groups of requests, each its own prefix"),
+    group_size: int = typer.Option(4, "--group-size", help="shared-prefix: requests per group"),
+    prefix_tokens: int = typer.Option(1024, "--prefix-tokens", help="shared-prefix: tokens the requests of a group share"),
+    suffix_tokens: int = typer.Option(64, "--suffix-tokens", help="shared-prefix: each request's own tokens after the prefix"),
     needle_every: int = typer.Option(4, "--needle-every", help="ramp: ask for the code planted in turn 1 every N turns (0: never)"),
     time_cap: str = typer.Option("2h", "--time-cap", help="ramp: stop after this long"),
     turn_timeout: str = typer.Option("20m", "--turn-timeout", help="ramp: a turn taking longer ends the ramp"),
@@ -242,6 +248,15 @@ def bench(
             max_context=max_context)
         _measure(model, launch, as_json, lambda target, rep, outcome: talks.conversations(
             target, vspec, gate_mode=gate_flag, gate_spec=gate_spec, reporter=rep, outcome=outcome))
+        return
+    if workload is WorkloadChoice.shared_prefix:
+        pspec = shared.spec_from_options(
+            groups=groups, group_size=group_size, prefix_tokens=prefix_tokens, suffix_tokens=suffix_tokens,
+            output_tokens=output_tokens, concurrency=_numbers(concurrency, "--concurrency") if concurrency else None,
+            content=content.value if content else None, seed=seed,
+            request_timeout_s=_limit(request_timeout, "--request-timeout") if request_timeout else "default")
+        _measure(model, launch, as_json, lambda target, rep, outcome: shared.shared_prefix(
+            target, pspec, gate_mode=gate_flag, gate_spec=gate_spec, reporter=rep, outcome=outcome))
         return
     if workload is WorkloadChoice.ramp:
         # --request-timeout, when given, bounds each turn (as it bounds each request of the other workloads)

@@ -91,6 +91,10 @@ class RequestRecord:
     # and then left out of the JSON line.
     conversation: int | None = None
     turn: int | None = None
+    # The shared-prefix workload (campaign/shared_prefix.py): which group shares this prompt's prefix, and this
+    # request's place in it (from 1: the first one finds the prefix cold); None elsewhere, and left out.
+    group: int | None = None
+    in_group: int | None = None
 
     @property
     def ttft(self) -> float | None:
@@ -138,6 +142,8 @@ class RequestRecord:
         }
         if self.conversation is not None:
             line.update(conversation=self.conversation, turn=self.turn)
+        if self.group is not None:
+            line.update(group=self.group, in_group=self.in_group)
         return line
 
     @classmethod

@@ -17,7 +17,7 @@ from servedeck.gates.niah import read_log, tally
 from servedeck.gates.samples import accuracy_views, combined
 from servedeck.loadgen.records import RequestRecord
 from servedeck.runs.figures import headline, point_figures
-from servedeck.runs.turns import turn_figures
+from servedeck.runs.turns import place_figures, turn_figures
 from servedeck.supervisor.process import alive
 from servedeck.telemetry.figures import point_telemetry, read_lines as read_telemetry
 
@@ -156,6 +156,8 @@ def load(path: Path) -> dict[str, Any]:
     if isinstance(view.get("conversations"), dict):  # per-turn figures, rebuilt from requests.jsonl
         view["conversations"] = {**view["conversations"],
                                  **turn_figures(r for rs in by_point.values() for r in rs)}
+    if isinstance(view.get("shared_prefix"), dict):
+        view["shared_prefix"] = {**view["shared_prefix"], **place_figures(r for rs in by_point.values() for r in rs)}
     view["label"] = result_label(view)
     return view
 

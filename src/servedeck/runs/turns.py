@@ -45,3 +45,11 @@ def turn_figures(records: Iterable[RequestRecord]) -> dict[str, Any]:
     turns = sorted({r.turn for r in recs if r.turn is not None})
     return {"per_turn": [{"turn": t, **_figures([r for r in recs if r.turn == t])} for t in turns],
             "overall": _figures(recs)}
+
+
+def place_figures(records: Iterable[RequestRecord]) -> dict[str, Any]:
+    """The shared-prefix workload's figures: {"first": ..., "rest": ..., "overall": ...} over the measured
+    records that carry a group (first: the request that found its group's prefix cold; rest: the others)."""
+    recs = [r for r in records if r.kind == "measured" and r.group is not None]
+    return {"first": _figures([r for r in recs if r.in_group == 1]),
+            "rest": _figures([r for r in recs if r.in_group != 1]), "overall": _figures(recs)}
