@@ -249,3 +249,31 @@ def section(coll: Any) -> Any:
                "binding constraint", "search", "sources"], table),
         Para(["Recommendation: for each SLO, the variant carrying the most load " + unit + "."]),
         Table(["SLO", "run this variant", "carrying"], recs)])
+
+
+def compare_capacity(a: list[Any], b: list[Any]) -> list[dict[str, Any]]:
+    """`servedeck compare A B`: per SLO both sides searched, each side's capacity (mean of its repeats) and
+    B's change against A. `a`, `b`: report Runs (collect.Run), each side one configuration."""
+    def by_slo(runs: list[Any]) -> dict[str, list[dict[str, Any]]]:
+        out: dict[str, list[dict[str, Any]]] = {}
+        for r in runs:
+            cap = r.view.get("capacity")
+            if cap:
+                out.setdefault(f"{cap['find']} under {cap.get('slo')} ({cap.get('slo_text')})", []).append(cap)
+        return out
+
+    sa, sb = by_slo(a), by_slo(b)
+    rows = []
+    for key in [k for k in sa if k in sb]:
+        ca = [c["capacity"] for c in sa[key] if c.get("capacity") is not None]
+        cb = [c["capacity"] for c in sb[key] if c.get("capacity") is not None]
+        ma, mb = (sum(ca) / len(ca) if ca else None), (sum(cb) / len(cb) if cb else None)
+        change = (mb / ma - 1) if ma and mb is not None else None
+        find = sa[key][0]["find"]
+        verdicts = (", ".join(c["verdict"] for c in sa[key]), ", ".join(c["verdict"] for c in sb[key]))
+        text = (f"A {load_label(find, ma)}, B {load_label(find, mb)}"
+                + (f": B carries {change:+.0%}" if change is not None else "")
+                + f" (searches: A {verdicts[0]}; B {verdicts[1]})")
+        rows.append({"slo": key, "a": ma, "b": mb, "change": change, "a_verdicts": verdicts[0],
+                     "b_verdicts": verdicts[1], "text": text})
+    return rows

@@ -20,6 +20,7 @@ from typing import Any, Optional
 from servedeck.fsio import read_jsonl
 from servedeck.loadgen.records import RequestRecord
 from servedeck.loadgen.stats import tpot
+from servedeck.report.capacity import compare_capacity
 from servedeck.report.accuracy import PairedAccuracy, compare_runs as paired_accuracy
 from servedeck.report.attribution import Attribution, attribute, sentence
 from servedeck.report.collect import Run
@@ -53,6 +54,7 @@ class Comparison:
     only_b: list[str]
     att: Attribution  # by the campaign's knobs where both sides carry them (report/attribution.py)
     accuracy: list[PairedAccuracy] = field(default_factory=list)  # each accuracy gate both ran (report/accuracy.py)
+    capacity: list[dict[str, Any]] = field(default_factory=list)  # each SLO both searched (report/capacity.py)
 
     @property
     def attribution(self) -> str:
@@ -71,6 +73,7 @@ class Comparison:
                 "consequences": [{"knob": n, "a": x, "b": y} for n, x, y in self.att.consequences],
                 "attribution": self.attribution,
                 "accuracy": [x.to_json() for x in self.accuracy],
+                "capacity": self.capacity,
                 "points": [p.to_json() for p in self.points], "only_a": self.only_a, "only_b": self.only_b,
                 "noise_threshold": NOISE}
 
@@ -186,7 +189,7 @@ def compare(a: list[Run], b: list[Run], noise: float = NOISE) -> Comparison:
         only_a = [str(p.get("label")) for r in a for p in r.view.get("points") or []]
         only_b = sorted({str(p.get("label")) for r in b for p in r.view.get("points") or []})
     return Comparison(a, b, changes, config, points, only_a, only_b, attribute(a[0], b[0], config),
-                      paired_accuracy(a, b))
+                      paired_accuracy(a, b), compare_capacity(a, b))
 
 
 def text(c: Comparison) -> str:
@@ -203,6 +206,8 @@ def text(c: Comparison) -> str:
     out += ["", c.attribution[0].upper() + c.attribution[1:] + ".", ""]
     for x in c.accuracy:
         out += [f"accuracy (gate {x.gate}): A {x.a_accuracy:.1%}, B {x.b_accuracy:.1%}: {x.text}", ""]
+    for x in c.capacity:
+        out += [f"capacity ({x['slo']}): {x['text']}", ""]
     for p in c.points:
         out.append(f"{p.label} ({p.pairing}):")
         for v in p.verdicts:
