@@ -119,3 +119,14 @@ def test_the_report_html_shows_the_recommendation_in_chromium(campaign, tmp_path
     rec = [c for c in cells if "run this variant" not in c and "parallel=4" in c and "over parallel=1" in c]
     assert len(rec) == 1, cells
     assert "c=4 per launch (CPU), +300% over parallel=1 (c=1)" in rec[0]
+
+
+def test_compare_compares_the_capacities(campaign):
+    _, env, folder = campaign
+    r = _cli(["compare", "parallel=1", "parallel=4", "--campaign", str(folder), "--json"], env)
+    assert r.returncode == 0, r.stderr
+    cap = json.loads(r.stdout)["capacity"]
+    assert [(c["a"], c["b"], c["change"]) for c in cap] == [(1, 4, 3.0)]
+    text = _cli(["compare", "parallel=1", "parallel=4", "--campaign", str(folder)], env).stdout
+    assert "capacity (max-concurrency under interactive (ttft_p50<=600s,error_rate<=0%)): A c=1, B c=4: " \
+           "B carries +300%" in text
