@@ -145,6 +145,15 @@ class PynvmlSource:
         self._nv = None
 
 
+def capture_readings(path: Path) -> list[dict[str, Any]]:
+    """A capture's readings. scripts/_nvml_energy_reader.py opens its file with one clock line
+    ({"clock": "CLOCK_MONOTONIC", "wall": ..., "t": ...}, no "gpu"), to map wall-clock tools onto its
+    clock; that line is not a reading and is dropped here. Each reading's own "t" is kept (gpu_line
+    ignores it; tests use it to put the capture on its own timeline)."""
+    lines = [json.loads(ln) for ln in Path(path).read_text().splitlines() if ln.strip()]
+    return [ln for ln in lines if not ("clock" in ln and "gpu" not in ln)]
+
+
 class RecordedSource:
     """NVML readings recorded earlier, replayed in order: a capture is JSON lines of raw readings
     {"gpu": index, ...NVML fields} (an "xid" line is an Xid event, played at its place), as
@@ -165,7 +174,7 @@ class RecordedSource:
 
     @classmethod
     def from_file(cls, path: Path) -> "RecordedSource":
-        return cls([json.loads(ln) for ln in Path(path).read_text().splitlines() if ln.strip()])
+        return cls(capture_readings(path))
 
     def open(self, gpus: Optional[list[int]]) -> list[int]:
         have = sorted(self._by_gpu)
