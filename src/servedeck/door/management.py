@@ -4,7 +4,7 @@
     GET  /metrics         Prometheus text
     GET  /                the live page (door/page.py)
     GET  /events          its server-sent events: a snapshot whenever it changed, checked every second
-    GET  /door/status     the same snapshot as JSON
+    GET  /door/status     the same snapshot as JSON (GPU power, limit and memory: door/gpu_watch.py)
 
 HEAD is answered as GET without the body. Any other path outside /v1/ is 404 and another method on
 these paths 405, in the door's JSON error shape. Who may ask is decided before (door/admission.py).
@@ -19,6 +19,7 @@ from collections import deque
 from typing import Any, Callable, Coroutine
 
 from servedeck.door.front import WRITE_HIGH, Answer, Req, error_body
+from servedeck.door.gpu_watch import GpuWatch
 from servedeck.door.manager import Manager
 from servedeck.door.metrics import DoorMetrics
 from servedeck.door.page import EVERY_S, PAGE, snapshot
@@ -33,6 +34,7 @@ class Management:
         self.manager = manager
         self.metrics = metrics
         self.recent = recent
+        self.gpu = GpuWatch()  # read in its own thread, once a second at most
         self.routes: dict[bytes, Callable[[Req], None]] = {
             b"/v1/models": self.models, b"/metrics": self.metrics_text, b"/door/status": self.status,
             b"/": self.page, b"/events": self.events}
@@ -87,7 +89,7 @@ class Management:
 
     def status(self, r: Req) -> None:
         async def work() -> None:
-            snap = await snapshot(self.manager, self.recent)
+            snap = await snapshot(self.manager, self.recent, self.gpu.now())
             r.respond_body(200, JSON, json.dumps(snap, default=str).encode())
 
         self._later(r, work)
@@ -103,7 +105,7 @@ class Management:
                 return
             last = None
             while not r.gone:
-                snap = await snapshot(self.manager, self.recent)
+                snap = await snapshot(self.manager, self.recent, self.gpu.now())
                 if r.unsent() > WRITE_HIGH:  # the page stopped reading: send nothing more until it catches up
                     last = None
                 else:

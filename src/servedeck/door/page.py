@@ -33,12 +33,13 @@ def _disk_parts(models: list[str]) -> dict[str, Any]:
     return {"notices": notices, "logs": logs}
 
 
-async def snapshot(manager: Manager, recent: Iterable[dict]) -> dict[str, Any]:
-    """What the page shows (and /door/status answers): models, recent requests, switches, notices, logs."""
+async def snapshot(manager: Manager, recent: Iterable[dict], gpu: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What the page shows (and /door/status answers): models, the GPUs' last reading (door/gpu_watch.py),
+    recent requests, switches, notices, logs."""
     models = manager.snapshot()
     disk = await asyncio.to_thread(_disk_parts, [name for rt in manager.models.values() if rt.managed
                                                  for name in rt.members])
-    return {"at": time.time(), "models": models, "recent": list(recent)[-20:][::-1],
+    return {"at": time.time(), "models": models, "gpu": gpu or {"not_sampled": "no GPU sampled"}, "recent": list(recent)[-20:][::-1],
             "swaps": list(manager.swaps)[-10:][::-1], **disk}
 
 
@@ -59,6 +60,9 @@ pre{background:#f6f6f6;padding:.4em;margin:.2em 0;font-size:12px;white-space:pre
 <h2>Models</h2>
 <table id="models"><thead><tr><th>model</th><th>aliases</th><th>slot</th><th>state</th><th>in flight</th>
 <th>queued</th><th>port</th><th>detail</th></tr></thead><tbody></tbody></table>
+<h2>GPUs</h2><div id="gpu-note"></div>
+<table id="gpus"><thead><tr><th>GPU</th><th>power W</th><th>limit W</th><th>share of limit</th><th>memory used GiB</th>
+<th>of GiB</th><th>throttle</th></tr></thead><tbody></tbody></table>
 <h2>Recent requests</h2>
 <table id="recent"><thead><tr><th>model</th><th>path</th><th>status</th><th>waited</th><th>TTFT ms</th><th>E2E ms</th>
 <th>tokens</th><th>error</th></tr></thead><tbody></tbody></table>
@@ -80,6 +84,11 @@ function draw(s){
     (t,m)=>{cell(t,m.state,"state state-"+m.state); t.lastChild.dataset.model=m.model; t.lastChild.id="state-"+m.model;},
     (t,m)=>cell(t,m.inflight), (t,m)=>cell(t,m.queued), (t,m)=>cell(t,m.port),
     (t,m)=>cell(t,m.refusal?m.refusal.status+": "+m.refusal.message:m.detail)]);
+  const g=s.gpu||{}, gib=b=>(b===null||b===undefined)?null:(b/2**30).toFixed(1);
+  document.getElementById("gpu-note").textContent=g.not_sampled||g.last_error||"";
+  fill("gpus", g.gpus||[], [(t,r)=>cell(t,r.gpu),(t,r)=>cell(t,r.power_w),(t,r)=>cell(t,r.limit_w),
+    (t,r)=>cell(t,r.share_of_limit===null?null:Math.round(r.share_of_limit*100)+" %"),
+    (t,r)=>cell(t,gib(r.mem_used)),(t,r)=>cell(t,gib(r.mem_total)),(t,r)=>cell(t,(r.throttle||[]).join(", "))]);
   fill("recent", s.recent, [(t,r)=>cell(t,r.model),(t,r)=>cell(t,r.path),(t,r)=>cell(t,r.status===null?"…":r.status),
     (t,r)=>cell(t,r.waited),(t,r)=>cell(t,r.ttft_ms),(t,r)=>cell(t,r.e2e_ms),(t,r)=>cell(t,r.tokens),
     (t,r)=>cell(t,r.error)]);

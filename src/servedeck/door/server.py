@@ -78,4 +78,5 @@ async def run_door(door: Door, host: str, port: int, stop: asyncio.Event, ready:
     finally:
         await front.close()
         door.relay.close()
+        await asyncio.to_thread(door.management.gpu.close)
         await door.manager.close()
