@@ -57,6 +57,7 @@ class WorkloadChoice(str, Enum):
     ramp = "ramp"  # one conversation grown turn by turn
     conversations = "conversations"  # many users, each a multi-turn conversation (campaign/conversations.py)
     shared_prefix = "shared-prefix"  # groups of requests sharing a prefix (campaign/shared_prefix.py)
+    trace = "trace"  # a recorded trace replayed on its own schedule (campaign/trace.py)
 
 
 class ArrivalsChoice(str, Enum):

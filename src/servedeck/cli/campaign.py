@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 from typing import Any, Callable, Coroutine, Optional
 
@@ -15,6 +16,7 @@ from servedeck.campaign.bench import DEFAULTS, ArrivalsChoice, ContentChoice, Wo
 from servedeck.campaign import capacity as capacity_search
 from servedeck.campaign import conversations as talks
 from servedeck.campaign import shared_prefix as shared
+from servedeck.campaign import trace as replay
 from servedeck.campaign.target import Target
 from servedeck.cli.accuracy import gate_eval, without_eval
 from servedeck.cli.app import app, configured_results_dir, console, err_console, load_config, print_json
@@ -190,7 +192,8 @@ def bench(
                                             "decode (one fixed prompt: TPOT and decode tok/s only) | ramp (one "
                                             "conversation grown turn by turn, as `servedeck ramp`) | conversations "
                                             "(--users at once, --turns each, the whole history every turn) | "
-                                            "shared-prefix (--groups of --group-size requests sharing --prefix-tokens)"),
+                                            "shared-prefix (--groups of --group-size requests sharing --prefix-tokens) | "
+                                            "trace (--trace FILE replayed on its own schedule)"),
     concurrency: Optional[str] = typer.Option(None, "--concurrency", help="closed-loop points, e.g. 1,4,16"),
     rate: Optional[str] = typer.Option(None, "--rate", help="open-loop points in requests/s, e.g. 2,4,8"),
     arrivals: ArrivalsChoice = typer.Option(ArrivalsChoice.poisson, "--arrivals", help="with --rate: poisson (random "
@@ -230,6 +233,10 @@ def bench(
     group_size: int = typer.Option(4, "--group-size", help="shared-prefix: requests per group"),
     prefix_tokens: int = typer.Option(1024, "--prefix-tokens", help="shared-prefix: tokens the requests of a group share"),
     suffix_tokens: int = typer.Option(64, "--suffix-tokens", help="shared-prefix: each request's own tokens after the prefix"),
+    trace_file: Optional[str] = typer.Option(None, "--trace", help="trace: a JSONL trace (timestamp ms, input_length, output_length, hash_ids; docs/workloads.md)"),
+    time_scale: float = typer.Option(1.0, "--time-scale", help="trace: its gaps × this (0.5: twice as fast)"),
+    window: Optional[str] = typer.Option(None, "--window", help="trace: only its first stretch, e.g. 10m"),
+    block_tokens: int = typer.Option(512, "--block-tokens", help="trace: tokens per hash_ids block (Mooncake's: 512)"),
     needle_every: int = typer.Option(4, "--needle-every", help="ramp: ask for the code planted in turn 1 every N turns (0: never)"),
     time_cap: str = typer.Option("2h", "--time-cap", help="ramp: stop after this long"),
     turn_timeout: str = typer.Option("20m", "--turn-timeout", help="ramp: a turn taking longer ends the ramp"),
@@ -248,6 +255,19 @@ def bench(
             max_context=max_context)
         _measure(model, launch, as_json, lambda target, rep, outcome: talks.conversations(
             target, vspec, gate_mode=gate_flag, gate_spec=gate_spec, reporter=rep, outcome=outcome))
+        return
+    if workload is WorkloadChoice.trace:
+        if not trace_file:
+            raise UsageError("--workload trace replays a file: give --trace FILE",
+                             hint="make a small one with scripts/make_trace.py OUT.jsonl")
+        tspec = replay.TraceSpec(path=Path(trace_file), time_scale=time_scale, block_tokens=block_tokens,
+                                 window_s=seconds(window, "--window") if window else None,
+                                 content=content.value if content else "prose", seed=seed,
+                                 request_timeout_s=_limit(request_timeout, "--request-timeout") if request_timeout
+                                 else 600.0)
+        tspec.check()  # the trace read whole, before any launch
+        _measure(model, launch, as_json, lambda target, rep, outcome: replay.trace(
+            target, tspec, gate_mode=gate_flag, gate_spec=gate_spec, reporter=rep, outcome=outcome))
         return
     if workload is WorkloadChoice.shared_prefix:
         pspec = shared.spec_from_options(
