@@ -3,7 +3,8 @@ within an SLO, found by the search in search.py, every step an ordinary measured
 
     run folder/
         requests.jsonl, summary.json   every measured point, as `servedeck bench` writes them
-        search.json                    every step (load, figures against each threshold, why up or down),
+        search.json                    every step (load, figures against each threshold, its energy where
+                                       the GPUs were sampled, why up or down),
                                        the boundary, the binding constraint, cliff or smooth; rewritten
                                        after each step, so an interrupted search keeps what it found
 
@@ -185,10 +186,20 @@ async def measure(index: int, load: float, cspec: CapacitySpec, spec: BenchSpec,
     point = next(p for p in folder.summary["points"] if p["index"] == index)
     figures = point.get("figures") or {}
     judged = judge(records, cspec.slo, client=figures.get("client"), output_tok_s=figures.get("output_tok_s"))
-    judged.update(point=index, label=point["label"])
+    judged.update(point=index, label=point["label"], energy=step_energy(figures))
     if reason:
         judged.update(passed=False, overloaded=reason[0], missed=judged["missed"] or ["overloaded"])
     return judged
+
+
+def step_energy(figures: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """The step's energy from its telemetry figures (telemetry/figures.py), or None where its GPUs were
+    not sampled: J per output token and per request, and where the joules came from."""
+    gpu = (figures.get("telemetry") or {}).get("gpu") or {}
+    if gpu.get("energy_j") is None:
+        return None
+    return {k: gpu.get(k) for k in ("energy_j", "energy_source", "j_per_output_token", "j_per_request",
+                                    "mean_power_w", "max_share_of_limit")}
 
 
 def _mark_failed(folder: RunFolder, index: int, reason: str) -> None:
@@ -214,6 +225,8 @@ def headline(doc: dict[str, Any]) -> dict[str, Any]:
             "notes": doc["notes"], "steps": len(doc.get("steps") or []),
             "requests": sum(s["judged"].get("measured", 0) for s in doc.get("steps") or []),
             "goodput_request_s": at.get("goodput_request_s"), "output_tok_s": at.get("output_tok_s"),
+            "j_per_output_token": (at.get("energy") or {}).get("j_per_output_token"),
+            "energy_source": (at.get("energy") or {}).get("energy_source"),
             "point": at.get("point"), "file": SEARCH_FILE}
 
 
