@@ -130,3 +130,12 @@ def test_compare_compares_the_capacities(campaign):
     text = _cli(["compare", "parallel=1", "parallel=4", "--campaign", str(folder)], env).stdout
     assert "capacity (max-concurrency under interactive (ttft_p50<=600s,error_rate<=0%)): A c=1, B c=4: " \
            "B carries +300%" in text
+
+
+def test_the_pareto_plot_marks_each_capacity_point(campaign, tmp_path):
+    _, env, folder = campaign
+    r = _cli(["report", str(folder), "--out", str(tmp_path / "report")], env)
+    assert r.returncode == 0, r.stderr
+    page = (tmp_path / "report" / "report.html").read_text()
+    pareto = page[page.index('id="pareto"'):]
+    assert "<!-- capacity under an SLO -->" in pareto[:pareto.index("</svg>")]

@@ -277,3 +277,17 @@ def compare_capacity(a: list[Any], b: list[Any]) -> list[dict[str, Any]]:
         rows.append({"slo": key, "a": ma, "b": mb, "change": change, "a_verdicts": verdicts[0],
                      "b_verdicts": verdicts[1], "text": text})
     return rows
+
+
+def is_capacity_point(point: Any) -> bool:
+    """Whether a report LoadPoint (report/pareto.py) is the load one of its runs' searches found as capacity."""
+    for r in point.runs:
+        cap = r.view.get("capacity") or {}
+        load = cap.get("capacity")
+        if load is None:
+            continue
+        if cap.get("find") == "max-concurrency" and point.label == f"c={load:g}":
+            return True
+        if cap.get("find") == "max-rate" and str(point.label).startswith(f"rate={load:g}/s"):
+            return True
+    return False

@@ -100,6 +100,12 @@ def pareto_figure(rows: list[ParetoRow], variants: Sequence[str]) -> "plt.Figure
             ax.plot([r.x for r in grp], [r.y for r in grp], "o", markerfacecolor="none", markeredgecolor=c,
                     markeredgewidth=1.6, markersize=9, label=label if label not in hollow_seen else None)
             hollow_seen.add(label)
+    from servedeck.report.capacity import is_capacity_point  # each variant's capacity under an SLO, starred
+
+    caps = [r for r in rows if r.x is not None and r.y is not None and is_capacity_point(r.point)]
+    for i, r in enumerate(caps):
+        ax.plot([r.x], [r.y], "*", markersize=15, markerfacecolor="none", markeredgecolor="black",
+                markeredgewidth=1.2, label="capacity under an SLO" if i == 0 else None)
     front = sorted((r for r in rows if r.on_frontier), key=lambda r: r.x)  # type: ignore[arg-type,return-value]
     if front:
         ax.plot([r.x for r in front], [r.y for r in front], "--", color="black", linewidth=1.4, label="Pareto frontier")
