@@ -67,3 +67,11 @@ def test_the_capacity_headline_has_j_per_output_token_at_the_capacity_point(sear
 def test_the_headline_says_where_the_joules_came_from(search_run):
     _, _, view = search_run
     assert view["capacity"]["energy_source"] == "energy counter"  # the capture holds the H200's counter
+
+
+def test_the_reports_capacity_section_names_the_energy_at_capacity(search_run):
+    from servedeck.report.capacity import run_section
+
+    _, _, view = search_run
+    text = "\n".join(run_section(view))
+    assert f"{view['capacity']['j_per_output_token']:.4g} J per output token (energy counter)" in text

@@ -75,7 +75,9 @@ def run_section(view: dict[str, Any]) -> list[str]:
                    + (f", binding constraint **{cap['binding']}**" if cap.get("binding") else "")
                    + (f", a {cap['shape']} boundary" if cap.get("shape") else "")
                    + f". Goodput there {_n(cap.get('goodput_request_s'), 2)} requests/s, "
-                   f"{_n(cap.get('output_tok_s'))} output tok/s.")
+                   f"{_n(cap.get('output_tok_s'))} output tok/s."
+                   + (f" Energy there {cap['j_per_output_token']:.4g} J per output token ({cap.get('energy_source')})."
+                      if cap.get("j_per_output_token") is not None else ""))
     out.append("")
     out.append(f"{cap['steps']} steps, {cap['requests']} measured requests; cap {load_label(find, cap['cap']['load'])} "
                f"({cap['cap']['reason']}).")
