@@ -146,3 +146,169 @@ def test_replica_policies_are_found_by_name_and_an_unknown_one_is_named():
     with pytest.raises(UsageError) as e:
         P.replica_policy("round-robin")
     assert "'round-robin'" in str(e.value) and "least-outstanding" in e.value.hint
+
+
+# --- routing policies: session and prefix (issue 25) ------------------------------------------------
+
+SYSTEM = {"role": "system", "content": "You are a terse assistant. " * 8}
+
+
+def chat(*turns: str, session: str | None = None) -> "Ask":
+    """A chat request whose messages are the system prompt then `turns` (user, assistant, user, …)."""
+    import json
+
+    from servedeck.door.policy import Ask
+
+    msgs = [SYSTEM] + [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns)]
+    doc = {"model": "m", "messages": msgs}
+    headers = [(b"content-type", b"application/json")] + ([(b"X-Session-Id", session.encode())] if session else [])
+    return Ask(b"/v1/chat/completions", headers, json.dumps(doc).encode(), doc)
+
+
+def send(p, ask, rs: list[Replica]) -> str:
+    """Pick as the manager does: the chosen replica counts one more request outstanding and sent."""
+    r = p.pick(ask, rs)
+    r.outstanding += 1
+    r.sent += 1
+    return r.url
+
+
+def pair(a_out: int = 0, b_out: int = 0) -> list[Replica]:
+    return [Replica("http://a", outstanding=a_out), Replica("http://b", outstanding=b_out)]
+
+
+def test_session_pins_a_header_named_conversation_while_its_replica_is_within_the_bound():
+    from servedeck.door.policy import Session
+
+    p, rs = Session(imbalance=2), pair()
+    first = p.pick(chat("hi", session="u1"), rs).url
+    rs[[r.url for r in rs].index(first)].outstanding = 2  # busier, but only by the bound
+    assert p.pick(chat("hi", "yo", "more", session="u1"), rs).url == first
+
+
+def test_session_without_the_header_pins_by_the_system_prompt_and_first_user_message():
+    from servedeck.door.policy import Session
+
+    p, rs = Session(), pair()
+    first = p.pick(chat("plan a trip to Oslo"), rs).url
+    rs[[r.url for r in rs].index(first)].outstanding = 1  # least-outstanding alone would now go elsewhere
+    assert p.pick(chat("plan a trip to Oslo", "Sure: …", "and Bergen?"), rs).url == first
+
+
+def test_session_falls_back_to_least_outstanding_when_its_replica_is_overloaded_and_re_pins_there():
+    from servedeck.door.policy import Session
+
+    p = Session(imbalance=2)
+    rs = pair()
+    assert p.pick(chat("q", session="u1"), rs).url == "http://a"  # idle pair: the first, fewest sent
+    rs[0].outstanding = 3  # 3 > 0 + 2: overloaded
+    assert p.pick(chat("q", session="u1"), rs).url == "http://b"
+    rs[0].outstanding = 0
+    rs[1].outstanding = 1  # a recovered, b is busier: the pin stays where it moved
+    assert p.pick(chat("q", session="u1"), rs).url == "http://b"
+
+
+def test_session_re_pins_when_its_replica_is_gone():
+    from servedeck.door.policy import Session
+
+    p = Session()
+    assert p.pick(chat("q", session="u1"), pair()).url == "http://a"
+    only_b = [Replica("http://b", outstanding=2)]
+    assert p.pick(chat("q", session="u1"), only_b).url == "http://b"
+    assert p.pins[b"h:u1"] == "http://b"
+
+
+def test_session_keeps_at_most_sessions_max_pins_forgetting_the_least_recent():
+    from servedeck.door.policy import Session
+
+    p, rs = Session(sessions_max=2), pair()
+    for s in ("u1", "u2", "u3"):
+        p.pick(chat("q", session=s), rs)
+    assert list(p.pins) == [b"h:u2", b"h:u3"]
+
+
+def test_session_and_prefix_route_a_request_without_a_readable_body_least_outstanding():
+    from servedeck.door.policy import Ask, Prefix, Session
+
+    not_json = Ask(b"/v1/chat/completions", [], b"not json", None)
+    for p in (Session(), Prefix()):
+        rs = pair(a_out=1)
+        assert p.pick(None, rs).url == "http://b"  # the door's own request (preload)
+        assert p.pick(not_json, rs).url == "http://b"
+        assert not rs[0].recent and not rs[1].recent
+    s = Session()
+    s.pick(not_json, pair())
+    assert not s.pins
+
+
+def test_prefix_sends_a_conversation_to_the_replica_that_saw_its_earlier_turns():
+    from servedeck.door.policy import Prefix
+
+    p, rs = Prefix(imbalance=4), pair()
+    owls, bread = "tell me about owls " * 30, "a recipe for bread " * 30  # each longer than the system prompt
+    first = send(p, chat(owls), rs)
+    other = send(p, chat(bread), rs)
+    assert other != first  # under half its opening is shared (the system prompt): least-outstanding
+    busy = [r for r in rs if r.url == first][0]
+    busy.outstanding = 3  # within the bound of 4
+    assert p.pick(chat(owls, "Owls are…", "and barn owls?"), rs).url == first
+
+
+def test_prefix_sends_a_request_sharing_under_min_share_of_its_opening_least_outstanding():
+    from servedeck.door.policy import Prefix
+
+    p, rs = Prefix(min_share=0.5), pair()
+    p.pick(chat("q"), rs)  # → a; its opening is mostly the system prompt
+    rs[0].outstanding = 1
+    assert p.pick(chat("q" * 300), rs).url == "http://b"  # shares the system prompt only: < half
+    assert p.pick(chat("q", "answer", "next"), rs).url == "http://a"  # shares all of turn 1: > half
+
+
+def test_prefix_chooses_the_longest_shared_prefix_among_replicas():
+    from servedeck.door.policy import Prefix, opening
+
+    p, rs = Prefix(), pair()
+    rs[0].recent.append(opening(chat("tell me about owls").doc, 10_000))
+    rs[1].recent.append(opening(chat("tell me about owls", "Owls are…", "and barn owls?").doc, 10_000))
+    turn3 = chat("tell me about owls", "Owls are…", "and barn owls?", "Barn owls…", "where do they live?")
+    assert p.pick(turn3, rs).url == "http://b"
+
+
+def test_prefix_skips_a_replica_past_the_imbalance_bound_however_long_its_match():
+    from servedeck.door.policy import Prefix
+
+    p = Prefix(imbalance=2)
+    rs = pair()
+    p.pick(chat("tell me about owls"), rs)  # → a
+    rs[0].outstanding = 3  # 3 > 0 + 2
+    assert p.pick(chat("tell me about owls", "Owls are…", "more"), rs).url == "http://b"
+
+
+def test_prefix_memory_per_replica_is_bounded_in_entries_and_characters():
+    from servedeck.door.policy import RECENT_PER_REPLICA, Prefix
+
+    p, rs = Prefix(prefix_chars=100), [Replica("http://a")]
+    for i in range(RECENT_PER_REPLICA + 10):
+        p.pick(chat(f"question {i} " + "x" * 500), rs)
+    assert len(rs[0].recent) == RECENT_PER_REPLICA
+    assert max(len(t) for t in rs[0].recent) == 100
+
+
+def test_shared_prefix_counts_leading_characters_in_common():
+    from servedeck.door.policy import shared_prefix
+
+    assert shared_prefix("abcdef", "abcxyz") == 3
+    assert shared_prefix("abc", "abcdef") == 3
+    assert shared_prefix("", "abc") == 0
+    assert shared_prefix("xbc", "abc") == 0
+
+
+def test_routing_policies_take_their_knobs_and_match_what_models_toml_accepts():
+    from servedeck.config.schema import ROUTING_KNOBS, Routing
+    from servedeck.door import policy as P
+
+    assert {n: c.knobs for n, c in P.POLICIES.items()} == ROUTING_KNOBS
+    p = P.replica_policy(**Routing.model_validate({"policy": "session", "header": "X-Conv", "imbalance": 1})
+                         .model_dump())
+    assert isinstance(p, P.Session) and p.header == b"x-conv" and p.imbalance == 1
+    assert p.prefix_chars == P.PREFIX_CHARS  # left out: the default

@@ -92,6 +92,47 @@ class Build(_Strict):
         return "python" if self.python else "binary" if self.binary else "image"
 
 
+# The front door's replica routing policies (door/policy.py's POLICIES, which a test holds equal to
+# this) and the `routing` keys each one takes besides `policy`.
+ROUTING_KNOBS: dict[str, tuple[str, ...]] = {
+    "least-outstanding": (),
+    "session": ("header", "imbalance", "prefix_chars"),
+    "prefix": ("imbalance", "prefix_chars"),
+}
+
+
+class Routing(_Strict):
+    """[models.NAME] routing: how the front door spreads a replicated model's requests (docs/door.md).
+    `routing = "prefix"` is short for `routing = { policy = "prefix" }`; a knob left out keeps its default."""
+
+    policy: str = "least-outstanding"
+    header: Optional[str] = None  # session: the request header naming the conversation (default x-session-id)
+    imbalance: Optional[int] = Field(default=None, ge=0)  # outstanding requests above the least loaded (default 4)
+    prefix_chars: Optional[int] = Field(default=None, gt=0)  # characters of the opening read (default 16384)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _short(cls, v: Any) -> Any:
+        return {"policy": v} if isinstance(v, str) else v
+
+    @field_validator("policy")
+    @classmethod
+    def _policy(cls, v: str) -> str:
+        if v not in ROUTING_KNOBS:
+            raise ValueError(f"no routing policy named {v!r}; choose one of: {', '.join(ROUTING_KNOBS)}")
+        return v
+
+    @model_validator(mode="after")
+    def _knobs(self) -> "Routing":
+        stray = sorted(k for k in self.model_fields_set - {"policy"}
+                       if getattr(self, k) is not None and k not in ROUTING_KNOBS[self.policy])
+        if stray:
+            takes = ", ".join(ROUTING_KNOBS[self.policy]) or "no other key"
+            raise ValueError(f"{', '.join(stray)} does nothing for policy {self.policy!r} (it takes {takes}); "
+                             "remove it or pick the policy it belongs to")
+        return self
+
+
 class Model(_Strict):
     """[models.NAME]: one model as the deck serves it."""
 
@@ -125,6 +166,7 @@ class Model(_Strict):
     stop_timeout_s: float = Field(default=120.0, gt=0)  # SIGTERM grace before SIGKILL, as the seed's unit
     ready_timeout_s: float = Field(default=900.0, gt=0)
     ttl: Optional[float] = None  # the front door stops the model after this long without requests
+    routing: Routing = Field(default_factory=Routing)  # the front door's choice of replica per request
     # merged into the body of every request servedeck itself sends (gate, bench, readiness, soak),
     # e.g. { chat_template_kwargs = { enable_thinking = false } } for a reasoning model
     request: dict[str, Any] = Field(default_factory=dict)

@@ -110,6 +110,8 @@ class Manager:
             self.models[name] = ModelRuntime(name, f"external:{name}", name, [], managed=False, state=Pol.READY,
                                              ready_since=clock(), replicas=[Pol.Replica(u.rstrip("/")) for u in urls])
         for rt in self.models.values():
+            if cfg and rt.members:  # models.toml's `routing` (a replica carries its entry's)
+                rt.policy = Pol.replica_policy(**cfg.models[rt.members[0]].routing.model_dump())
             for n in (rt.name, rt.served_name, *rt.aliases):
                 self.names.setdefault(n, rt.name)
         self.cond = asyncio.Condition()

@@ -3,7 +3,8 @@
 `decide` answers "a request wants model T: what now?" from a snapshot of what the door knows
 (`View` per model) and the time `now`; its `why` is the reason a waiting request gives for its wait
 (`Waited` adds those up into the `x-servedeck-waited` header). A model's `ReplicaPolicy` answers
-"which replica takes this request" (`POLICIES`, by name; `least-outstanding` is every model's today).
+"which replica takes this request" (`POLICIES`, by name: `least-outstanding`, the default; `session`;
+`prefix`; chosen per model by models.toml's `routing`).
 The effects (deck start/switch/stop, waiting, answering 429/502/503) are carried out by
 door/manager.py, which asks again after every change.
 
@@ -18,7 +19,9 @@ Door states of a model (manager.py is their one owner):
 
 from __future__ import annotations
 
-from collections import deque
+import hashlib
+import json
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -206,6 +209,7 @@ class ReplicaPolicy:
     (`outstanding`, `sent`). A new policy is a subclass here and a line in POLICIES."""
 
     name = ""
+    knobs: tuple[str, ...] = ()  # the models.toml `routing` keys it takes, besides `policy`
 
     def pick(self, ask: Ask | None, replicas: list[Replica]) -> Replica:
         """The replica for this request. `ask` is None for a request the door makes itself (preload)."""
@@ -214,22 +218,153 @@ class ReplicaPolicy:
 
 class LeastOutstanding(ReplicaPolicy):
     name = "least-outstanding"
+    knobs: tuple[str, ...] = ()
 
     def pick(self, ask: Ask | None, replicas: list[Replica]) -> Replica:
         return pick_replica(replicas)
 
 
-POLICIES: dict[str, type[ReplicaPolicy]] = {p.name: p for p in (LeastOutstanding,)}
+# Defaults of the routing knobs (models.toml's `routing` table, config/schema.py's Routing says the same).
+SESSION_HEADER = "x-session-id"
+IMBALANCE = 4  # a replica more than this many outstanding requests above the least loaded is overloaded
+PREFIX_CHARS = 16384  # characters of a request's rendered opening a policy reads (and `prefix` keeps)
+SESSIONS_MAX = 4096  # session pins kept per model; the least recently used is forgotten first
+
+
+def opening(doc: Any, chars: int, first_user_only: bool = False) -> str | None:
+    """The request's text as a prefix cache sees it, at most `chars` characters: each chat message as
+    role, a unit separator, its content (a string, or its parts as JSON), a record separator; a
+    completion's `prompt` as sent. `first_user_only`: stop after the first user message (the
+    conversation's identity: its system prompt and first question). None when the body has neither."""
+    if not isinstance(doc, dict):
+        return None
+    messages = doc.get("messages")
+    if isinstance(messages, list):
+        out: list[str] = []
+        size = 0
+        for m in messages:
+            if not isinstance(m, dict):
+                continue
+            content = m.get("content")
+            text = content if isinstance(content, str) else json.dumps(content, sort_keys=True)
+            piece = f"{m.get('role', '')}\x1f{text}\x1e"
+            out.append(piece)
+            size += len(piece)
+            if size >= chars or (first_user_only and m.get("role") == "user"):
+                break
+        return "".join(out)[:chars] if out else None
+    prompt = doc.get("prompt")
+    if prompt is None:
+        return None
+    return (prompt if isinstance(prompt, str) else json.dumps(prompt))[:chars]
+
+
+def shared_prefix(a: str, b: str) -> int:
+    """How many leading characters `a` and `b` share. Hand-written (os.path.commonprefix walks the
+    characters in Python): a binary search over slice comparisons, which run in C."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def overloaded(r: Replica, replicas: list[Replica], imbalance: int) -> bool:
+    """More than `imbalance` outstanding requests above the least loaded of `replicas`."""
+    return r.outstanding > min(x.outstanding for x in replicas) + imbalance
+
+
+class Session(ReplicaPolicy):
+    """Pins a conversation to one replica, so its engine's prefix cache serves the turns that follow.
+    The conversation is the `header`'s value when the client sends it, else a hash of its opening (the
+    system prompt and first user message, at most `prefix_chars` characters). A pinned replica that is
+    overloaded (more than `imbalance` outstanding above the least loaded) or gone loses the pin: the
+    request goes to the least-outstanding replica, which is pinned from then on. A request with neither
+    header nor chat/prompt body is routed least-outstanding and pins nothing."""
+
+    name = "session"
+    knobs = ("header", "imbalance", "prefix_chars")
+
+    def __init__(self, header: str = SESSION_HEADER, imbalance: int = IMBALANCE, prefix_chars: int = PREFIX_CHARS,
+                 sessions_max: int = SESSIONS_MAX):
+        self.header = header.lower().encode()
+        self.imbalance = imbalance
+        self.prefix_chars = prefix_chars
+        self.sessions_max = sessions_max
+        self.pins: OrderedDict[bytes, str] = OrderedDict()  # conversation → replica url, least recent first
+
+    def conversation(self, ask: Ask | None) -> bytes | None:
+        if ask is None:
+            return None
+        given = ask.header(self.header)
+        if given:
+            return b"h:" + given
+        text = opening(ask.doc, self.prefix_chars, first_user_only=True)
+        return None if text is None else b"o:" + hashlib.blake2b(text.encode(), digest_size=16).digest()
+
+    def pick(self, ask: Ask | None, replicas: list[Replica]) -> Replica:
+        key = self.conversation(ask)
+        if key is None:
+            return pick_replica(replicas)
+        url = self.pins.get(key)
+        pinned = next((r for r in replicas if r.url == url), None)
+        if pinned is None or overloaded(pinned, replicas, self.imbalance):
+            pinned = pick_replica(replicas)
+        self.pins[key] = pinned.url
+        self.pins.move_to_end(key)
+        while len(self.pins) > self.sessions_max:
+            self.pins.popitem(last=False)
+        return pinned
+
+
+class Prefix(ReplicaPolicy):
+    """To the replica whose recent requests share the longest prefix with this one, among those not
+    overloaded (at most `imbalance` outstanding above the least loaded), as vllm-router's cache_aware
+    does. The measure is character-level: the longest common prefix between this request's rendered
+    messages (`opening`, at most `prefix_chars` characters) and any of the last RECENT_PER_REPLICA
+    requests sent to that replica, which `recent` keeps (so memory is bounded at RECENT_PER_REPLICA ×
+    prefix_chars characters per replica). A best match under `min_share` of the request's opening
+    (vllm-router's cache_threshold, 0.5 by default there too), or no chat/prompt body: the
+    least-outstanding replica (vllm-router takes the one holding the least cached text). Ties: fewer
+    outstanding, then fewer sent."""
+
+    name = "prefix"
+    knobs = ("imbalance", "prefix_chars")
+
+    def __init__(self, imbalance: int = IMBALANCE, prefix_chars: int = PREFIX_CHARS, min_share: float = 0.5):
+        self.imbalance = imbalance
+        self.prefix_chars = prefix_chars
+        self.min_share = min_share
+
+    def pick(self, ask: Ask | None, replicas: list[Replica]) -> Replica:
+        text = opening(ask.doc, self.prefix_chars) if ask is not None else None
+        if text is None:
+            return pick_replica(replicas)
+        scored = [(max((shared_prefix(text, seen) for seen in r.recent), default=0), r)
+                  for r in replicas if not overloaded(r, replicas, self.imbalance)]
+        shared, chosen = max(scored, key=lambda s: (s[0], -s[1].outstanding, -s[1].sent))
+        if shared == 0 or shared < self.min_share * len(text):
+            chosen = pick_replica(replicas)
+        chosen.recent.append(text)
+        return chosen
+
+
+POLICIES: dict[str, type[ReplicaPolicy]] = {p.name: p for p in (LeastOutstanding, Session, Prefix)}
 DEFAULT_POLICY = LeastOutstanding.name
 
 
-def replica_policy(name: str | None = None) -> ReplicaPolicy:
-    """A fresh policy for one model, by its name (None: the default)."""
+def replica_policy(policy: str | None = None, **knobs: Any) -> ReplicaPolicy:
+    """A fresh policy for one model, by its name (None: the default) and its knobs (models.toml's
+    `routing` table: each policy takes the ones in its `knobs`; None means the default)."""
     try:
-        return POLICIES[name or DEFAULT_POLICY]()
+        cls = POLICIES[policy or DEFAULT_POLICY]
     except KeyError:
-        raise UsageError(f"no replica routing policy named {name!r}",
+        raise UsageError(f"no replica routing policy named {policy!r}",
                          hint=f"use one of: {', '.join(sorted(POLICIES))}") from None
+    return cls(**{k: v for k, v in knobs.items() if k in cls.knobs and v is not None})
 
 
 def idle_expired(v: View, ttl_s: float | None, now: float) -> bool:
