@@ -312,3 +312,10 @@ def test_routing_policies_take_their_knobs_and_match_what_models_toml_accepts():
                          .model_dump())
     assert isinstance(p, P.Session) and p.header == b"x-conv" and p.imbalance == 1
     assert p.prefix_chars == P.PREFIX_CHARS  # left out: the default
+
+
+def test_shared_prefix_under_the_caller_s_best_so_far_is_not_counted_past_it():
+    from servedeck.door.policy import shared_prefix
+
+    assert shared_prefix("abcdef", "abcxyz", floor=4) <= 4
+    assert shared_prefix("abcdefgh", "abcdefxy", floor=2) == 6

@@ -259,13 +259,19 @@ def opening(doc: Any, chars: int, first_user_only: bool = False) -> str | None:
     return (prompt if isinstance(prompt, str) else json.dumps(prompt))[:chars]
 
 
-def shared_prefix(a: str, b: str) -> int:
-    """How many leading characters `a` and `b` share. Hand-written (os.path.commonprefix walks the
-    characters in Python): a binary search over slice comparisons, which run in C."""
-    lo, hi = 0, min(len(a), len(b))
+def shared_prefix(a: str, b: str, floor: int = 0) -> int:
+    """How many leading characters `a` and `b` share, or at most `floor` when they share no more (the
+    caller's best so far, so an entry that cannot beat it costs one comparison). Hand-written
+    (os.path.commonprefix walks the characters in Python): startswith and a binary search over
+    slices, which compare in C."""
+    if a.startswith(b) or b.startswith(a):
+        return min(len(a), len(b))
+    if len(a) <= floor or len(b) <= floor or not a.startswith(b[:floor + 1]):
+        return floor
+    lo, hi = floor + 1, min(len(a), len(b)) - 1  # they share lo characters, and not hi + 1
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if a[:mid] == b[:mid]:
+        if a.startswith(b[:mid]):
             lo = mid
         else:
             hi = mid - 1
@@ -343,13 +349,19 @@ class Prefix(ReplicaPolicy):
         text = opening(ask.doc, self.prefix_chars) if ask is not None else None
         if text is None:
             return pick_replica(replicas)
-        scored = [(max((shared_prefix(text, seen) for seen in r.recent), default=0), r)
-                  for r in replicas if not overloaded(r, replicas, self.imbalance)]
+        scored = [(self.longest(text, r.recent), r) for r in replicas if not overloaded(r, replicas, self.imbalance)]
         shared, chosen = max(scored, key=lambda s: (s[0], -s[1].outstanding, -s[1].sent))
         if shared == 0 or shared < self.min_share * len(text):
             chosen = pick_replica(replicas)
         chosen.recent.append(text)
         return chosen
+
+    @staticmethod
+    def longest(text: str, recent: deque) -> int:
+        best = 0
+        for seen in recent:
+            best = max(best, shared_prefix(text, seen, best))
+        return best
 
 
 POLICIES: dict[str, type[ReplicaPolicy]] = {p.name: p for p in (LeastOutstanding, Session, Prefix)}
