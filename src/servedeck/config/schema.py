@@ -106,7 +106,7 @@ class Routing(_Strict):
     `routing = "prefix"` is short for `routing = { policy = "prefix" }`; a knob left out keeps its default."""
 
     policy: str = "least-outstanding"
-    header: Optional[str] = None  # session: the request header naming the conversation (default x-session-id)
+    header: Optional[str] = Field(default=None, min_length=1)  # session: the request header naming the conversation (default x-session-id)
     imbalance: Optional[int] = Field(default=None, ge=0)  # outstanding requests above the least loaded (default 4)
     prefix_chars: Optional[int] = Field(default=None, gt=0)  # characters of the opening read (default 16384)
 
