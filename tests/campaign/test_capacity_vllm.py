@@ -22,7 +22,9 @@ from servedeck.slo import parse_slo
 pytestmark = [pytest.mark.engine, pytest.mark.vllm]
 
 MODEL = "smollm2-vllm"
-POINT = dict(workload="chat", input_tokens=128, output_tokens=4, requests=4, warmup=1)
+# 32-token answers: the client self-check's lag allowance grows with a request's e2e (5 ms at least); with
+# 4-token answers the search ended client-bound in the first two runs here
+POINT = dict(workload="chat", input_tokens=128, output_tokens=32, requests=4, warmup=1)
 
 
 @pytest.fixture(scope="module")
@@ -46,13 +48,21 @@ def vllm_search(campaign_config, campaign_home, vllm, tmp_path_factory):
 
 def test_the_search_on_vllm_settles_with_every_step_a_point(vllm_search):
     doc, view = vllm_search
-    assert doc["verdict"] in ("found", "capped", "unstable above", "fails at smallest load")
+    reasons = [p["figures"]["client"]["reasons"] for p in view["points"]]
+    if doc["verdict"] == "client-bound":
+        # vLLM and the client share this 2-core box: when the self-check calls a step client-bound (seen
+        # in two of three runs here), the search must stop at that step and say why, not count it as a result
+        assert doc["steps"][-1]["judged"]["client_bound"] and reasons[-1], reasons
+    else:
+        assert doc["verdict"] in ("found", "capped", "unstable above", "fails at smallest load"), reasons
     assert [p["shape"]["concurrency"] for p in view["points"]] == [s["load"] for s in doc["steps"]]
 
 
 def test_the_search_on_vllm_judges_every_threshold_and_re_measures_its_ends(vllm_search):
     doc, _ = vllm_search
     assert all([t["key"] for t in s["judged"]["thresholds"]] == ["ttft_p50", "error_rate"] for s in doc["steps"])
+    if doc["verdict"] == "client-bound":
+        return  # the search stopped before verifying: the first test checks that it says so
     loads = [s["load"] for s in doc["steps"]]
     lo, hi = doc["boundary"]["max_passing"], doc["boundary"]["min_failing"]
     assert lo is None or loads.count(lo) >= 2
