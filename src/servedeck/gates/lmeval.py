@@ -61,7 +61,7 @@ def find_task(task: str, task_dir: Optional[Path]) -> Task:
     yaml = _yaml()
     if task_dir is None:
         raise UsageError(f"lm-eval:{task}: give --task-dir, the folder holding the task's YAML",
-                         hint="servedeck runs lm-eval tasks from local files only (no hub at run time); "
+                         hint="lm-eval tasks run here from local files only (no hub at run time); "
                               "docs/gates.md shows a task YAML")
     if not task_dir.is_dir():
         raise UsageError(f"--task-dir {task_dir}: no such folder", hint="the folder holding the task's YAML")
