@@ -31,8 +31,8 @@ from servedeck.campaign.reporter import QuietReporter, Reporter
 from servedeck.campaign.session import (Outcome, _finish, _gate_or_inherit, _guarded, _open_run, _served_context,
                                         check_output_cap)
 from servedeck.campaign.target import Target
+from servedeck.campaign.window import engine_window
 from servedeck.config.schema import merge_request
-from servedeck.engines.metrics import metrics_snapshot_async
 from servedeck.errors import ServerDied, UsageError
 from servedeck.gates.niah import GateSpec
 from servedeck.gates.server import ServerTokens
@@ -41,10 +41,8 @@ from servedeck.loadgen.api import ApiClient
 from servedeck.loadgen.prompts import _tag, chars_per_token, new_nonce, seeded_nonce
 from servedeck.loadgen.records import RequestRecord
 from servedeck.loadgen.texts import Content
-from servedeck.runs.figures import counter_delta
 from servedeck.runs.folder import RunFolder
 from servedeck.runs.turns import turn_figures
-from servedeck.telemetry.point import sampled
 from servedeck.timeparse import seconds
 
 DEFAULT_TURN_TOKENS = 256
@@ -207,27 +205,20 @@ async def run_conversations(spec: ConversationsSpec, target: Target, context: in
                                     int(spec.system_prompt_tokens * cpt)))
         point["prompts"] = {"sized_by": "server tokenizer, calibrated chars/token (approximate per turn)",
                             "chars_per_token": round(cpt, 4), "content": spec.content}
-        async with sampled(folder.path, target, 0) as telemetry:
-            before, _ = await metrics_snapshot_async(target.engine, target.base_url)
+        async with engine_window(target, folder, point) as window:
             run = _Run(spec, target, limit, folder, api, reporter, nonce, cpt, system, time.perf_counter())
             reporter.stage(f"conversations: {spec.label}")
             try:
                 await asyncio.gather(*(run.converse(c, random.Random(rng.random())) for c in range(spec.users)))
                 point["status"] = "ok"
             finally:
-                wall = time.perf_counter() - run.start
-                death = target.death()
-                after, _ = await metrics_snapshot_async(target.engine, target.base_url) if death is None \
-                    else (None, None)
-                point["load"] = {"wall_s": wall}
-                point["counters"] = counter_delta(before, after)
-                point["telemetry"] = telemetry.facts
+                point["load"] = {"wall_s": time.perf_counter() - run.start}
                 folder.update(conversations={"cutoffs": sorted(run.cutoffs, key=lambda x: x["conversation"]),
                                              **turn_figures(run.records)})
     _finish_point(folder, point, run.records, spec)  # type: ignore[arg-type]
     reporter.point_done(spec.label, point)
-    if death is not None:
-        raise ServerDied(f"{death} (during the conversations, after {len(run.records)} turns)")
+    if window.death is not None:
+        raise ServerDied(f"{window.death} (during the conversations, after {len(run.records)} turns)")
     return point
 
 

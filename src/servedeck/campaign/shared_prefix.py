@@ -26,8 +26,8 @@ from servedeck.campaign.reporter import QuietReporter, Reporter
 from servedeck.campaign.session import (Outcome, _finish, _gate_or_inherit, _guarded, _open_run, _served_context,
                                         check_output_cap)
 from servedeck.campaign.target import Target
+from servedeck.campaign.window import engine_window
 from servedeck.config.schema import merge_request
-from servedeck.engines.metrics import metrics_snapshot_async
 from servedeck.errors import ServerDied, UsageError
 from servedeck.gates.niah import GateSpec
 from servedeck.gates.server import ServerTokens
@@ -36,10 +36,8 @@ from servedeck.loadgen.api import ApiClient
 from servedeck.loadgen.prompts import _tag, new_nonce, seeded_nonce
 from servedeck.loadgen.records import RequestRecord
 from servedeck.loadgen.texts import Content
-from servedeck.runs.figures import counter_delta
 from servedeck.runs.folder import RunFolder
 from servedeck.runs.turns import place_figures
-from servedeck.telemetry.point import sampled
 
 
 @dataclass(frozen=True)
@@ -132,24 +130,18 @@ async def run_shared_prefix(spec: SharedPrefixSpec, target: Target, folder: RunF
                 records.append(RequestRecord.from_json(line))
                 reporter.stage(f"group {g} request {k}: {rec.status}, cached {rec.cached_tokens}/{rec.prompt_tokens}")
 
-        async with sampled(folder.path, target, 0) as telemetry:
-            before, _ = await metrics_snapshot_async(target.engine, target.base_url)
+        async with engine_window(target, folder, point) as window:
             start = time.perf_counter()
             try:
                 await asyncio.gather(*(worker() for _ in range(spec.concurrency)))
                 point["status"] = "ok"
             finally:
-                death = target.death()
-                after, _ = await metrics_snapshot_async(target.engine, target.base_url) if death is None \
-                    else (None, None)
                 point["load"] = {"wall_s": time.perf_counter() - start}
-                point["counters"] = counter_delta(before, after)
-                point["telemetry"] = telemetry.facts
                 folder.update(shared_prefix=place_figures(records))
     _finish_point(folder, point, records, spec)  # type: ignore[arg-type]
     reporter.point_done(spec.label, point)
-    if death is not None:
-        raise ServerDied(f"{death} (during the shared-prefix workload, after {len(records)} requests)")
+    if window.death is not None:
+        raise ServerDied(f"{window.death} (during the shared-prefix workload, after {len(records)} requests)")
     return point
 
 

@@ -23,8 +23,8 @@ from servedeck.campaign.reporter import QuietReporter, Reporter
 from servedeck.campaign.session import Outcome, _finish, _gate_or_inherit, _guarded, _open_run, _served_context
 from servedeck.campaign.shared_prefix import _shift
 from servedeck.campaign.target import Target
+from servedeck.campaign.window import engine_window
 from servedeck.config.schema import merge_request
-from servedeck.engines.metrics import metrics_snapshot_async
 from servedeck.errors import ServerDied, UsageError
 from servedeck.gates.niah import GateSpec
 from servedeck.gates.server import ServerTokens
@@ -33,9 +33,7 @@ from servedeck.loadgen.api import ApiClient
 from servedeck.loadgen.prompts import _tag, new_nonce, seeded_nonce
 from servedeck.loadgen.records import RequestRecord
 from servedeck.loadgen.trace import TraceRow, read_trace
-from servedeck.runs.figures import counter_delta
 from servedeck.runs.folder import RunFolder
-from servedeck.telemetry.point import sampled
 
 
 @dataclass(frozen=True)
@@ -121,23 +119,17 @@ async def run_trace(spec: TraceSpec, rows: list[TraceRow], target: Target, folde
             records.append(RequestRecord.from_json(line))
             reporter.stage(f"trace line {row.line}: {rec.status}, cached {rec.cached_tokens}/{rec.prompt_tokens}")
 
-        async with sampled(folder.path, target, 0) as telemetry:
-            before, _ = await metrics_snapshot_async(target.engine, target.base_url)
+        async with engine_window(target, folder, point) as window:
             start = time.perf_counter() + 0.05
             try:
                 await asyncio.gather(*(send(r, p) for r, p in zip(rows, prompts)))
                 point["status"] = "ok"
             finally:
-                death = target.death()
-                after, _ = await metrics_snapshot_async(target.engine, target.base_url) if death is None \
-                    else (None, None)
                 point["load"] = {"wall_s": time.perf_counter() - start}
-                point["counters"] = counter_delta(before, after)
-                point["telemetry"] = telemetry.facts
     _finish_point(folder, point, records, spec)  # type: ignore[arg-type]
     reporter.point_done(point["label"], point)
-    if death is not None:
-        raise ServerDied(f"{death} (during the trace, after {len(records)} requests)")
+    if window.death is not None:
+        raise ServerDied(f"{window.death} (during the trace, after {len(records)} requests)")
     return point
 
 
