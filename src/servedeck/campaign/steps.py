@@ -113,60 +113,36 @@ class CellSteps:
         if needle:  # on every replica: each is a launch of its own (the workloads cite the first's)
             for i, t in enumerate(targets):
                 news.phase(cell.id, "gate" + (f" (replica {i + 1})" if len(targets) > 1 else ""))
-                out = _Listed(lambda run: news.run_made(cell.id, run))
-                try:
-                    spec = GateSpec(context=needle.context, depths=tuple(needle.depths),
-                                    repeats=needle.repeats, threshold=needle.threshold, seed=needle.seed)
-                    asyncio.run(gate_on_target(t, spec, reporter=_PhaseReporter(news, cell.id), outcome=out))
-                finally:
-                    if out.folder is not None:
-                        news.run_made(cell.id, out.folder.name)
+                spec = GateSpec(context=needle.context, depths=tuple(needle.depths),
+                                repeats=needle.repeats, threshold=needle.threshold, seed=needle.seed)
+                _one_run(cell, news, lambda out, t=t, spec=spec: gate_on_target(
+                    t, spec, reporter=_PhaseReporter(news, cell.id), outcome=out))
         accuracy = campaign_gate(self.camp)
         if accuracy is not None:  # after the needle, before any workload; the bench runs cite it
             news.phase(cell.id, f"gate {accuracy.name}")
-            out = _Listed(lambda run: news.run_made(cell.id, run))
-            try:
-                asyncio.run(run_accuracy(main, accuracy, outcome=out))
-            finally:
-                if out.folder is not None:
-                    news.run_made(cell.id, out.folder.name)
+            out = _one_run(cell, news, lambda out: run_accuracy(main, accuracy, outcome=out))
             main.extra = {**main.extra, "gates": cited_from(out.folder, accuracy)}
         for k, w in enumerate(self.camp.file.workloads):
             news.phase(cell.id, f"workload {w.title}")
             if w.kind == "capacity":  # one search (one run folder) per SLO it names
                 for cspec in capacity_specs(w, self.camp.slos):
                     news.phase(cell.id, f"workload {w.title}: {cspec.find} under {cspec.slo.name}")
-                    out = _Listed(lambda run: news.run_made(cell.id, run))
-                    try:
-                        asyncio.run(capacity_on_target(main, cspec, gate_mode=None if needle else False,
-                                                       gate_spec=GateSpec(context=gate_ctx),
-                                                       reporter=_PhaseReporter(news, cell.id), outcome=out))
-                    finally:
-                        if out.folder is not None:
-                            news.run_made(cell.id, out.folder.name)
+                    _one_run(cell, news, lambda out, cspec=cspec: capacity_on_target(
+                        main, cspec, gate_mode=None if needle else False, gate_spec=GateSpec(context=gate_ctx),
+                        reporter=_PhaseReporter(news, cell.id), outcome=out))
                 continue
             if w.kind == "conversations":  # one run folder of every user's conversation
-                out = _Listed(lambda run: news.run_made(cell.id, run))
-                try:
-                    asyncio.run(conversations_on_target(main, conversation_spec(w), gate_mode=None if needle else False,
-                                                        gate_spec=GateSpec(context=gate_ctx),
-                                                        reporter=_PhaseReporter(news, cell.id), outcome=out))
-                finally:
-                    if out.folder is not None:
-                        news.run_made(cell.id, out.folder.name)
+                _one_run(cell, news, lambda out, w=w: conversations_on_target(
+                    main, conversation_spec(w), gate_mode=None if needle else False,
+                    gate_spec=GateSpec(context=gate_ctx), reporter=_PhaseReporter(news, cell.id), outcome=out))
                 continue
-            out = _Listed(lambda run: news.run_made(cell.id, run))
             spec = bench_spec(w)
             if head.reference and k == 0:  # the fixed greedy prompts, compared with the reference variant's
                 spec = replace(spec, check_outputs=True, check_prompts=head.reference_prompts,
                                check_tokens=head.reference_tokens)
-            try:
-                asyncio.run(bench_on_target(main, spec, gate_mode=None if needle else False,
-                                            gate_spec=GateSpec(context=gate_ctx),
-                                            reporter=_PhaseReporter(news, cell.id), outcome=out))
-            finally:
-                if out.folder is not None:
-                    news.run_made(cell.id, out.folder.name)
+            _one_run(cell, news, lambda out, spec=spec: bench_on_target(
+                main, spec, gate_mode=None if needle else False, gate_spec=GateSpec(context=gate_ctx),
+                reporter=_PhaseReporter(news, cell.id), outcome=out))
         return C.Ending(C.CellState.DONE)
 
     def kill(self, cell: C.Cell) -> None:
@@ -215,6 +191,18 @@ class CellSteps:
         except Exception as e:
             folder.update(markdown_error=f"{type(e).__name__}: {e}")
         return folder.path.name
+
+
+def _one_run(cell: C.Cell, news: CellNews, work: Callable[["_Listed"], Any]) -> "_Listed":
+    """Run one coroutine that makes a run folder for the cell (`work(outcome)`), telling the news of the
+    folder as soon as it exists and again when the work ends, however it ends."""
+    out = _Listed(lambda run: news.run_made(cell.id, run))
+    try:
+        asyncio.run(work(out))
+    finally:
+        if out.folder is not None:
+            news.run_made(cell.id, out.folder.name)
+    return out
 
 
 class _Listed(Outcome):
