@@ -85,10 +85,20 @@ def test_an_unlucky_failure_is_re_measured_and_the_search_widens_above_it():
     assert any("c=32 failed at first and passes on re-measure" in n for n in r["notes"])
 
 
-def test_a_client_bound_point_ends_the_search_as_no_result():
+def test_a_load_client_bound_twice_ends_the_search_as_no_result():
     r = run(lambda load, n: point(True, client_bound=load >= 8))
     assert r["verdict"] == "client-bound"
     assert r["capacity"] == 4
+    assert [(s["load"], s["phase"]) for s in r["steps"] if s["judged"]["client_bound"]] == [(8, "bracket"), (8, "retry")]
+
+
+def test_a_load_client_bound_once_is_measured_again_and_the_search_goes_on():
+    # c=2's first measurement is client-bound (a passing spike on the box), its second is not.
+    r = run(lambda load, n: point(load <= 37, client_bound=(load == 2 and n == 0)))
+    assert r["verdict"] == "found"
+    assert r["boundary"]["max_passing"] <= 37 < r["boundary"]["min_failing"]
+    assert [s["phase"] for s in r["steps"][:3]] == ["bracket", "bracket", "retry"]
+    assert any("c=2: the client, not the server, set the pace" in n and "measured again" in n for n in r["notes"])
 
 
 def test_binding_constraint_comes_from_the_first_failing_point():

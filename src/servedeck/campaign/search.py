@@ -12,7 +12,9 @@ measured, below the lowest that failed every time (the first failing); a load wi
 unstable and holds neither end, so a lucky pass cannot hold the boundary and an unlucky failure cannot
 cap it. When a re-measure disagrees the search says so and widens: past a last passing load that now
 fails it bisects again below; past a first failing load that now passes it brackets again above. A
-client-bound point is not a result: the search stops there and says so. `max_steps` bounds the search.
+client-bound point is not a result: that load is measured once more (fresh prompts: a box's passing
+spike should not end a search), and when it is client-bound again the search stops there and says so.
+`max_steps` bounds the search.
 """
 
 from __future__ import annotations
@@ -82,6 +84,7 @@ class Search:
         self.notes: list[str] = []  # disagreements, the cap, client-bound points: said to the user
         self._verdict: Optional[str] = None
         self._pending: Optional[tuple[str, str]] = None  # (phase, why) of the load next_load handed out
+        self._retry: Optional[float] = None  # a load whose measurement was client-bound once: measure again
 
     # --- what was measured -------------------------------------------------------------------------
     def _runs(self, load: float) -> list[bool]:
@@ -124,10 +127,17 @@ class Search:
         step = Step(load, judged, phase, why)
         self.steps.append(step)
         if judged.get("client_bound"):
-            step.then = "client-bound: not a result; the search stops here"
-            self.notes.append(f"{self._label(load)}: the client, not the server, set the pace "
-                              f"({'; '.join(judged.get('client_reasons') or []) or 'self-check'}): not a result, "
-                              "so the search stopped; more client processes (--client-procs) would help")
+            reasons = '; '.join(judged.get('client_reasons') or []) or 'self-check'
+            if not (len(self.steps) >= 2 and self.steps[-2].load == load and self.steps[-2].judged.get("client_bound")):
+                step.then = "client-bound: not a result; measured again"
+                self.notes.append(f"{self._label(load)}: the client, not the server, set the pace ({reasons}): "
+                                  "not a result, so it is measured again with fresh prompts")
+                self._retry = load
+                return
+            step.then = "client-bound again: not a result; the search stops here"
+            self.notes.append(f"{self._label(load)}: client-bound twice in a row ({reasons}): not a result, "
+                              "so the search stopped; more client processes (--client-procs), or an engine that "
+                              "leaves the client a core, would help")
             self._verdict = "client-bound"
             return
         runs = self._runs(load)
@@ -155,6 +165,9 @@ class Search:
             return None
         if not self.steps:
             return o.start, "bracket", "the smallest load"
+        if self._retry is not None:
+            load, self._retry = self._retry, None
+            return load, "retry", f"{self._label(load)} was client-bound: measure it again with fresh prompts"
         lo, hi = self._bracket()
         widening = bool(self._unstable())
         if hi is None:  # nothing failed every time so far: double, up to the cap
