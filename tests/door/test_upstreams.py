@@ -293,3 +293,32 @@ def test_the_replica_policy_in_policy_py_routes_and_reads_headers_and_body(instr
     assert len(a.records()) == 0 and len(b.records()) == 3
     last = _ByHeader.asks[-1]
     assert last.path == b"/v1/completions" and last.doc["prompt"] == "to-b2" and b'"to-b2"' in last.body
+
+
+def test_upstream_routing_gives_an_upstream_model_its_replica_policy(instruments):
+    """--upstream-routing pair=prefix: three requests sharing a long opening go to one instrument, where
+    least-outstanding (the default) would alternate them over the idle pair."""
+    a, b = instruments
+    a.clear()
+    b.clear()
+    d = DoorThread(None, ServeOptions(port=0, watch=False, external={"pair": [a.url, b.url]},
+                                      external_routing={"pair": "prefix"}))
+    opening = "the same long opening of every request here " * 20
+    try:
+        for i in range(3):
+            r = httpx.post(d.url + "/v1/completions", json=dict(body(f"{opening}{i}"), model="pair"), timeout=30)
+            assert r.status_code == 200
+    finally:
+        d.close()
+    assert sorted([len(a.records()), len(b.records())]) == [0, 3]
+
+
+def test_upstream_routing_refuses_a_name_without_upstream_and_an_unknown_policy():
+    from servedeck.door.serve import parse_upstream_routing
+    from servedeck.errors import UsageError
+
+    ups = {"pair": ["http://127.0.0.1:1"]}
+    with pytest.raises(UsageError, match="no --upstream named 'solo'"):
+        parse_upstream_routing(["solo=prefix"], ups)
+    with pytest.raises(UsageError, match="no routing policy named 'fastest'"):
+        parse_upstream_routing(["pair=fastest"], ups)

@@ -20,16 +20,20 @@ def serve(
     watch_interval: str = typer.Option("5s", "--watch-interval", help="the in-process watch loop's interval"),
     upstream: List[str] = typer.Option([], "--upstream", help="NAME=URL: also route NAME to a server servedeck "
                                        "does not run (repeat a NAME for replicas)"),
+    upstream_routing: List[str] = typer.Option([], "--upstream-routing", help="NAME=POLICY: how an --upstream "
+                                               "model's replicas share its requests (least-outstanding, session, "
+                                               "prefix; as models.toml's routing)"),
     log_bodies: bool = typer.Option(False, "--log-bodies", help="log request bodies (off: bodies are never logged)"),
 ) -> None:
     """One OpenAI-compatible endpoint for the whole deck: routes by model, starts and switches on demand."""
-    from servedeck.door.serve import ServeOptions, keys_of, parse_upstreams, serve as run
+    from servedeck.door.serve import ServeOptions, keys_of, parse_upstream_routing, parse_upstreams, serve as run
     from servedeck.door.admission import is_loopback
 
     cfg = load_config()
     opts = ServeOptions(host=host, port=port, api_keys=[api_key] if api_key else [],
                         watch_interval_s=seconds(watch_interval, "--watch-interval"), log_bodies=log_bodies,
                         external=parse_upstreams(upstream))
+    opts.external_routing = parse_upstream_routing(upstream_routing, opts.external)
     if log_bodies:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if not is_loopback(host) and not keys_of(cfg, opts.api_keys):

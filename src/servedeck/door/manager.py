@@ -83,7 +83,8 @@ class ModelRuntime:
 
 class Manager:
     def __init__(self, cfg: Config | None, metrics: DoorMetrics, *, external: dict[str, list[str]] | None = None,
-                 notify: Callable[..., Any] | None = None, clock: Callable[[], float] = time.monotonic):
+                 external_routing: dict[str, str] | None = None, notify: Callable[..., Any] | None = None,
+                 clock: Callable[[], float] = time.monotonic):
         self.cfg = cfg
         self.deck = Deck(cfg)
         self.metrics = metrics
@@ -109,6 +110,7 @@ class Manager:
         for name, urls in (external or {}).items():
             self.models[name] = ModelRuntime(name, f"external:{name}", name, [], managed=False, state=Pol.READY,
                                              ready_since=clock(), replicas=[Pol.Replica(u.rstrip("/")) for u in urls])
+            self.models[name].policy = Pol.replica_policy((external_routing or {}).get(name))
         for rt in self.models.values():
             if cfg and rt.members:  # models.toml's `routing` (a replica carries its entry's)
                 rt.policy = Pol.replica_policy(**cfg.models[rt.members[0]].routing.model_dump())

@@ -31,6 +31,7 @@ class ServeOptions:
     watch_interval_s: float = 5.0
     log_bodies: bool = False
     external: dict[str, list[str]] = field(default_factory=dict)  # --upstream NAME=URL (servers not run by servedeck)
+    external_routing: dict[str, str] = field(default_factory=dict)  # --upstream-routing NAME=POLICY
 
 
 def parse_upstreams(items: list[str]) -> dict[str, list[str]]:
@@ -41,6 +42,27 @@ def parse_upstreams(items: list[str]) -> dict[str, list[str]]:
             raise UsageError(f"--upstream {it!r}: expected NAME=http://HOST:PORT",
                              hint="repeat --upstream with the same NAME to give a model several replicas")
         out.setdefault(name, []).append(url)
+    return out
+
+
+def parse_upstream_routing(items: list[str], upstreams: dict[str, list[str]]) -> dict[str, str]:
+    """--upstream-routing NAME=POLICY: the replica policy of an --upstream model (models.toml's `routing`
+    does the same for the models it lists); checked by the same rule as that key."""
+    from servedeck.config.schema import ROUTING_KNOBS
+
+    out: dict[str, str] = {}
+    for it in items:
+        name, sep, policy = it.partition("=")
+        if not sep or not name or not policy:
+            raise UsageError(f"--upstream-routing {it!r}: expected NAME=POLICY",
+                             hint=f"e.g. --upstream-routing {name or 'NAME'}=prefix")
+        if name not in upstreams:
+            raise UsageError(f"--upstream-routing {it!r}: no --upstream named {name!r}",
+                             hint="give the model's servers with --upstream NAME=URL (repeated for replicas)")
+        if policy not in ROUTING_KNOBS:
+            raise UsageError(f"--upstream-routing {it!r}: no routing policy named {policy!r}",
+                             hint=f"choose one of: {', '.join(ROUTING_KNOBS)}")
+        out[name] = policy
     return out
 
 
@@ -62,7 +84,7 @@ def build_door(cfg: Config | None, opts: ServeOptions, notify: Callable | None =
         if clash:
             raise UsageError(f"--upstream {clash[0]}: a model of that name is in {cfg.path}",
                              hint="give the outside server another name")
-    mgr = Manager(cfg, metrics, external=opts.external, notify=notify)
+    mgr = Manager(cfg, metrics, external=opts.external, external_routing=opts.external_routing, notify=notify)
     return Door(mgr, metrics, api_keys=keys_of(cfg, opts.api_keys), host=opts.host, log_bodies=opts.log_bodies)
 
 
