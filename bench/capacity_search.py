@@ -2,6 +2,11 @@
 
     .venv/bin/python bench/capacity_search.py [--parallel 32] [--duration 8s] [--searches 3]
                                               [--resolution 10%] [--out bench/results/capacity_search.json]
+                                              [--models-toml PATH --model NAME]
+
+--models-toml/--model: a model of the user's models.toml in place of the starter's SmolLM2 (its args.parallel
+and context are set from --parallel as for SmolLM2: 512 tokens a slot); scripts/gpu-capacity-search.sh runs it
+so on the H200, where the client has cores to spare.
 
 1. The SLO: TPOT p90 at c=1 and at c=--parallel, measured first; the limit is their geometric mean (so the
    boundary falls mid-range whatever this machine's speed), plus error_rate<=1%.
@@ -49,20 +54,28 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def config(tmp: Path, parallel: int):
-    text = render_starter()
-    for old in ("8081", "8091", "8082"):
-        text = text.replace(f"port = {old}", f"port = {_port()}")
-    text = re.sub(r"context = 4096\nargs = \{ parallel = 4 \}", f"context = {512 * parallel}\nargs = {{ parallel = {parallel} }}",
-                  text, count=1)
-    path = tmp / "models.toml"
-    path.write_text(text)
-    return load_config(path)
+def config(tmp: Path, parallel: int, models_toml: Path | None = None, model: str = "smollm2"):
+    if models_toml is None:
+        text = render_starter()
+        for old in ("8081", "8091", "8082"):
+            text = text.replace(f"port = {old}", f"port = {_port()}")
+        text = re.sub(r"context = 4096\nargs = \{ parallel = 4 \}",
+                      f"context = {512 * parallel}\nargs = {{ parallel = {parallel} }}", text, count=1)
+        path = tmp / "models.toml"
+        path.write_text(text)
+        return load_config(path)
+    cfg = load_config(models_toml)
+    m = cfg.models[model]
+    cfg.models[model] = m.model_copy(update={"context": 512 * parallel, "args": {**m.args, "parallel": parallel}})
+    return cfg
+
+
+MODEL = "smollm2"  # --model
 
 
 def _points(cfg: Any, spec: BenchSpec) -> Path:
     out = Outcome()
-    with measured(cfg, "smollm2", False, out) as target:
+    with measured(cfg, MODEL, False, out) as target:
         run_loop(bench(target, spec, gate_mode=False, outcome=out))
     assert out.folder is not None
     return out.folder
@@ -96,12 +109,16 @@ def main() -> None:
     ap.add_argument("--output-tokens", type=int, default=32)
     ap.add_argument("--searches", type=int, default=3)
     ap.add_argument("--resolution", default="10%")
+    ap.add_argument("--models-toml", type=Path, default=None, help="a models.toml in place of the starter's")
+    ap.add_argument("--model", default="smollm2", help="the model of --models-toml to search")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "bench/results"), "capacity_search.json"))
     a = ap.parse_args()
+    global MODEL
+    MODEL = a.model
     tmp = Path(tempfile.mkdtemp(prefix="servedeck-capacity-"))
     os.environ.setdefault("SERVEDECK_HOME", str(tmp / "home"))
     os.environ.setdefault("SERVEDECK_RESULTS", str(tmp / "results"))
-    cfg = config(tmp, a.parallel)
+    cfg = config(tmp, a.parallel, a.models_toml, a.model)
     point = dict(workload="chat", input_tokens=a.input_tokens, output_tokens=a.output_tokens,
                  duration_s=seconds(a.duration, "--duration"), warmup=1)
     res = parse_resolution(a.resolution)
@@ -109,7 +126,7 @@ def main() -> None:
     out: dict[str, Any] = {"args": vars(a), "searches": []}
     deck = Deck(cfg)
     try:
-        deck.start("smollm2")
+        deck.start(MODEL)
         ref = load(_points(cfg, BenchSpec(shapes=(ClosedLoop(1), ClosedLoop(a.parallel)), **point)))["points"]
         t1, tn = (p["figures"]["tpot_ms"]["p90"] for p in ref)
         slo = parse_slo(f"tpot_p90<={math.sqrt(t1 * tn):.2f}ms,error_rate<=1%")
@@ -124,11 +141,12 @@ def main() -> None:
                        "load_avg": [load0, _load_avg()],
                        "judged": [{"load": j["load"], "passed": j["passed"],
                                    "tpot_p90_ms": j["thresholds"][0]["value"]} for j in judged]}
+        _save(out, a, res)
         for i in range(a.searches):
             load0 = _load_avg()
             cspec = CapacitySpec(find="max-concurrency", slo=slo, bench=BenchSpec(shapes=(), **point), resolution=res)
             got = Outcome()
-            with measured(cfg, "smollm2", False, got) as target:
+            with measured(cfg, MODEL, False, got) as target:
                 run_loop(capacity(target, cspec, gate_mode=False, outcome=got))
             assert got.folder is not None
             doc = json.loads((got.folder / SEARCH_FILE).read_text())
@@ -138,11 +156,12 @@ def main() -> None:
                                     "requests": sum(s["judged"]["measured"] for s in doc["steps"]),
                                     "binding": doc["binding"], "shape": (doc.get("shape") or {}).get("kind"),
                                     "load_avg": [load0, _load_avg()]})
+            _save(out, a, res)
     finally:
-        deck.stop(["smollm2"])
+        deck.stop([MODEL])
     g = out["grid"]
-    step = max(1.0, res.width(g["min_failing"] or a.parallel))
-    t = Table(title=f"Capacity search against a grid: SmolLM2-135M on llama.cpp, --parallel {a.parallel}, "
+    step = _save(out, a, res)
+    t = Table(title=f"Capacity search against a grid: {MODEL} on llama.cpp, --parallel {a.parallel}, "
                     f"SLO {out['slo']['text']}, {a.duration} points")
     for col in ("", "capacity (max passing)", "first failing", "steps", "requests", "% of grid's", "within a step",
                 "verdict", "load avg"):
@@ -150,20 +169,33 @@ def main() -> None:
     t.add_row("grid 1.." + str(a.parallel), str(g["max_passing"]), str(g["min_failing"]), str(g["points"]),
               str(g["requests"]), "100 %", "-", "-", f"{g['load_avg'][0]}–{g['load_avg'][1]}")
     for i, s in enumerate(out["searches"]):
-        near = s["capacity"] is not None and g["max_passing"] is not None and \
-            abs(s["capacity"] - g["max_passing"]) <= step
-        s["within_one_step"], s["share_of_grid_requests"] = near, s["requests"] / max(1, g["requests"])
+        near = s["within_one_step"]
         t.add_row(f"search {i + 1}", str(s["capacity"]), str(s["min_failing"]), str(s["steps"]), str(s["requests"]),
                   f"{s['share_of_grid_requests']:.0%}", "yes" if near else "NO", s["verdict"],
                   f"{s['load_avg'][0]}–{s['load_avg'][1]}")
     caps = [s["capacity"] for s in out["searches"] if s["capacity"] is not None]
-    out["searches_agree"] = bool(caps) and max(caps) - min(caps) <= step
     console.print(t)
     console.print(f"one step = {step:g}; the searches {'agree' if out['searches_agree'] else 'DISAGREE'} within one "
                   f"step ({', '.join(str(c) for c in caps)})")
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(out, indent=2))
     console.print(f"wrote {a.out}")
+
+
+def _save(out: dict[str, Any], a: argparse.Namespace, res: Any) -> float:
+    """Judge the searches so far against the grid and write the JSON: after the grid and after each search,
+    so a run cut short (a device call's time limit) keeps what it measured. Returns one resolution step."""
+    g = out["grid"]
+    step = max(1.0, res.width(g["min_failing"] or a.parallel))
+    for s in out["searches"]:
+        s["within_one_step"] = s["capacity"] is not None and g["max_passing"] is not None and \
+            abs(s["capacity"] - g["max_passing"]) <= step
+        s["share_of_grid_requests"] = s["requests"] / max(1, g["requests"])
+    caps = [s["capacity"] for s in out["searches"] if s["capacity"] is not None]
+    out["searches_agree"] = bool(caps) and max(caps) - min(caps) <= step
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(a.out).with_suffix(".tmp")
+    tmp.write_text(json.dumps(out, indent=2))
+    tmp.replace(a.out)
+    return step
 
 
 if __name__ == "__main__":

