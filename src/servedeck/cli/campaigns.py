@@ -19,6 +19,7 @@ from servedeck.campaign.runner import RunOptions, plan_campaign, run_campaign
 from servedeck.campaign.summary import status_markdown, status_view, table
 from servedeck.cli.app import app, configured_results_dir, console, err_console, load_config, print_json
 from servedeck.errors import ConfigError, ServedeckError
+from servedeck.report.capacity import campaign_section
 from servedeck.runs.folder import runs_root
 
 campaign_app = typer.Typer(help="Campaigns: one file declares launches × workloads; servedeck runs them unattended.",
@@ -175,3 +176,5 @@ def _render_status(view: dict[str, Any]) -> None:
     console.print(t)
     if view["points"]:
         console.print(Markdown("\n".join(table(view["points"]))))
+    if view.get("capacity"):  # per variant and SLO, with the launches' gate, and the recommendation
+        console.print(Markdown("\n".join(campaign_section(view["capacity"]))))
