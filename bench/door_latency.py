@@ -19,6 +19,10 @@ each is held to its own CPU set (a GPU host has cores to spare: that shows the d
 the contention of three Python processes on two cores). The load average is recorded at the start
 and end of each point.
 
+--vllm-router (instrument target): vllm-router (the `bench` extra, vllm-router==0.1.17; --vllm-router-policy,
+default round_robin) in front of the same instrument as a third path: each point rotates direct / door /
+vllm_router, so the door's added TTFT and vllm-router's are measured in the same run on the same ruler.
+
 --before-tree PATH (instrument target): a second door from another checkout of servedeck (e.g. a
 `git worktree add /tmp/door-before COMMIT`), run beside this one from PATH/src, in front of the same
 instrument; each point's runs rotate direct / door / before, so drift on a shared box falls on all three.
@@ -49,6 +53,9 @@ from servedeck.loadgen import ClientConfig, ClosedLoop, LoadResult, StreamingCli
 from servedeck.loadgen import synthetic_requests
 from servedeck.loadgen.loop import run as run_loop
 from servedeck.testing.instrument_process import InstrumentProcess
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _vllm_router import version as vllm_router_version  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -189,9 +196,10 @@ def point(url: str, model: str, conc: int, rounds: int, max_tokens: int, prompt_
 
 
 def pair(direct_url: str, door_url: str, model: str, conc: int, reps: int, rounds: int, max_tokens: int,
-         prompt_tokens: int, inst: InstrumentProcess | None, before_url: str | None = None) -> dict[str, Any]:
+         prompt_tokens: int, inst: InstrumentProcess | None, others: dict[str, str] | None = None) -> dict[str, Any]:
+    """Runs rotating over direct, door and `others` (side → url: "before", "vllm_router"), medians per side."""
     la0 = os.getloadavg()
-    urls = {"direct": direct_url, "door": door_url, **({"before": before_url} if before_url else {})}
+    urls = {"direct": direct_url, "door": door_url, **(others or {})}
     runs: dict[str, list] = {side: [] for side in urls}
     sides = list(urls)
     for i in range(reps):  # rotate, so drift on a shared box falls on every side
@@ -206,9 +214,10 @@ def pair(direct_url: str, door_url: str, model: str, conc: int, reps: int, round
     for k in ("ttft_p50_ms", "ttft_p99_ms", "output_tok_s", "transit_p50_ms", "transit_p99_ms", "lag_p99_ms"):
         for side in runs:
             row[f"{side}_{k}"] = med(side, k)
-    for side, pre in (("door", ""), ("before", "before_")):
-        if side not in runs:
+    for side in runs:
+        if side == "direct":
             continue
+        pre = "" if side == "door" else f"{side}_"
         if inst:
             for q in ("p50", "p99"):
                 d, t = row[f"direct_transit_{q}_ms"], row[f"{side}_transit_{q}_ms"]
@@ -224,17 +233,20 @@ def fmt(x: Any, nd: int = 2) -> str:
     return "—" if x is None else f"{x:.{nd}f}" if isinstance(x, float) else str(x)
 
 
+EXTRA_SIDES = ("before", "vllm_router")  # beside direct and door: --before-tree, --vllm-router
+
+
 def table(title: str, rows: list[dict], instrument: bool) -> Table:
     t = Table(title=title)
-    before = bool(rows) and "before_ttft_p50_ms" in rows[0]
-    sides = ["direct", "door", *(["before"] if before else [])]
+    extra = [s for s in EXTRA_SIDES if rows and f"{s}_ttft_p50_ms" in rows[0]]
+    sides = ["direct", "door", *extra]
     names = " / ".join(sides)
     cols = ["streams", f"TTFT p50 {names} (ms)", f"TTFT p99 {names} (ms)"]
     if instrument:
         cols += ["added TTFT p50 (ms)", "added TTFT p99 (ms)"]
-        if before:
-            cols += ["before: added p50 (ms)", "before: added p99 (ms)"]
-    cols += [f"tok/s {names}", "door % of direct", *(["before % of direct"] if before else []), "errors", "load avg"]
+        for s in extra:
+            cols += [f"{s}: added p50 (ms)", f"{s}: added p99 (ms)"]
+    cols += [f"tok/s {names}", "door % of direct", *(f"{s} % of direct" for s in extra), "errors", "load avg"]
     for c in cols:
         t.add_column(c, justify="right")
     for r in rows:
@@ -242,10 +254,10 @@ def table(title: str, rows: list[dict], instrument: bool) -> Table:
                  " / ".join(fmt(r[f"{s}_ttft_p99_ms"]) for s in sides)]
         if instrument:
             cells += [fmt(r["added_ttft_p50_ms"], 3), fmt(r["added_ttft_p99_ms"], 3)]
-            if before:
-                cells += [fmt(r["before_added_ttft_p50_ms"], 3), fmt(r["before_added_ttft_p99_ms"], 3)]
+            for s in extra:
+                cells += [fmt(r[f"{s}_added_ttft_p50_ms"], 3), fmt(r[f"{s}_added_ttft_p99_ms"], 3)]
         cells += [" / ".join(fmt(r[f"{s}_output_tok_s"], 0) for s in sides), fmt(r["tok_s_pct_of_direct"], 1),
-                  *([fmt(r["before_tok_s_pct_of_direct"], 1)] if before else []),
+                  *(fmt(r[f"{s}_tok_s_pct_of_direct"], 1) for s in extra),
                   str(r["errors"]), fmt(r["load_avg_before"][0], 1)]
         t.add_row(*cells)
     return t
@@ -254,26 +266,32 @@ def table(title: str, rows: list[dict], instrument: bool) -> Table:
 def bench_instrument(a: argparse.Namespace) -> list[dict]:
     inst = InstrumentProcess("--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS), "--tokens", str(TOKENS),
                              cpus=PINS.get("instrument"))
-    door = before = None
+    door = before = router = None
     try:
         door = DoorProcess("", "--upstream", f"instrument={inst.url}")
         if a.before_tree:
             before = DoorProcess("", "--upstream", f"instrument={inst.url}", src=a.before_tree / "src")
+        if a.vllm_router:  # the same instrument behind vllm-router, held to the door's CPUs under --pin
+            from _vllm_router import VllmRouter
+
+            router = VllmRouter([inst.url], a.vllm_router_policy, preexec=pinned("door"))
+            a.vllm_router_argv = ["vllm-router", *router.argv[1:]]
         a.affinity = {"client": affinity(0), "door": affinity(door.proc.pid), "instrument": affinity(inst.proc.pid),
-                      **({"before": affinity(before.proc.pid)} if before else {})}
+                      **({"before": affinity(before.proc.pid)} if before else {}),
+                      **({"vllm_router": affinity(router.proc.pid)} if router else {})}
         console.log(f"CPU sets: {a.affinity}")
+        others = {**({"before": before.url} if before else {}), **({"vllm_router": router.url} if router else {})}
         rows = []
         for conc in a.concurrency:
-            rows.append(pair(inst.url, door.url, "instrument", conc, a.reps, a.rounds, TOKENS, 64, inst,
-                             before.url if before else None))
+            rows.append(pair(inst.url, door.url, "instrument", conc, a.reps, a.rounds, TOKENS, 64, inst, others))
             r = rows[-1]
             console.log(f"instrument, {conc} streams: added TTFT p50 {fmt(r['added_ttft_p50_ms'], 3)} ms, "
                         f"p99 {fmt(r['added_ttft_p99_ms'], 3)} ms; tok/s {fmt(r['tok_s_pct_of_direct'], 1)} %"
-                        + (f"; before: {fmt(r['before_added_ttft_p50_ms'], 3)} / "
-                           f"{fmt(r['before_added_ttft_p99_ms'], 3)} ms" if before else ""))
+                        + "".join(f"; {s}: {fmt(r[f'{s}_added_ttft_p50_ms'], 3)} / "
+                                  f"{fmt(r[f'{s}_added_ttft_p99_ms'], 3)} ms" for s in others))
         return rows
     finally:
-        for d in (door, before):
+        for d in (door, before, router):
             if d:
                 d.stop()
         inst.stop()
@@ -385,6 +403,12 @@ def main() -> None:
                     help="hold client, door and instrument to CPU sets, e.g. client=0-3 door=4-7 instrument=8-11")
     ap.add_argument("--before-tree", type=Path, metavar="PATH",
                     help="instrument target: also run the door of another servedeck checkout (its src/), interleaved")
+    ap.add_argument("--vllm-router", action="store_true",
+                    help="instrument target: also run vllm-router (the bench extra) in front of the instrument, "
+                         "interleaved: direct / door / vllm-router")
+    ap.add_argument("--vllm-router-policy", default="round_robin",
+                    help="its --policy with the one instrument behind it (default round_robin: no per-request "
+                         "text matching, as the door's default least-outstanding)")
     a = ap.parse_args()
     if a.before_tree and not (a.before_tree / "src" / "servedeck" / "door").is_dir():
         ap.error(f"--before-tree {a.before_tree}: expected a servedeck checkout (no src/servedeck/door there); "
@@ -408,12 +432,15 @@ def main() -> None:
                      "load_avg_start": os.getloadavg()},
         "pins": {k: sorted(v) for k, v in PINS.items()},
         "before_tree": str(a.before_tree) if a.before_tree else None,
+        "vllm_router": {"version": vllm_router_version(), "policy": a.vllm_router_policy} if a.vllm_router else None,
         "commit": git_commit(REPO), "before_commit": git_commit(a.before_tree) if a.before_tree else None,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     if "instrument" in a.targets:
         result["instrument_rows"] = bench_instrument(a)
         result["affinity"] = a.affinity
+        if a.vllm_router:
+            result["vllm_router"]["argv"] = a.vllm_router_argv
         console.print(table("through the door vs direct: timing instrument", result["instrument_rows"], True))
     if "llama" in a.targets:
         result["llama_rows"] = bench_llama(a)
