@@ -193,7 +193,7 @@ def _save(out: dict[str, Any], a: argparse.Namespace, res: Any) -> float:
     out["searches_agree"] = bool(caps) and max(caps) - min(caps) <= step
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(a.out).with_suffix(".tmp")
-    tmp.write_text(json.dumps(out, indent=2))
+    tmp.write_text(json.dumps(out, indent=2, default=str))
     tmp.replace(a.out)
     return step
 
