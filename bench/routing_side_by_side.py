@@ -27,8 +27,12 @@ first arm (the replicas are restarted after). Per router:
     requests per replica  tasks each replica finished (`slot release` lines in its own log)
 Medians over --reps; every rep's figures are in the JSON.
 
-    .venv/bin/python bench/routing_side_by_side.py [--users 16] [--turns 6] [--system-prompt-tokens 512]
-        [--turn-tokens 128] [--answer-tokens 16] [--reps 1] [--out bench/results/routing_side_by_side.json]
+    .venv/bin/python bench/routing_side_by_side.py [--users 16] [--turns 6] [--system-prompt-tokens 256]
+        [--turn-tokens 64] [--answer-tokens 16] [--reps 1] [--out bench/results/routing_side_by_side.json]
+
+On 2 shared cores the defaults take about 2–5 minutes per arm. servedeck is imported from where the
+script is run: run it from a snapshot (`git worktree add --detach /tmp/routing-bench HEAD`, then that tree's
+bench/ with PYTHONPATH=/tmp/routing-bench/src) when others are editing the checkout.
 
 Every process it starts (replicas, doors, vllm-router) runs in its own process group and is stopped as
 one, also on Ctrl-C, SIGTERM or an exception.
@@ -299,12 +303,19 @@ def table(rows: list[dict[str, Any]], title: str) -> Table:
     return t
 
 
+def save(path: Path, result: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.part")
+    tmp.write_text(json.dumps(result, indent=2))
+    tmp.replace(path)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--users", type=int, default=16)
     ap.add_argument("--turns", type=int, default=6)
-    ap.add_argument("--system-prompt-tokens", type=int, default=512)
-    ap.add_argument("--turn-tokens", type=int, default=128)
+    ap.add_argument("--system-prompt-tokens", type=int, default=256)
+    ap.add_argument("--turn-tokens", type=int, default=64)
     ap.add_argument("--answer-tokens", type=int, default=16)
     ap.add_argument("--reps", type=int, default=1, help="rounds over every router, the order rotated each round")
     ap.add_argument("--seed", type=int, default=25)
@@ -351,14 +362,14 @@ def main() -> None:
                 order = arms[rep % len(arms):] + arms[:rep % len(arms)]
                 for router, policy in order:
                     rows.append(arm(spec, router, policy, tx, rep, work, live))
+                    save(a.out, {**result, "rows": rows, "partial": True})  # an arm that fails later loses nothing
         finally:
             for thing in reversed(live):
                 thing.stop()
     result["platform"]["load_avg_end"] = os.getloadavg()
     result["rows"] = rows
     result["medians"] = medians(rows)
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(result, indent=2))
+    save(a.out, result)
     console.print(table(result["medians"], f"conversations {spec.users} users × {spec.turns} turns, system prompt "
                         f"{spec.system_prompt_tokens} tokens, turns {spec.turn_tokens}, answers {spec.answer_tokens}; "
                         f"2 llama.cpp replicas (SmolLM2-135M); medians of {a.reps} rep(s)"))
