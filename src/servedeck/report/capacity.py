@@ -7,10 +7,13 @@ Pure functions over run views (runs.read.load) and their search.json; nothing is
 from __future__ import annotations
 
 import json
+import math
+import warnings
 from pathlib import Path
 from typing import Any, Optional
 
-from servedeck.report.stats import spread
+from servedeck.report.capacity_energy import at_capacity, j_text, mean_at_capacity, w_text
+from servedeck.report.stats import across_repeats, spread
 
 
 def _table(head: list[str], rows: list[list[str]]) -> str:
@@ -76,8 +79,7 @@ def run_section(view: dict[str, Any]) -> list[str]:
                    + (f", a {cap['shape']} boundary" if cap.get("shape") else "")
                    + f". Goodput there {_n(cap.get('goodput_request_s'), 2)} requests/s, "
                    f"{_n(cap.get('output_tok_s'))} output tok/s."
-                   + (f" Energy there {cap['j_per_output_token']:.4g} J per output token ({cap.get('energy_source')})."
-                      if cap.get("j_per_output_token") is not None else ""))
+                   + _energy_sentence(at_capacity(view)))
     out.append("")
     out.append(f"{cap['steps']} steps, {cap['requests']} measured requests; cap {load_label(find, cap['cap']['load'])} "
                f"({cap['cap']['reason']}).")
@@ -101,6 +103,13 @@ def run_section(view: dict[str, Any]) -> list[str]:
     return out
 
 
+def _energy_sentence(e: dict[str, Any]) -> str:
+    if e.get("j_per_output_token") is None:
+        return f" Energy there: {e.get('missing') or 'none recorded'}."
+    return (f" Energy there {e['j_per_output_token']:.4g} J per output token ({e.get('energy_source')})"
+            + (f", mean power {e['mean_power_w']:.0f} W" if e.get("mean_power_w") is not None else "") + ".")
+
+
 # --- across a campaign's variants ---------------------------------------------------------------
 
 def per_gpu(x: Optional[float], gpus: Optional[int]) -> Optional[float]:
@@ -110,8 +119,14 @@ def per_gpu(x: Optional[float], gpus: Optional[int]) -> Optional[float]:
     return x / gpus if gpus else x
 
 
+def _gate_of(v: dict[str, Any]) -> str:
+    return str((v.get("gate") or {}).get("status") or "not run")
+
+
 def capacity_rows(views: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per variant and SLO: the capacity of each repeat, their mean and interval, per GPU."""
+    """One row per variant and SLO: the capacity of each repeat, their mean and interval, per GPU; the
+    launches' gate (a capacity whose gate is not `passed` is recorded but is not a result: `result`
+    False) and the energy at the capacity point (report/capacity_energy.py)."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for v in views:
         cap = v.get("capacity")
@@ -124,17 +139,24 @@ def capacity_rows(views: list[dict[str, Any]]) -> list[dict[str, Any]]:
         caps = [v["capacity"] for v in vs]
         gpus = vs[0].get("gpus_used") or 0
         loads = [c["capacity"] for c in caps if c.get("capacity") is not None]
-        per = [per_gpu(x, gpus) for x in loads]
-        sp = spread([x for x in per if x is not None])
+        per = [p for p in (per_gpu(x, gpus) for x in loads) if p is not None]
+        sp = spread(per)
         ci = {"lo": sp.low, "hi": sp.high} if sp.low is not None and sp.high is not None else None
         tok = [per_gpu(c.get("output_tok_s"), gpus) for c in caps]
         good = [per_gpu(c.get("goodput_request_s"), gpus) for c in caps]
+        gates = [_gate_of(v) for v in vs]
+        energy = mean_at_capacity(vs)
         rows.append({"slo": slo, "slo_text": caps[0].get("slo_text"), "variant": variant, "find": caps[0]["find"],
                      "capacity": (sum(loads) / len(loads)) if loads else None,
-                     "capacity_per_gpu": (sum(p for p in per if p is not None) / len(per)) if per else None,
+                     "capacity_per_gpu": (sum(per) / len(per)) if per else None, "capacities_per_gpu": per,
                      "interval": ci, "repeats": len(caps), "gpus": gpus,
                      "goodput_per_gpu": _mean(good), "output_tok_s_per_gpu": _mean(tok),
                      "binding": caps[-1].get("binding"), "verdicts": [c["verdict"] for c in caps],
+                     "gates": gates, "gate": ", ".join(dict.fromkeys(gates)),
+                     "result": all(g == "passed" for g in gates),
+                     "j_per_output_token": energy["j_per_output_token"], "mean_power_w": energy["mean_power_w"],
+                     "energy_source": energy["energy_source"], "energy_missing": energy["missing"],
+                     "energy_partial": energy.get("partial") or 0,
                      "runs": [v.get("run") for v in vs], "point": caps[-1].get("point")})
     return rows
 
@@ -144,24 +166,68 @@ def _mean(xs: list[Optional[float]]) -> Optional[float]:
     return sum(vals) / len(vals) if vals else None
 
 
+def _energy(row: dict[str, Any]) -> dict[str, Any]:
+    return {"j_per_output_token": row.get("j_per_output_token"), "mean_power_w": row.get("mean_power_w"),
+            "missing": row.get("energy_missing"), "partial": row.get("energy_partial")}
+
+
+def by_interval(best: dict[str, Any], runner: dict[str, Any]) -> Optional[dict[str, float]]:
+    """How much more load `best` carries than `runner` per GPU (mean/mean − 1), with the 95 % interval of
+    that change from both sides' repeats (Welch t, report/stats.py): None unless each side has 2 or more.
+    Repeats that all found the same capacity on both sides (capped searches, say) have no spread: the
+    interval is the change itself."""
+    a, b = runner.get("capacities_per_gpu") or [], best.get("capacities_per_gpu") or []
+    if len(a) < 2 or len(b) < 2 or not sum(a):
+        return None
+    if len(set(a)) == 1 and len(set(b)) == 1:
+        change = (sum(b) / len(b)) / (sum(a) / len(a)) - 1
+        return {"change": change, "lo": change, "hi": change, "spread": False}
+    with warnings.catch_warnings():  # scipy warns of precision loss on a side whose repeats agree exactly
+        warnings.simplefilter("ignore", RuntimeWarning)
+        change, lo, hi = across_repeats(a, b)
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return None
+    return {"change": change, "lo": lo, "hi": hi, "spread": True}
+
+
 def recommendations(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per SLO: the variant carrying the most load per GPU, and by how much over the next best."""
+    """Per SLO: among the variants whose capacity is a result (every launch's gate passed), the one
+    carrying the most load per GPU, and by how much over the next best (with its interval where both
+    have repeats). A variant whose gate did not pass is left out, and `left_out` says so."""
     out = []
     for slo in sorted({r["slo"] for r in rows}):
-        ranked = sorted((r for r in rows if r["slo"] == slo and r["capacity_per_gpu"] is not None),
-                        key=lambda r: r["capacity_per_gpu"], reverse=True)
+        found = sorted((r for r in rows if r["slo"] == slo and r["capacity_per_gpu"] is not None),
+                       key=lambda r: r["capacity_per_gpu"], reverse=True)
+        ranked = [r for r in found if r["result"]]
+        left_out = [{"variant": r["variant"], "capacity_per_gpu": r["capacity_per_gpu"], "find": r["find"],
+                     "why": f"gate {r['gate']}: not a result"} for r in found if not r["result"]]
         if not ranked:
-            out.append({"slo": slo, "best": None, "note": "no variant meets this SLO at any load searched"})
+            note = ("no variant's capacity is a result: none passed its gate" if found
+                    else "no variant meets this SLO at any load searched")
+            out.append({"slo": slo, "slo_text": (found[0]["slo_text"] if found else None), "best": None,
+                        "note": note, "left_out": left_out})
             continue
         best, runner = ranked[0], (ranked[1] if len(ranked) > 1 else None)
         by = (best["capacity_per_gpu"] / runner["capacity_per_gpu"] - 1) \
             if runner and runner["capacity_per_gpu"] else None
         out.append({"slo": slo, "slo_text": best["slo_text"], "best": best["variant"], "find": best["find"],
                     "capacity_per_gpu": best["capacity_per_gpu"], "interval": best["interval"],
+                    "repeats": best["repeats"],
                     "next": runner["variant"] if runner else None,
                     "next_capacity_per_gpu": runner["capacity_per_gpu"] if runner else None, "by": by,
-                    "overlap": _overlap(best, runner)})
+                    "by_interval": by_interval(best, runner) if runner else None,
+                    "no_interval": _no_interval(best, runner),
+                    "overlap": _overlap(best, runner), "left_out": left_out})
     return out
+
+
+def _no_interval(best: dict[str, Any], runner: Optional[dict[str, Any]]) -> Optional[str]:
+    """Why the change has no interval from repeats, or None where it can have one."""
+    if runner is None:
+        return None
+    counts = [(r["variant"], len(r.get("capacities_per_gpu") or [])) for r in (best, runner)]
+    few = [f"{v}: {n} launch{'' if n == 1 else 'es'} with a capacity" for v, n in counts if n < 2]
+    return "; ".join(few) + " (an interval needs 2 repeats a side)" if few else None
 
 
 def _overlap(a: dict[str, Any], b: Optional[dict[str, Any]]) -> Optional[bool]:
@@ -176,35 +242,63 @@ def _cap_text(r: dict[str, Any]) -> str:
     return base + (f" [{ci['lo']:.3g}, {ci['hi']:.3g}]" if ci else "")
 
 
+def _how(rec: dict[str, Any]) -> str:
+    """By how much the recommended variant carries more than the next one, in words."""
+    if rec["next"] is None:
+        return "the only variant whose capacity is a result"
+    nxt = f"{rec['next']} ({load_label(rec['find'], rec['next_capacity_per_gpu'])})"
+    if rec["by"] is None:
+        return f"over {nxt}"
+    ci = rec.get("by_interval")
+    if ci is None:
+        return f"{rec['by']:+.0%} over {nxt}" + (f"; no interval: {rec['no_interval']}" if rec.get("no_interval") else "")
+    if not ci["spread"]:
+        return (f"{rec['by']:+.0%} [{ci['lo']:+.0%}, {ci['hi']:+.0%}] over {nxt}; every repeat of both found "
+                "the same capacity")
+    text = f"{rec['by']:+.0%} [{ci['lo']:+.0%}, {ci['hi']:+.0%}] (95 %, repeats, Welch t) over {nxt}"
+    if ci["lo"] <= 0:
+        text += "; the interval includes no difference: not distinguishable from noise"
+    return text
+
+
+def _left_out_text(rec: dict[str, Any], unit: str) -> str:
+    return "; ".join(f"{x['variant']} ({load_label(x['find'], x['capacity_per_gpu'])} {unit}, {x['why']})"
+                     for x in rec.get("left_out") or []) or "-"
+
+
+def recommendation_rows(rows: list[dict[str, Any]], unit: str, *, bold: bool) -> list[list[str]]:
+    """The recommendation table's rows (SLO, run this variant, carrying, left out): campaign.md's and the
+    report's alike."""
+    out = []
+    for rec in recommendations(rows):
+        slo = f"{rec['slo']} (`{rec['slo_text']}`)" if bold else f"{rec['slo']} ({rec['slo_text']})"
+        if rec["best"] is None:
+            out.append([slo if rec.get("slo_text") else rec["slo"], "-", rec["note"], _left_out_text(rec, unit)])
+            continue
+        out.append([slo, f"**{rec['best']}**" if bold else rec["best"],
+                    f"{_cap_text(rec)} {unit}, {_how(rec)}", _left_out_text(rec, unit)])
+    return out
+
+
 def campaign_section(rows: list[dict[str, Any]]) -> list[str]:
     """campaign.md's and the report's capacity tables (from capacity_rows): per variant and SLO, then the
     recommendation."""
     if not rows:
         return []
     unit = "per GPU" if any(r["gpus"] for r in rows) else "per launch (CPU)"
-    gpu_note = ""
     out = ["## Capacity under each SLO", "",
-           _table(["SLO", "variant", f"capacity {unit}{gpu_note}", "goodput req/s " + unit,
-                   "output tok/s " + unit, "binding constraint", "repeats", "search"],
+           _table(["SLO", "variant", f"capacity {unit}", "goodput req/s " + unit,
+                   "output tok/s " + unit, "binding constraint", "J / output token at capacity",
+                   "mean W at capacity", "gate", "repeats", "search"],
                   [[f"{r['slo']} (`{r['slo_text']}`)", r["variant"], _cap_text(r), _n(r["goodput_per_gpu"], 2),
-                    _n(r["output_tok_s_per_gpu"]), r["binding"] or "-", str(r["repeats"]), ", ".join(r["verdicts"])]
+                    _n(r["output_tok_s_per_gpu"]), r["binding"] or "-", j_text(_energy(r)), w_text(_energy(r)),
+                    r["gate"] if r["result"] else f"{r['gate']}: not a result", str(r["repeats"]),
+                    ", ".join(r["verdicts"])]
                    for r in rows]),
-           "", "### Recommendation", ""]
-    recs = []
-    for rec in recommendations(rows):
-        if rec["best"] is None:
-            recs.append([rec["slo"], "-", rec["note"]])
-            continue
-        if rec["next"] is None:
-            how = "the only variant that meets it"
-        else:
-            how = (f"{rec['by']:+.0%} over {rec['next']} ({load_label(rec['find'], rec['next_capacity_per_gpu'])})"
-                   if rec["by"] is not None else f"over {rec['next']}")
-            if rec.get("overlap"):
-                how += "; the repeats' intervals overlap: not distinguishable from noise"
-        recs.append([f"{rec['slo']} (`{rec['slo_text']}`)", f"**{rec['best']}**",
-                     f"{load_label(rec['find'], rec['capacity_per_gpu'])} {unit}, {how}"])
-    out += [_table(["SLO", "run this variant", "carrying"], recs), ""]
+           "", "A capacity whose gate is not `passed` is recorded but is not a result: the recommendation "
+               "leaves it out.", "", "### Recommendation", ""]
+    out += [_table(["SLO", "run this variant", "carrying", "left out"], recommendation_rows(rows, unit, bold=True)),
+            ""]
     return out
 
 
@@ -231,53 +325,56 @@ def section(coll: Any) -> Any:
         links = [Link(f"search.json #{i + 1}" if len(row["runs"]) > 1 else "search.json",
                       by_name[name].path / "search.json") for i, name in enumerate(row["runs"]) if name in by_name]
         table.append([f"{row['slo']} ({row['slo_text']})", row["variant"], _cap_text(row), _n(row["goodput_per_gpu"], 2),
-                      _n(row["output_tok_s_per_gpu"]), row["binding"] or "-", ", ".join(row["verdicts"]), links])
-    recs = []
-    for rec in recommendations(rows):
-        if rec["best"] is None:
-            recs.append([rec["slo"], "-", rec["note"]])
-            continue
-        how = "the only variant that meets it" if rec["next"] is None else (
-            f"{rec['by']:+.0%} over {rec['next']} ({load_label(rec['find'], rec['next_capacity_per_gpu'])})"
-            if rec["by"] is not None else f"over {rec['next']}")
-        if rec.get("overlap"):
-            how += "; the repeats' intervals overlap: not distinguishable from noise"
-        recs.append([f"{rec['slo']} ({rec['slo_text']})", rec["best"],
-                     f"{load_label(rec['find'], rec['capacity_per_gpu'])} {unit}, {how}"])
+                      _n(row["output_tok_s_per_gpu"]), row["binding"] or "-", j_text(_energy(row)),
+                      w_text(_energy(row)), row["gate"] if row["result"] else f"{row['gate']}: not a result",
+                      ", ".join(row["verdicts"]), links])
     return Section("capacity", "Capacity under each SLO", [
         Para(["The most load each variant carried within each SLO, found by a search (bracket by doubling, "
-              "bisect, both ends re-measured with fresh prompts); every step is a point of its run folder."]),
+              "bisect, both ends re-measured with fresh prompts); every step is a point of its run folder. "
+              "The energy is the capacity step's (its GPUs' energy over the measured window; mean power summed "
+              "over the launch's GPUs). A capacity whose gate is not passed is recorded but is not a result."]),
         Table(["SLO", "variant", f"capacity {unit}", f"goodput req/s {unit}", f"output tok/s {unit}",
-               "binding constraint", "search", "sources"], table),
-        Para(["Recommendation: for each SLO, the variant carrying the most load " + unit + "."]),
-        Table(["SLO", "run this variant", "carrying"], recs)])
+               "binding constraint", "J / output token at capacity", "mean W at capacity", "gate", "search",
+               "sources"], table),
+        Para(["Recommendation: for each SLO, among the variants whose gate passed, the one carrying the most "
+              "load " + unit + "; the interval is from the repeats."]),
+        Table(["SLO", "run this variant", "carrying", "left out"], recommendation_rows(rows, unit, bold=False))])
 
 
 def compare_capacity(a: list[Any], b: list[Any]) -> list[dict[str, Any]]:
-    """`servedeck compare A B`: per SLO both sides searched, each side's capacity (mean of its repeats) and
-    B's change against A. `a`, `b`: report Runs (collect.Run), each side one configuration."""
+    """`servedeck compare A B`: per SLO both sides searched, each side's capacity (mean of its repeats), B's
+    change against A, each side's gate and the energy at its capacity points. `a`, `b`: report Runs
+    (collect.Run), each side one configuration."""
     def by_slo(runs: list[Any]) -> dict[str, list[dict[str, Any]]]:
         out: dict[str, list[dict[str, Any]]] = {}
         for r in runs:
             cap = r.view.get("capacity")
             if cap:
-                out.setdefault(f"{cap['find']} under {cap.get('slo')} ({cap.get('slo_text')})", []).append(cap)
+                out.setdefault(f"{cap['find']} under {cap.get('slo')} ({cap.get('slo_text')})", []).append(r.view)
         return out
 
     sa, sb = by_slo(a), by_slo(b)
     rows = []
     for key in [k for k in sa if k in sb]:
-        ca = [c["capacity"] for c in sa[key] if c.get("capacity") is not None]
-        cb = [c["capacity"] for c in sb[key] if c.get("capacity") is not None]
+        ca = [v["capacity"]["capacity"] for v in sa[key] if v["capacity"].get("capacity") is not None]
+        cb = [v["capacity"]["capacity"] for v in sb[key] if v["capacity"].get("capacity") is not None]
         ma, mb = (sum(ca) / len(ca) if ca else None), (sum(cb) / len(cb) if cb else None)
         change = (mb / ma - 1) if ma and mb is not None else None
-        find = sa[key][0]["find"]
-        verdicts = (", ".join(c["verdict"] for c in sa[key]), ", ".join(c["verdict"] for c in sb[key]))
+        find = sa[key][0]["capacity"]["find"]
+        verdicts = (", ".join(v["capacity"]["verdict"] for v in sa[key]),
+                    ", ".join(v["capacity"]["verdict"] for v in sb[key]))
+        gates = [", ".join(dict.fromkeys(_gate_of(v) for v in side)) for side in (sa[key], sb[key])]
+        ea, eb = mean_at_capacity(sa[key]), mean_at_capacity(sb[key])
+        not_results = [f"{n}'s gate {g}: not a result" for n, g in zip("AB", gates) if g != "passed"]
         text = (f"A {load_label(find, ma)}, B {load_label(find, mb)}"
                 + (f": B carries {change:+.0%}" if change is not None else "")
-                + f" (searches: A {verdicts[0]}; B {verdicts[1]})")
+                + f" (searches: A {verdicts[0]}; B {verdicts[1]})"
+                + f"; at capacity J / output token A {j_text(ea)}, B {j_text(eb)}, mean W A {w_text(ea)}, "
+                  f"B {w_text(eb)}"
+                + (f"; {'; '.join(not_results)}" if not_results else ""))
         rows.append({"slo": key, "a": ma, "b": mb, "change": change, "a_verdicts": verdicts[0],
-                     "b_verdicts": verdicts[1], "text": text})
+                     "b_verdicts": verdicts[1], "a_gate": gates[0], "b_gate": gates[1],
+                     "a_energy": ea, "b_energy": eb, "text": text})
     return rows
 
 
