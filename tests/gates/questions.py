@@ -62,3 +62,16 @@ def lm_eval_task(folder: Path, name: str, rows: list[dict], output_type: str = "
                                                   + "\n" for r in rows))
     (folder / f"{name}.yaml").write_text(TASK_YAML.format(name=name, data=f"{name}.jsonl", output_type=output_type))
     return folder
+
+
+MARGIN = 0.1  # a second greedy run on one server may move a question or two; 0.1 of 20 is two
+
+
+def thresholds_around(score: float, what: str, margin: float = MARGIN) -> tuple[float, float]:
+    """The thresholds a gate must pass (just below `score`) and fail (just above), from the measured
+    score alone. A score within `margin` of 0 or 1 cannot be bracketed: that fails, naming the score,
+    rather than testing a gate at 0 (always passes) or above 1 (never can)."""
+    assert margin < score < 1 - margin, (
+        f"{what} scored {score:.3f}: the questions must be partly right (between {margin} and {1 - margin}) "
+        "to gate just below and just above the score; choose another seed or more questions")
+    return round(score - margin, 3), round(score + margin, 3)

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from questions import arithmetic, lm_eval_task
+from questions import arithmetic, lm_eval_task, thresholds_around
 from servedeck.campaign.accuracy import run_accuracy
 from servedeck.campaign.session import Outcome, measured
 from servedeck.errors import UsageError
@@ -86,6 +86,9 @@ def lm_measured(campaign_config, llama, campaign_home, tmp_path_factory):
         mp.setenv("SERVEDECK_HOME", str(campaign_home))
         mp.setenv("SERVEDECK_RESULTS", str(tmp / "results"))
         out = _gate(campaign_config, "smollm2", LmEvalGate(task="arith", task_dir=d, threshold=0.0, concurrency=4))
+    acc = load(out.folder)["gate"]["accuracy"]["eval"]
+    print(f"\nMEASURED {acc['kind']} on llama.cpp: score {acc['result']['score']:.3f} "
+          f"({acc['result']['correct']}/{N}), gate wall time {acc.get('wall_s')} s")
     return d, out.folder, load(out.folder)
 
 
@@ -115,9 +118,9 @@ def test_each_lm_eval_sample_is_one_eval_line_scored_as_lm_eval_scored_it(lm_mea
 @pytest.mark.llamacpp
 def test_cli_lm_eval_gate_fails_above_the_measured_score(campaign_config, lm_measured):
     d, _, view = lm_measured
-    score = view["gate"]["accuracy"]["eval"]["result"]["score"]
+    _, above = thresholds_around(view["gate"]["accuracy"]["eval"]["result"]["score"], "the lm-eval gate on llama.cpp")
     r = subprocess.run([sys.executable, "-m", "servedeck", "--config", str(campaign_config.path), "gate", "smollm2",
-                        "--eval", "lm-eval:arith", "--task-dir", str(d), "--threshold", f"{min(1.0, score + 0.1):.3f}",
+                        "--eval", "lm-eval:arith", "--task-dir", str(d), "--threshold", str(above),
                         "--concurrency", "4"], capture_output=True, text=True, timeout=600, env=dict(os.environ))
     assert r.returncode == 1, r.stdout + r.stderr
     assert "GATE eval score= " in r.stdout and "gate failed" in r.stdout
@@ -127,8 +130,22 @@ def test_cli_lm_eval_gate_fails_above_the_measured_score(campaign_config, lm_mea
 @pytest.mark.llamacpp
 def test_lm_eval_gate_passes_below_the_measured_score(campaign_config, lm_measured):
     d, _, view = lm_measured
-    score = view["gate"]["accuracy"]["eval"]["result"]["score"]
-    assert score > 0.1, "too few right to set a threshold below the score"  # 1 of 12 when first tried
-    out = _gate(campaign_config, "smollm2", LmEvalGate(task="arith", task_dir=d, threshold=round(score - 0.1, 3),
+    below, _ = thresholds_around(view["gate"]["accuracy"]["eval"]["result"]["score"], "the lm-eval gate on llama.cpp")
+    out = _gate(campaign_config, "smollm2", LmEvalGate(task="arith", task_dir=d, threshold=below,
                                                        concurrency=4))
     assert load(out.folder)["gate"]["accuracy"]["eval"]["status"] == "passed"
+
+
+@pytest.mark.engine
+@pytest.mark.llamacpp
+def test_an_lm_eval_sample_whose_request_fails_is_counted_as_an_error(campaign_config, llama, tmp_path):
+    # a prompt past the slot's 8192 tokens: llama-server refuses that one request (HTTP 400); lm-eval alone
+    # would stop the whole run there
+    rows = arithmetic(SEED, 3) + [{"id": "too-long", "prompt": "word " * 12000 + "What is 2 plus 2?", "answer": 4}]
+    d = lm_eval_task(tmp_path / "tasks", "arith", rows)
+    out = _gate(campaign_config, "smollm2", LmEvalGate(task="arith", task_dir=d, threshold=0.0, concurrency=2))
+    acc = load(out.folder)["gate"]["accuracy"]["eval"]
+    assert acc["result"]["samples"] == 4  # counted, not dropped
+    assert acc["result"]["errors"] == 1
+    bad = [json.loads(x) for x in (out.folder / "eval.jsonl").read_text().splitlines() if '"error"' in x]
+    assert len(bad) == 1 and bad[0]["correct"] is False and bad[0]["error"].startswith("HTTP 400"), bad

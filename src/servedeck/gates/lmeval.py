@@ -2,11 +2,13 @@
 
     servedeck gate MODEL --eval lm-eval:TASK --task-dir DIR --threshold T
 
-lm-eval runs as a child process (`python -m lm_eval run`), its own event loop and its own failures kept
-apart from servedeck's, through `local-chat-completions` on the server's /v1/chat/completions with the
-task's prompts sent as chat messages: the server applies its own chat template and tokenizer, so lm-eval
-needs none. Its results JSON and samples JSONL stay in the run folder under lm-eval/, and each sample
-becomes one eval.jsonl line (gates/samples.py): correct when the task's first metric is 1 for it.
+lm-eval runs as a child process (`python -m servedeck.gates.lmeval_child run`: lm-eval's own command
+line), its own event loop and its own failures kept apart from servedeck's, through local-chat-completions
+on the server's /v1/chat/completions with the task's prompts sent as chat messages: the server applies its
+own chat template and tokenizer, so lm-eval needs none. A request that fails is one failed sample, not
+the end of the run (gates/lmeval_child.py): its eval.jsonl line carries the error and counts as one.
+Its results JSON and samples JSONL stay in the run folder under lm-eval/, and each sample becomes one
+eval.jsonl line (gates/samples.py): correct when the task's first metric is 1 for it.
 
 No hub at run time: the task is a YAML file in DIR (`task: NAME`, `dataset_path: json` and
 `dataset_kwargs.data_files` naming local files, relative to DIR), and lm-eval runs with the Hugging Face
@@ -34,8 +36,12 @@ from servedeck.engines.base import Endpoint
 from servedeck.errors import RunError, UsageError
 from servedeck.gates import samples as S
 
+FAILED = "[servedeck: the request failed]"  # the child's answer for a failed request (gates/lmeval_child.py)
+
 LOGLIKELIHOOD = ("loglikelihood", "loglikelihood_rolling", "multiple_choice")
 OUT = "lm-eval"  # the folder in the run folder holding lm-eval's own files
+CHILD_MODEL = "servedeck-chat-completions"  # local-chat-completions, a failed request one failed sample
+REQUEST_ERRORS = "request_errors.jsonl"  # under OUT: {"prompt", "error"} per failed request
 
 
 @dataclass(frozen=True)
@@ -105,6 +111,11 @@ class LmEvalGate:
     timeout_s: float = 600.0  # one request
     name: str = "eval"
     kind: str = "lm-eval"
+    file: str = S.FILE
+    every_replica: bool = False  # a campaign asks the first replica: the answers are the configuration's
+
+    def fitted(self, served: int, max_output_tokens: Optional[int], model: str) -> "LmEvalGate":
+        return self  # asks the same whatever the server serves
 
     def check(self, engine: Optional[str] = None) -> Task:
         S.check_threshold(self.threshold)
@@ -130,7 +141,7 @@ class LmEvalGate:
     def argv(self, server: Endpoint, out: Path) -> list[str]:
         args = (f"model={server.served_name},base_url={server.base_url.rstrip('/')}/v1/chat/completions,"
                 f"num_concurrent={self.concurrency},max_retries=1,timeout={int(self.timeout_s)}")
-        cmd = [sys.executable, "-m", "lm_eval", "run", "--model", "local-chat-completions", "--model_args", args,
+        cmd = [sys.executable, "-m", "servedeck.gates.lmeval_child", "run", "--model", CHILD_MODEL, "--model_args", args,
                "--tasks", self.task, "--include_path", str(self.task_dir), "--apply_chat_template",
                "--output_path", str(out), "--log_samples", "--seed", "0"]
         return cmd + (["--limit", str(self.limit)] if self.limit else [])
@@ -141,7 +152,7 @@ class LmEvalGate:
         out.mkdir(exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="servedeck-lmeval-") as cache, open(out / "lm-eval.log", "wb") as log:
             env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_DATASETS_CACHE": cache,
-                   "TOKENIZERS_PARALLELISM": "false"}
+                   "TOKENIZERS_PARALLELISM": "false", "SERVEDECK_LMEVAL_ERRORS": str(out / REQUEST_ERRORS)}
             proc = await asyncio.create_subprocess_exec(*self.argv(server, out), cwd=str(self.task_dir), env=env,
                                                         stdout=log, stderr=asyncio.subprocess.STDOUT,
                                                         start_new_session=True)
@@ -155,7 +166,8 @@ class LmEvalGate:
             tail = (out / "lm-eval.log").read_text(errors="replace").strip().splitlines()[-3:]
             raise RunError(f"lm-eval exited with {rc}: {' | '.join(tail)[-400:]}",
                            hint=f"its whole output: {out / 'lm-eval.log'}")
-        lines = [_line(s) for s in _samples(out, self.task)]
+        errors = _request_errors(out)
+        lines = [_line(s, errors) for s in _samples(out, self.task)]
         for line in lines:
             record(line)
         result = S.tally(lines, self.threshold)
@@ -179,8 +191,23 @@ def _reported(out: Path, task: str) -> dict[str, Any]:
     return {k: v for k, v in ((doc.get("results") or {}).get(task) or {}).items() if isinstance(v, (int, float))}
 
 
-def _line(s: dict[str, Any]) -> dict[str, Any]:
-    """One lm-eval sample → one eval.jsonl line."""
+def _request_errors(out: Path) -> dict[str, str]:
+    """The child's failed requests, by the prompt lm-eval sent (its samples' arg_0)."""
+    f = out / REQUEST_ERRORS
+    if not f.exists():
+        return {}
+    found = {}
+    for x in f.read_text().splitlines():
+        try:
+            doc = json.loads(x)
+            found[str(doc["prompt"])] = str(doc["error"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    return found
+
+
+def _line(s: dict[str, Any], errors: Optional[dict[str, str]] = None) -> dict[str, Any]:
+    """One lm-eval sample → one eval.jsonl line; a sample whose request failed carries the error."""
     metric = (s.get("metrics") or ["exact_match"])[0]
     value = s.get(metric)
     args = s.get("arguments") or {}
@@ -192,6 +219,10 @@ def _line(s: dict[str, Any]) -> dict[str, Any]:
     except (ValueError, AssertionError, TypeError):
         messages = [{"role": "user", "content": str(prompt)}]
     answer = (s.get("filtered_resps") or [""])[0]
+    raw = [r for rs in (s.get("resps") or []) for r in (rs if isinstance(rs, list) else [rs])]
+    error = None
+    if FAILED in raw:
+        error = (errors or {}).get(str(prompt), "the request failed (lm-eval's log has why)")
     return S.sample_line(str(s.get("doc_id")), messages, str(s.get("target")), str(answer),
-                         isinstance(value, (int, float)) and value == 1, metric=metric, value=value,
-                         filter=s.get("filter"))
+                         error is None and isinstance(value, (int, float)) and value == 1, metric=metric,
+                         value=value, filter=s.get("filter"), error=error)
