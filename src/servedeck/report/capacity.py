@@ -225,9 +225,11 @@ def _no_interval(best: dict[str, Any], runner: Optional[dict[str, Any]]) -> Opti
     """Why the change has no interval from repeats, or None where it can have one."""
     if runner is None:
         return None
-    counts = [(r["variant"], len(r.get("capacities_per_gpu") or [])) for r in (best, runner)]
-    few = [f"{v}: {n} launch{'' if n == 1 else 'es'} with a capacity" for v, n in counts if n < 2]
-    return "; ".join(few) + " (an interval needs 2 repeats a side)" if few else None
+    few = [r["variant"] for r in (best, runner) if len(r.get("capacities_per_gpu") or []) < 2]
+    if not few:
+        return None
+    return ("one launch a variant" if len(few) == 2 else f"one launch of {few[0]}") + \
+        " (campaign repeats = 2 or more gives one)"
 
 
 def _overlap(a: dict[str, Any], b: Optional[dict[str, Any]]) -> Optional[bool]:
