@@ -51,6 +51,10 @@ def test_a_trace_is_replayed_on_its_schedule_and_shared_blocks_come_from_the_cac
                                                                         lines[6]["cached_tokens"])
     assert lines[4]["output_tokens"] == 4
     assert load(folder)["status"] == "ok"
+    # the client's self-check judged the replay as it judges a bench point: its CPU over the stretch, its loop
+    client = load(folder)["points"][0]["figures"]["client"]
+    assert client["cpu_s"] is not None and 0 < client["cpu_fraction"] < 1 and client["loop"] in ("uvloop", "asyncio")
+    assert client["lag_ms"]["n"] == 6
 
 
 @pytest.mark.parametrize("text, expect", [

@@ -212,7 +212,7 @@ async def run_conversations(spec: ConversationsSpec, target: Target, context: in
                 await asyncio.gather(*(run.converse(c, random.Random(rng.random())) for c in range(spec.users)))
                 point["status"] = "ok"
             finally:
-                point["load"] = {"wall_s": time.perf_counter() - run.start}
+                point["load"] = window.load(run.start)
                 folder.update(conversations={"cutoffs": sorted(run.cutoffs, key=lambda x: x["conversation"]),
                                              **turn_figures(run.records)})
     _finish_point(folder, point, run.records, spec)  # type: ignore[arg-type]

@@ -136,7 +136,7 @@ async def run_shared_prefix(spec: SharedPrefixSpec, target: Target, folder: RunF
                 await asyncio.gather(*(worker() for _ in range(spec.concurrency)))
                 point["status"] = "ok"
             finally:
-                point["load"] = {"wall_s": time.perf_counter() - start}
+                point["load"] = window.load(start)
                 folder.update(shared_prefix=place_figures(records))
     _finish_point(folder, point, records, spec)  # type: ignore[arg-type]
     reporter.point_done(spec.label, point)

@@ -125,7 +125,7 @@ async def run_trace(spec: TraceSpec, rows: list[TraceRow], target: Target, folde
                 await asyncio.gather(*(send(r, p) for r, p in zip(rows, prompts)))
                 point["status"] = "ok"
             finally:
-                point["load"] = {"wall_s": time.perf_counter() - start}
+                point["load"] = window.load(start)
     _finish_point(folder, point, records, spec)  # type: ignore[arg-type]
     reporter.point_done(point["label"], point)
     if window.death is not None:

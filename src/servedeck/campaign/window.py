@@ -4,12 +4,14 @@ points do the same inside `bench.run_point`, with the client's own bookkeeping a
 
 from __future__ import annotations
 
+import time
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Optional
 
 from servedeck.campaign.target import Target
 from servedeck.engines.metrics import metrics_snapshot_async
+from servedeck.loadgen.loop import current as current_loop
 from servedeck.runs.figures import counter_delta
 from servedeck.runs.folder import RunFolder
 from servedeck.telemetry.point import sampled
@@ -18,6 +20,14 @@ from servedeck.telemetry.point import sampled
 @dataclass
 class Window:
     death: Optional[str] = None  # how the engine ended during the stretch, if it did (read as it closes)
+    cpu0: float = field(default_factory=time.process_time)
+
+    def load(self, start: float) -> dict[str, Any]:
+        """point["load"] for a stretch that began at perf_counter() `start`: its wall time, and this process's
+        CPU time and event loop over it, which the client's self-check (loadgen/stats.py) judges as it judges
+        a bench point's (the requests' schedule lag is in their records)."""
+        return {"wall_s": time.perf_counter() - start, "client_cpu_s": time.process_time() - self.cpu0,
+                "loop": current_loop()}
 
 
 @asynccontextmanager
@@ -27,6 +37,7 @@ async def engine_window(target: Target, folder: RunFolder, point: dict[str, Any]
     window = Window()
     async with sampled(folder.path, target, 0) as telemetry:
         before, _ = await metrics_snapshot_async(target.engine, target.base_url)
+        window.cpu0 = time.process_time()
         try:
             yield window
         finally:
