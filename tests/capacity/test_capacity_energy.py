@@ -75,3 +75,11 @@ def test_the_reports_capacity_section_names_the_energy_at_capacity(search_run):
     _, _, view = search_run
     text = "\n".join(run_section(view))
     assert f"{view['capacity']['j_per_output_token']:.4g} J per output token (energy counter)" in text
+
+
+def test_the_reports_capacity_section_names_the_mean_power_at_capacity(search_run):
+    from servedeck.report.capacity import run_section
+
+    folder, _, view = search_run
+    gpu = rebuilt_gpu(folder, view, view["capacity"]["point"])
+    assert f"mean power {gpu['mean_power_w']:.0f} W." in "\n".join(run_section(view))

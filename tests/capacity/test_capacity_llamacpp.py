@@ -138,3 +138,11 @@ def test_an_overloaded_open_loop_point_ends_early_as_failed(capacity_config, lla
     assert first["figures"]["counts"]["ok"] < requests / 2
     doc = json.loads((out.folder / SEARCH_FILE).read_text())
     assert doc["steps"][0]["judged"]["overloaded"] == first["reason"]
+
+
+def test_the_run_section_says_a_cpu_run_has_no_gpu_energy(mid_range_search):
+    """No GPU and no replayed readings: the capacity's energy is said to be absent, not shown as a number."""
+    from servedeck.report.capacity import run_section
+
+    _, view = mid_range_search
+    assert "Energy there: no GPU." in "\n".join(run_section(view))
