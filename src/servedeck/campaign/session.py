@@ -11,11 +11,10 @@ An engine this run started (--launch) is stopped afterwards, whatever happened.
 from __future__ import annotations
 
 import asyncio
-import shutil
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 
 from servedeck.campaign import outputs
@@ -25,9 +24,10 @@ from servedeck.campaign.reporter import QuietReporter, Reporter
 from servedeck.campaign.target import Target, close_target, open_target
 from servedeck.config import Config
 from servedeck.deck.deck import settings_of
-from servedeck.engines.metrics import prefix_counters_async
 from servedeck.errors import RunError, ServedeckError, ServerDied, UsageError
-from servedeck.gates.niah import GateResult, GateSpec, run_gate
+from servedeck.campaign.gating import cite_gate, run_gate_into
+from servedeck.gates.kinds import Gate, cites, views
+from servedeck.gates.niah import GateResult, GateSpec, NeedleGate, ProbeResult
 from servedeck.gates.server import server_context
 from servedeck.loadgen.api import ApiClient
 from servedeck.report.render import markdown
@@ -35,7 +35,7 @@ from servedeck.runs import inventory
 from servedeck.runs.folder import RunFolder, runs_root
 from servedeck.telemetry.point import sampled_ramp
 from servedeck.watch.notices import Redactor
-from servedeck.runs.read import gate_view, list_runs, load, summary_of
+from servedeck.runs.read import list_runs, load, summary_of
 
 
 @dataclass
@@ -85,58 +85,33 @@ async def _served_context(target: Target) -> int:
     return ctx
 
 
-def _check_asked(target: Target, asked: int, served: int) -> None:
-    if asked > served:
-        raise ServedeckError(
-            f"--context {asked} is above what {target.name} serves per request ({served} tokens)",
-            hint=f"restart it with a larger context (models.{target.name}.context), or gate at --context {served}")
+def _fitted(target: Target, gate: Gate, served: int) -> Gate:
+    return gate.fitted(served, target.cfg.models[target.name].max_output_tokens, target.name)
 
 
-async def _gate_into(folder: RunFolder, target: Target, spec: GateSpec, reporter: Reporter,
+async def _gate_into(folder: RunFolder, target: Target, gate: NeedleGate, reporter: Reporter,
                      outcome: Outcome) -> GateResult:
-    folder.update(gate={"status": "running", "source": "this run", "spec": _gate_spec_json(spec)})
-    reporter.gate_start(len(spec.depths) * spec.repeats, spec.context)
-
-    def on_probe(res: Any) -> None:
-        folder.niah(res.log_line())
-        reporter.gate_probe(res)
-
-    async def hits() -> Optional[dict[str, float]]:
-        return await prefix_counters_async(target.engine, target.base_url)
-
-    try:
-        result = await run_gate(target.server, spec, on_probe, counters=hits)
-    except RunError as e:
-        death = target.death()
-        raise (ServerDied(death) if death else e) from None
-    folder.niah(result.line)
-    folder.update(gate={"status": result.verdict, "source": "this run", "spec": _gate_spec_json(spec),
-                        "result": result.to_json()})
-    outcome.gate = result
-    death = target.death()
-    if death:  # every probe after the death failed; the score is real but the server is gone
-        raise ServerDied(f"{death} (during the gate)")
-    return result
+    """The needle (fitted) into `folder`, told probe by probe to the reporter."""
+    reporter.gate_start(gate.check(target.engine), gate.spec.context)
+    result = await run_gate_into(folder, target, gate, lambda line: reporter.gate_probe(ProbeResult.from_line(line)))
+    outcome.gate = GateResult.from_json(result)
+    return outcome.gate
 
 
-def _gate_spec_json(spec: GateSpec) -> dict[str, Any]:
-    return {"context": spec.context, "depths": list(spec.depths), "repeats": spec.repeats,
-            "threshold": spec.threshold, "answer_tokens": spec.answer_tokens}
-
-
-def gate_of_launch(root: Path, launch_dir: Optional[str], context: int) -> Optional[Path]:
-    """The latest finished gate run on this very launch of the server at this context."""
+def gates_of_launch(root: Path, launch_dir: Optional[str], context: int) -> dict[str, Path]:
+    """Each gate run on this very launch of the server, by name: the latest run that ran it and finished it
+    (a needle only at this context)."""
+    found: dict[str, Path] = {}
     if not launch_dir:
-        return None
+        return found
     for path in reversed(list_runs(root)):
         summary = summary_of(path)
         if (summary.get("launch") or {}).get("launch_dir") != launch_dir:
             continue
-        g = gate_view(path, summary)
-        if g["status"] in ("passed", "failed") and (g.get("result") or {}).get("context") == context \
-                and g.get("source") == "this run":
-            return path
-    return None
+        for name, view in views(path, summary).items():
+            if name not in found and cites(view, context):
+                found[name] = path
+    return found
 
 
 def _finish(folder: RunFolder, status: str, reason: Optional[str]) -> None:
@@ -176,23 +151,25 @@ def check_output_cap(cfg: Config, name: str, asked: int, flag: str) -> None:
 
 # --- gate -------------------------------------------------------------------------------------
 
-async def _gate_async(target: Target, spec: GateSpec, reporter: Reporter, outcome: Outcome) -> GateResult:
+async def gate_run(target: Target, gate: Gate, outcome: Outcome,
+                   on_sample: Optional[Callable[[dict[str, Any]], None]] = None,
+                   on_start: Optional[Callable[[Gate], None]] = None) -> dict[str, Any]:
+    """A run folder (kind "gate") of one gate of any kind, fitted to the running server: its record and its
+    verdict. Ends as every run does (finished → ok; server died, Ctrl-C → failed, every scored sample kept)."""
+    gate.check(target.engine)
     ctx = await _served_context(target)
-    _check_asked(target, spec.context or ctx, ctx)
-    spec = replace(spec, context=spec.context or ctx)
-    cap = target.cfg.models[target.name].max_output_tokens
-    if cap and spec.answer_tokens > cap:  # max_output_tokens caps what servedeck asks for
-        spec = replace(spec, answer_tokens=cap)
-    spec.check()
+    gate = _fitted(target, gate, ctx)
+    if on_start:
+        on_start(gate)
     folder = RunFolder.create(_root(target.cfg), target.model_label, target.layout_label,
                               target.cfg.models[target.name].context or ctx, target.engine,
-                              base_summary(target, ctx, "gate", {"gate": _gate_spec_json(spec)}))
+                              base_summary(target, ctx, "gate", {"gate": gate.spec_json()}))
     outcome.folder = folder.path
     folder.scrub = Redactor.from_config(target.cfg).text
     folder.attach_launch(target.launch_dir, whole_log=target.launched)
 
-    async def work() -> GateResult:
-        result = await _gate_into(folder, target, spec, reporter, outcome)
+    async def work() -> dict[str, Any]:
+        result = await run_gate_into(folder, target, gate, on_sample)
         _finish(folder, "ok", None)
         return result
 
@@ -217,22 +194,26 @@ async def gate(target: Target, spec: GateSpec, *, reporter: Optional[Reporter] =
                outcome: Optional[Outcome] = None) -> Outcome:
     """`servedeck gate`: a run folder holding niah.log and its verdict. spec.context 0 = the server's."""
     outcome = outcome or Outcome(target=target)
-    await _gate_async(target, spec, reporter or QuietReporter(), outcome)
+    reporter = reporter or QuietReporter()
+    result = await gate_run(target, NeedleGate(spec), outcome,
+                            lambda line: reporter.gate_probe(ProbeResult.from_line(line)),
+                            lambda g: reporter.gate_start(g.check(), g.spec.context))
+    outcome.gate = GateResult.from_json(result)
     return outcome
 
 
 # --- bench ------------------------------------------------------------------------------------
 
 def _open_run(target: Target, ctx: int, workload: dict[str, Any], gate_spec: GateSpec, gate_mode: Optional[bool],
-              outcome: Outcome, **summary: Any) -> tuple[RunFolder, GateSpec, Optional[Path]]:
+              outcome: Outcome, **summary: Any) -> tuple[RunFolder, GateSpec, dict[str, Path]]:
     """The run folder a bench or a ramp writes into (named by the campaign's labels, secrets scrubbed from the
-    log it copies), the gate sized to the served context, and a gate already run on this launch, if any."""
-    _check_asked(target, gate_spec.context or ctx, ctx)
-    gate_spec = replace(gate_spec, context=gate_spec.context or ctx)
-    gate_spec.check()
+    log it copies), the needle sized to the served context, and the gates already run on this launch."""
+    gate_spec = NeedleGate(gate_spec).fitted(ctx, None, target.name).spec
     model = target.cfg.models[target.name]
     root = _root(target.cfg)
-    inherited = gate_of_launch(root, target.launch_dir, gate_spec.context) if gate_mode is not True else None
+    inherited = gates_of_launch(root, target.launch_dir, gate_spec.context)
+    if gate_mode is True:  # --gate: a needle of its own, whatever ran before
+        inherited.pop(NeedleGate.name, None)
     folder = RunFolder.create(root, target.model_label, target.layout_label, model.context or ctx, target.engine,
                               {**base_summary(target, ctx, "bench", workload), **summary})
     outcome.folder = folder.path
@@ -271,20 +252,21 @@ async def _bench_async(target: Target, spec: BenchSpec, gate_mode: Optional[bool
 
 
 async def _gate_or_inherit(folder: RunFolder, target: Target, gate_mode: Optional[bool], gate_spec: GateSpec,
-                           inherited: Optional[Path], reporter: Reporter, outcome: Outcome) -> None:
-    if inherited is not None:
-        # The gate is a fact about this launch of the server: copy its evidence in, say where from.
-        shutil.copyfile(inherited / "niah.log", folder.path / "niah.log")
-        g = gate_view(inherited, summary_of(inherited))
-        folder.update(gate={"status": g["status"], "source": inherited.name, "result": g["result"],
-                            "note": "gate run earlier on this same launch of the server"})
-    elif gate_mode is False:
+                           inherited: dict[str, Path], reporter: Reporter, outcome: Outcome) -> None:
+    """Every gate run on this launch is a fact about it: cited (its evidence copied in, its source named);
+    then the needle, unless cited or --no-gate."""
+    for name, run in inherited.items():
+        cite_gate(folder, run, name)
+    needle = NeedleGate(gate_spec)
+    if needle.name in inherited:
+        return
+    if gate_mode is False:
         folder.update(gate={"status": "not run", "note": "--no-gate, and no gate was run on this launch"})
-    else:
-        result = await _gate_into(folder, target, gate_spec, reporter, outcome)
-        if not result.passed:
-            reporter.stage(f"gate failed (score {round(result.score, 2)} < {result.threshold}): "
-                           "the figures below are recorded but marked as not a result")
+        return
+    result = await _gate_into(folder, target, needle, reporter, outcome)  # sized by _open_run
+    if not result.passed:
+        reporter.stage(f"gate failed (score {round(result.score, 2)} < {result.threshold}): "
+                       "the figures below are recorded but marked as not a result")
 
 
 # --- ramp -------------------------------------------------------------------------------------

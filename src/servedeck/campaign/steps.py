@@ -15,14 +15,14 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Protocol
 
 from servedeck.campaign import cells as C
-from servedeck.campaign.accuracy import campaign_gate, cited_from, run_accuracy
+from servedeck.campaign.accuracy import campaign_gates
 from servedeck.campaign.bench import DEFAULTS, BenchSpec
 from servedeck.campaign.capacity import campaign_specs as capacity_specs, capacity as capacity_on_target
 from servedeck.campaign.conversation_keys import spec_of as conversation_spec
 from servedeck.campaign.conversations import conversations as conversations_on_target
 from servedeck.campaign.file import Campaign, WorkloadCfg
 from servedeck.campaign.reporter import QuietReporter
-from servedeck.campaign.session import Outcome, bench as bench_on_target, gate as gate_on_target
+from servedeck.campaign.session import Outcome, bench as bench_on_target, gate_run
 from servedeck.campaign.target import Target, layout_facts
 from servedeck.deck import Deck
 from servedeck.deck import launch as L
@@ -110,18 +110,13 @@ class CellSteps:
         main.peers = targets[1:]
         needle = head.gate.needle if head.gate else None
         gate_ctx = needle.context if needle else 0
-        if needle:  # on every replica: each is a launch of its own (the workloads cite the first's)
-            for i, t in enumerate(targets):
-                news.phase(cell.id, "gate" + (f" (replica {i + 1})" if len(targets) > 1 else ""))
-                spec = GateSpec(context=needle.context, depths=tuple(needle.depths),
-                                repeats=needle.repeats, threshold=needle.threshold, seed=needle.seed)
-                _one_run(cell, news, lambda out, t=t, spec=spec: gate_on_target(
-                    t, spec, reporter=_PhaseReporter(news, cell.id), outcome=out))
-        accuracy = campaign_gate(self.camp)
-        if accuracy is not None:  # after the needle, before any workload; the bench runs cite it
-            news.phase(cell.id, f"gate {accuracy.name}")
-            out = _one_run(cell, news, lambda out: run_accuracy(main, accuracy, outcome=out))
-            main.extra = {**main.extra, "gates": cited_from(out.folder, accuracy)}
+        # every gate, a run folder each, after boot and before any workload (the workloads cite them: session.py);
+        # a kind that checks each launch (the needle) runs on every replica, the others on the first
+        for gate in campaign_gates(self.camp):
+            on = targets if gate.every_replica else targets[:1]
+            for i, t in enumerate(on):
+                news.phase(cell.id, f"gate {gate.name}" + (f" (replica {i + 1})" if len(on) > 1 else ""))
+                _one_run(cell, news, lambda out, t=t, gate=gate: gate_run(t, gate, out))
         for k, w in enumerate(self.camp.file.workloads):
             news.phase(cell.id, f"workload {w.title}")
             if w.kind == "capacity":  # one search (one run folder) per SLO it names

@@ -170,6 +170,11 @@ class ExactGate:
     timeout_s: float = 600.0  # one question
     name: str = "eval"
     kind: str = "exact"
+    file: str = S.FILE
+    every_replica: bool = False  # a campaign asks the first replica: the answers are the configuration's
+
+    def fitted(self, served: int, max_output_tokens: Optional[int], model: str) -> "ExactGate":
+        return self  # asks the same whatever the server serves
 
     def check(self, engine: Optional[str] = None) -> list[Question]:
         """Every option and every line of the file, before any launch; the questions it will ask."""

@@ -8,6 +8,12 @@ least the threshold: with three probes and the seed's 0.67, two of three pass.
 
 A probe that fails (HTTP error, timeout, server gone) is a probe not found: it is logged with its
 error and counted, never dropped.
+
+`NeedleGate` is this check as one gate kind among the others (gates/kinds.py): the same shape as the
+accuracy gates (`check`, `spec_json`, `run` writing one sample line per probe), its record niah.log
+(the seed's fields first, then `id` = repeat/depth, `prompt_digest`, `expected` = the code, `correct`),
+read back by `view` (a run folder written before the kinds existed reads the same way: niah.log lines
+without the sample fields are still probes).
 """
 
 from __future__ import annotations
@@ -15,16 +21,21 @@ from __future__ import annotations
 import json
 import math
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from time import perf_counter
 from typing import Any, Awaitable, Callable, Mapping, Optional, Sequence
 
 from servedeck.config.schema import merge_request
 from servedeck.engines.base import Endpoint
-from servedeck.errors import RunError, UsageError
+from servedeck.engines.metrics import prefix_counters_async
+from servedeck.errors import RunError, ServedeckError, UsageError
 from servedeck.gates import haystack
+from servedeck.gates.samples import prompt_digest
 from servedeck.gates.server import ServerTokens
 from servedeck.loadgen.api import ApiClient
+
+LOG = "niah.log"
 
 Counters = Callable[[], Awaitable[Optional[dict[str, float]]]]
 
@@ -71,15 +82,23 @@ class ProbeResult:
     seed: int
     sized_tokens: int  # what the server's /tokenize counted before sending
     error: Optional[str] = None
+    prompt_digest: Optional[str] = None  # of the chat sent (gates/samples.py), as every gate's samples carry
 
     def log_line(self) -> dict[str, Any]:
-        """The niah.log line: the seed's fields first, then what makes a probe reproducible."""
+        """The niah.log line: the seed's fields first, then what makes a probe reproducible, then the
+        sample fields every gate kind writes (id, prompt_digest, expected, correct)."""
         d = {"key": self.key, "depth": self.depth, "prompt_tokens": self.prompt_tokens, "ok": self.ok,
              "latency_s": self.latency_s, "answer": self.answer, "cached_tokens": self.cached_tokens,
              "code": self.code, "seed": self.seed, "sized_tokens": self.sized_tokens}
         if self.error:
             d["error"] = self.error
+        d.update({"id": f"{self.key}/{self.depth}", "prompt_digest": self.prompt_digest, "expected": self.code,
+                  "correct": self.ok})
         return d
+
+    @classmethod
+    def from_line(cls, line: Mapping[str, Any]) -> "ProbeResult":
+        return cls(**{k: line.get(k) for k in cls.__dataclass_fields__})
 
 
 @dataclass
@@ -230,6 +249,7 @@ async def run_gate(server: Endpoint, spec: GateSpec, on_probe: Callable[[ProbeRe
             for depth in spec.depths:
                 seed, code = rng.getrandbits(48), haystack.new_code(rng)
                 text, sized = await size_prompt(tokens, target, seed, depth, code)
+                digest = prompt_digest([{"role": "user", "content": text}])
                 before = await counters() if counters else None
                 reply = await ask(client, server, text, spec.answer_tokens, spec.timeout_s)
                 cached = _cached(reply)
@@ -246,7 +266,75 @@ async def run_gate(server: Endpoint, spec: GateSpec, on_probe: Callable[[ProbeRe
                     ok=err is None and code in answer,
                     latency_s=round(reply["latency_s"], 3),
                     answer=f"ERROR {err}"[:300] if err else answer[:200],
-                    cached_tokens=cached, code=code, seed=seed, sized_tokens=sized, error=err)
+                    cached_tokens=cached, code=code, seed=seed, sized_tokens=sized, error=err,
+                    prompt_digest=digest)
                 results.append(res)
                 on_probe(res)
     return score(results, spec)
+
+
+@dataclass(frozen=True)
+class NeedleGate:
+    """The needle as a gate kind (gates/kinds.py): `servedeck gate MODEL`, a campaign's `gate.niah`, and the
+    gate a bench runs first. `spec.context` 0: what the server serves per request (`fitted`)."""
+
+    spec: GateSpec
+    name: str = "niah"  # its name among a run's gates (its summary.json entry: `gate`, gates/kinds.py)
+    kind: str = "niah"
+    file: str = LOG
+    every_replica: bool = True  # each replica is a launch of its own, whose whole context is checked
+
+    @property
+    def threshold(self) -> float:
+        return self.spec.threshold
+
+    def check(self, engine: Optional[str] = None) -> int:
+        """Every option, before any launch (a context of 0 is settled by `fitted`); the probes it will ask."""
+        self.spec.check() if self.spec.context else replace(self.spec, context=self.spec.answer_tokens + 128).check()
+        return len(self.spec.depths) * self.spec.repeats
+
+    def fitted(self, served: int, max_output_tokens: Optional[int], model: str) -> "NeedleGate":
+        """Sized to the running server: its context where none was asked (above it is refused), the answer
+        room capped by the model's max_output_tokens."""
+        asked = self.spec.context or served
+        if asked > served:
+            raise ServedeckError(
+                f"--context {asked} is above what {model} serves per request ({served} tokens)",
+                hint=f"restart it with a larger context (models.{model}.context), or gate at --context {served}")
+        spec = replace(self.spec, context=asked)
+        if max_output_tokens and spec.answer_tokens > max_output_tokens:  # servedeck asks for no more than that
+            spec = replace(spec, answer_tokens=max_output_tokens)
+        spec.check()
+        return replace(self, spec=spec)
+
+    def spec_json(self) -> dict[str, Any]:
+        return {"context": self.spec.context, "depths": list(self.spec.depths), "repeats": self.spec.repeats,
+                "threshold": self.spec.threshold, "answer_tokens": self.spec.answer_tokens}
+
+    async def run(self, server: Endpoint, folder: Path, record: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+        """Every probe, one at a time, `record`ed as it finishes; then the `GATE niah score=` line (the seed's
+        format: a niah.log without it is a gate that never finished)."""
+        async def hits() -> Optional[dict[str, float]]:
+            return await prefix_counters_async(server.engine, server.base_url)
+
+        result = await run_gate(server, self.spec, lambda res: record(res.log_line()), counters=hits)
+        with open(folder / self.file, "a") as fh:
+            fh.write(result.line + "\n")
+        return result.to_json()
+
+
+def view(path: Path, rec: Mapping[str, Any]) -> dict[str, Any]:
+    """The needle of a run as niah.log tells it: passed | failed | incomplete | not run. `rec` is its entry in
+    summary.json (`gate`). A cited needle's
+    niah.log is copied into the citing run, so the file is always read here."""
+    log = path / LOG
+    if not log.exists():
+        return {"status": "not run", **{k: v for k, v in rec.items() if k in ("source", "note")}}
+    probes, printed = read_log(log.read_text())
+    result = dict(rec.get("result") or {})
+    result.update(tally(probes, result.get("threshold", (rec.get("spec") or {}).get("threshold", 0.67))))
+    # probes logged but no GATE line: the run stopped before the gate finished
+    status = "incomplete" if printed is None else "passed" if result["passed"] else "failed"
+    return {"status": status, "result": result, "probes": probes, "printed_score": printed,
+            "source": rec.get("source", "this run"), "note": rec.get("note"), "kind": "niah",
+            **{k: rec[k] for k in ("spec", "wall_s") if rec.get(k) is not None}}

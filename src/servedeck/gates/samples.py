@@ -5,10 +5,10 @@
     summary.json gates    {"eval": {"kind", "status", "source", "file", "spec", "result"}}
 
 `source` is "this run", or the name of the run folder (a sibling) that holds the record: a bench run
-of a launch cites the gate its launch passed or failed, as it does for the needle. Reading back
-(`accuracy_views`) rescored from the lines, never from the summary's numbers; `combined` folds the
-accuracy gates into the run's gate status, so a failed one marks the run's points as not results,
-exactly where a failed needle does.
+of a launch cites every gate its launch passed or failed (campaign/session.py), the needle too.
+Reading back (`view`, per gate; gates/kinds.py for a whole run) rescores from the lines, never from the
+summary's numbers; `combined` folds every gate into the run's gate status, so a failed one marks the
+run's points as not results, exactly where a failed needle does.
 """
 
 from __future__ import annotations
@@ -62,11 +62,13 @@ def line(name: str, result: Mapping[str, Any]) -> str:
 
 
 def record_of(path: Path, name: str, rec: Mapping[str, Any]) -> Optional[Path]:
-    """Where a gate's sample lines are: this folder, or the sibling run folder it cites."""
+    """Where a gate's sample lines are: this folder, or the sibling run folder it cites (else the copy a
+    citing run keeps of them)."""
     source = rec.get("source") or "this run"
-    folder = path if source == "this run" else path.parent / source
-    f = folder / str(rec.get("file") or FILE)
-    return f if f.exists() else None
+    here = path / str(rec.get("file") or FILE)
+    if source != "this run" and (path.parent / source / here.name).exists():
+        return path.parent / source / here.name
+    return here if here.exists() else None
 
 
 def read_samples(path: Path, name: str, rec: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -74,23 +76,17 @@ def read_samples(path: Path, name: str, rec: Mapping[str, Any]) -> list[dict[str
     return list(read_jsonl(f)) if f else []
 
 
-def accuracy_views(path: Path, summary: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """Each accuracy gate of a run as its sample lines tell it: passed | failed | incomplete | not run."""
-    out: dict[str, dict[str, Any]] = {}
-    for name, rec in (summary.get("gates") or {}).items():
-        if not isinstance(rec, dict):
-            continue
-        threshold = (rec.get("spec") or {}).get("threshold", (rec.get("result") or {}).get("threshold", 1.0))
-        f = record_of(path, name, rec)
-        view = {k: rec.get(k) for k in ("kind", "source", "spec", "note", "wall_s") if rec.get(k) is not None}
-        if rec.get("status") not in ("passed", "failed", "running") or f is None:
-            out[name] = {**view, "status": "not run" if f is None and rec.get("status") != "running" else
-                         "incomplete"}
-            continue
-        result = {**(rec.get("result") or {}), **tally(list(read_jsonl(f)), threshold)}
-        status = "incomplete" if rec.get("status") == "running" else "passed" if result["passed"] else "failed"
-        out[name] = {**view, "status": status, "result": result, "file": f.name}
-    return out
+def view(path: Path, rec: Mapping[str, Any]) -> dict[str, Any]:
+    """An accuracy gate of a run (`rec`: its summary.json entry) as its sample lines tell it:
+    passed | failed | incomplete | not run."""
+    threshold = (rec.get("spec") or {}).get("threshold", (rec.get("result") or {}).get("threshold", 1.0))
+    f = record_of(path, str(rec.get("name") or ""), rec)
+    shown = {k: rec.get(k) for k in ("kind", "source", "spec", "note", "wall_s") if rec.get(k) is not None}
+    if rec.get("status") not in ("passed", "failed", "running") or f is None:
+        return {**shown, "status": "not run" if f is None and rec.get("status") != "running" else "incomplete"}
+    result = {**(rec.get("result") or {}), **tally(list(read_jsonl(f)), threshold)}
+    status = "incomplete" if rec.get("status") == "running" else "passed" if result["passed"] else "failed"
+    return {**shown, "status": status, "result": result, "file": f.name}
 
 
 def combined(needle: dict[str, Any], accuracy: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Reading run folders back: find them, list them, and rebuild a run's view from its files alone.
 
 The view is summary.json's facts (what ran, where, with what) with every figure recomputed from
-requests.jsonl and the gate rescored from niah.log, so a summary written by a crashed or older
+requests.jsonl and every gate rescored from its record (niah.log, eval.jsonl), so a summary written by a crashed or older
 servedeck cannot show numbers its own records do not support.
 """
 
@@ -13,8 +13,7 @@ from typing import Any
 
 from servedeck.errors import RunError
 from servedeck.fsio import read_jsonl
-from servedeck.gates.niah import read_log, tally
-from servedeck.gates.samples import accuracy_views, combined
+from servedeck.gates.kinds import gates_view
 from servedeck.loadgen.records import RequestRecord
 from servedeck.runs.figures import headline, point_figures
 from servedeck.runs.turns import place_figures, turn_figures
@@ -74,23 +73,6 @@ def _from_name(path: Path) -> dict[str, Any]:
     return dict(zip(keys, parts)) if len(parts) >= 5 else {}
 
 
-def gate_view(path: Path, summary: dict[str, Any]) -> dict[str, Any]:
-    """The gate as niah.log tells it: status passed | failed | incomplete | not run."""
-    recorded = summary.get("gate") or {}
-    log = path / "niah.log"
-    if not log.exists():
-        return {"status": "not run", **{k: v for k, v in recorded.items() if k in ("source", "note")}}
-    probes, printed = read_log(log.read_text())
-    result = dict(recorded.get("result") or {})
-    result.update(tally(probes, result.get("threshold", (recorded.get("spec") or {}).get("threshold", 0.67))))
-    if printed is None:
-        status = "incomplete"  # probes logged but the run stopped before the GATE line
-    else:
-        status = "passed" if result["passed"] else "failed"
-    return {"status": status, "result": result, "probes": probes, "printed_score": printed,
-            "source": recorded.get("source", "this run"), "note": recorded.get("note")}
-
-
 def result_label(view: dict[str, Any]) -> str:
     """How every listing marks a run: a failed run, a failed/missing gate, or a result."""
     gate = view["gate"]["status"]
@@ -117,8 +99,8 @@ def load(path: Path) -> dict[str, Any]:
     if view.get("status") == "running" and not _writer_alive(summary):
         view["status"] = "failed"
         view["reason"] = "servedeck stopped before finishing the run (no final summary was written)"
-    # the needle's verdict folded with every accuracy gate's (gates/samples.py): any failed → not a result
-    view["gate"] = combined(gate_view(path, summary), accuracy_views(path, summary))
+    # every gate's verdict folded into one (gates/kinds.py): any failed → not a result
+    view["gate"] = gates_view(path, summary)
     workload = summary.get("workload") or {}
     lines = read_jsonl(path / "requests.jsonl")
     by_point: dict[int, list[RequestRecord]] = {}
