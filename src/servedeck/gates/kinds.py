@@ -24,6 +24,7 @@ from servedeck.engines.base import Endpoint
 from servedeck.errors import UsageError
 from servedeck.gates import niah, samples
 
+
 @dataclass(frozen=True)
 class Kind:
     view: Callable[[Path, Mapping[str, Any]], dict[str, Any]]  # (run folder, its summary.json entry) → its view
@@ -35,12 +36,12 @@ KINDS: dict[str, Kind] = {
     "exact": Kind(samples.view, False),
     "lm-eval": Kind(samples.view, False),
 }
-NEEDLE = "niah"  # the needle's name in summary.json `gates`: readers show it apart (its own report section)
+NEEDLE = "niah"  # the needle's name among a run's gates: readers show it apart (its own report section)
 LM_EVAL_PREFIX = "lm-eval:"
 
 
 class Gate(Protocol):
-    name: str  # its key in summary.json `gates` ("niah", "eval")
+    name: str  # its name among the run's gates ("niah", "eval"): where its entry is, see `records`
     kind: str  # a key of KINDS
     threshold: float
     file: str  # its record in the run folder
@@ -56,7 +57,7 @@ AccuracyGate = Gate  # the name the accuracy kinds were first written under
 
 
 def entry(gate: Gate, status: str, **more: Any) -> dict[str, Any]:
-    """A gate's summary.json entry (`gates.<name>`), as it runs and once it has its verdict."""
+    """A gate's summary.json entry (where: `stored`), as it runs and once it has its verdict."""
     return {"kind": gate.kind, "status": status, "source": "this run", "file": gate.file, "spec": gate.spec_json(),
             **more}
 
