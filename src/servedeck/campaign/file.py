@@ -13,6 +13,9 @@ CampaignFile out); `variants()` expands `[matrix]` into named variants.
                    (names of [slo.NAME] tables), max, resolution, start (campaign/capacity.py)
                    kind = conversations: users, turns, turn_tokens, answer_tokens, think_time,
                    system_prompt_tokens, max_context (campaign/conversations.py)
+                   kind = shared-prefix: groups, group_size, prefix_tokens, suffix_tokens;
+                   kind = trace: trace (a JSONL file beside the campaign file), time_scale, window,
+                   block_tokens (campaign/replay_keys.py)
     [slo.NAME]     thresholds, like ttft_p95 = "2s", error_rate = "1%" (servedeck.slo)
 """
 
@@ -207,7 +210,7 @@ class Variant(_Strict):
 class WorkloadCfg(_Strict):
     """One `servedeck bench` per launch: the same keys as its options."""
 
-    kind: Literal["chat", "long-prompt", "capacity", "conversations"]
+    kind: Literal["chat", "long-prompt", "capacity", "conversations", "shared-prefix", "trace"]
     concurrency: Optional[list[int]] = None
     rate: Optional[list[float]] = None
     arrivals: Literal["poisson", "constant"] = "poisson"
@@ -229,19 +232,31 @@ class WorkloadCfg(_Strict):
     # kind = "conversations" only: as `servedeck bench --workload conversations`' options
     users: Optional[int] = None
     turns: Optional[int] = None
-    turn_tokens: Optional[int] = None
-    answer_tokens: Optional[int] = None
+    turn_tokens: Optional[Union[int, str]] = None  # conversations: a number, or a distribution ("uniform:128-384")
+    answer_tokens: Optional[Union[int, str]] = None
     think_time: Optional[str] = None
     system_prompt_tokens: Optional[int] = None
     max_context: Optional[int] = None
+    # kind = "shared-prefix" / "trace" only: as `servedeck bench --workload shared-prefix | trace`' options
+    groups: Optional[int] = None
+    group_size: Optional[int] = None
+    prefix_tokens: Optional[int] = None
+    suffix_tokens: Optional[int] = None
+    trace: Optional[str] = None
+    time_scale: Optional[float] = None
+    window: Optional[str] = None
+    block_tokens: Optional[int] = None
 
     @model_validator(mode="after")
     def _shape(self) -> "WorkloadCfg":
         from servedeck.campaign.capacity_keys import check_workload  # the capacity keys' rules live with the search
         from servedeck.campaign.conversation_keys import check_workload as check_conversations
 
+        from servedeck.campaign.replay_keys import check_workload as check_replays
+
         check_workload(self)
         check_conversations(self)
+        check_replays(self)
         if self.concurrency and self.rate:
             raise ValueError("concurrency and rate are two different load shapes: give one")
         for key in ("concurrency", "rate"):
@@ -382,6 +397,9 @@ def parse(text: str, path: Path) -> Campaign:
     from servedeck.campaign.capacity_keys import campaign_problems
 
     problems += campaign_problems(cf)
+    from servedeck.campaign.replay_keys import trace_problems
+
+    problems += trace_problems(cf.workloads, path)
     for key in ("base", "reference"):
         ref = getattr(cf.campaign, key)
         if ref is not None and ref not in names:

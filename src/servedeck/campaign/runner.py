@@ -474,4 +474,8 @@ def _points(w: Any) -> list[str]:
         return []
     if w.kind == "conversations":
         return conversation_spec(w).to_json()["points"]
+    if w.kind in ("shared-prefix", "trace"):
+        from servedeck.campaign.replay_keys import spec_for
+
+        return spec_for(w, None).to_json()["points"]
     return bench_spec(w).to_json()["points"]

@@ -20,6 +20,9 @@ from servedeck.campaign.bench import DEFAULTS, BenchSpec
 from servedeck.campaign.capacity import campaign_specs as capacity_specs, capacity as capacity_on_target
 from servedeck.campaign.conversation_keys import spec_of as conversation_spec
 from servedeck.campaign.conversations import conversations as conversations_on_target
+from servedeck.campaign.replay_keys import spec_for as replay_spec
+from servedeck.campaign.shared_prefix import shared_prefix as shared_prefix_on_target
+from servedeck.campaign.trace import trace as trace_on_target
 from servedeck.campaign.file import Campaign, WorkloadCfg
 from servedeck.campaign.reporter import QuietReporter
 from servedeck.campaign.session import Outcome, bench as bench_on_target, gate_run
@@ -129,6 +132,12 @@ class CellSteps:
             if w.kind == "conversations":  # one run folder of every user's conversation
                 _one_run(cell, news, lambda out, w=w: conversations_on_target(
                     main, conversation_spec(w), gate_mode=None if needle else False,
+                    gate_spec=GateSpec(context=gate_ctx), reporter=_PhaseReporter(news, cell.id), outcome=out))
+                continue
+            if w.kind in ("shared-prefix", "trace"):  # one run folder each, one point of its own
+                run = shared_prefix_on_target if w.kind == "shared-prefix" else trace_on_target
+                _one_run(cell, news, lambda out, w=w, run=run: run(
+                    main, replay_spec(w, self.camp.path), gate_mode=None if needle else False,
                     gate_spec=GateSpec(context=gate_ctx), reporter=_PhaseReporter(news, cell.id), outcome=out))
                 continue
             spec = bench_spec(w)

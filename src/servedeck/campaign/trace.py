@@ -48,6 +48,11 @@ class TraceSpec:
 
     def check(self) -> list[TraceRow]:
         """Every rule, and the trace read whole: before anything launches."""
+        self.check_options()
+        return read_trace(self.path, self.window_s)
+
+    def check_options(self) -> None:
+        """The rules that need no file."""
         if not self.time_scale > 0:
             raise UsageError(f"--time-scale must be above 0, got {self.time_scale:g}",
                              hint="1 replays the trace as recorded, 0.5 twice as fast")
@@ -58,7 +63,6 @@ class TraceSpec:
         if self.content == "random":
             raise UsageError("a trace's prompts are real text; --content random is not for it",
                              hint="--content prose (default) or --content code")
-        return read_trace(self.path, self.window_s)
 
     def to_json(self) -> dict[str, Any]:
         return {"workload": "trace", "points": [f"trace {self.path.name}"], "trace": str(self.path),
