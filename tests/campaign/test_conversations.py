@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from servedeck.campaign import Outcome, measured
-from servedeck.campaign.conversations import ConversationsSpec, conversations
+from servedeck.campaign.conversations import ConversationsSpec, conversations, spec_from_options
 from servedeck.errors import UsageError
 from servedeck.fsio import read_jsonl
 from servedeck.loadgen.loop import run as run_loop
@@ -56,6 +56,30 @@ def test_three_users_three_turns_cached_tokens_rise_turn_by_turn(campaign_config
     assert "## Conversations: figures per turn" in md and "| all | 9 | 9 |" in md
     print("\nper turn: " + "; ".join(f"turn {r['turn']}: cached {r['cached_share']:.0%}, TTFT p50 "
                                      f"{r['ttft_ms_p50']:.0f} ms" for r in view["conversations"]["per_turn"]))
+
+
+@pytest.mark.engine
+@pytest.mark.llamacpp
+def test_turn_lengths_drawn_from_a_distribution_and_turns_due_after_the_think_time(campaign_config, llama):
+    # each user turn adds uniform:24-200 tokens (drawn per turn, seeded); the next turn is due 50 ms after the
+    # previous answer ended, and its record says so (t_target), so schedule lag is the client's own
+    spec = spec_from_options(users=2, turns=4, turn_tokens="uniform:24-200", answer_tokens="4", think_time="50ms",
+                             system_prompt_tokens=0, content=None, seed=11, request_timeout_s="default",
+                             max_context=None)
+    assert spec.turn_dist is not None and (spec.turn_dist.low, spec.turn_dist.high) == (24, 200)
+    folder = _run(campaign_config, "smollm2", spec)
+    by = {(ln["conversation"], ln["turn"]): ln for ln in _turns(folder)}
+    assert len(by) == 8 and all(ln["status"] == "ok" for ln in by.values())
+    # what each turn added to the prompt: the drawn text plus ~24 tokens of question and template
+    added = [by[(c, t)]["prompt_tokens"] - by[(c, t - 1)]["prompt_tokens"] - by[(c, t - 1)]["output_tokens"]
+             for c in range(2) for t in (2, 3, 4)]
+    assert all(24 <= a <= 200 + 40 for a in added), added
+    assert max(added) - min(added) > 30, added  # a fixed 112-token turn would add the same each time (± a few)
+    for c in range(2):
+        for t in (2, 3, 4):
+            assert by[(c, t)]["t_target"] - by[(c, t - 1)]["t_end"] == pytest.approx(0.05, abs=1e-3)
+            assert by[(c, t)]["t_send"] >= by[(c, t)]["t_target"]
+    assert load(folder)["workload"]["drawn"]["turn_tokens"]["text"] == "uniform:24-200"
 
 
 @pytest.mark.engine

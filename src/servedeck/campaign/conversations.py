@@ -9,6 +9,10 @@ timings.cache_n; vLLM: usage.prompt_tokens_details.cached_tokens with prefix cac
 enable-prompt-tokens-details on), kept in requests.jsonl with `conversation` and `turn`; figures per
 turn index and overall come from those lines (runs/turns.py).
 
+The user-turn tokens, the answer tokens and the think time are each fixed or drawn per turn from a
+distribution (`uniform:128-384`, `normal:256,64`, `exp:2s`: loadgen/drawn.py), from the user's own seeded
+generator, so a seeded run draws the same lengths again.
+
 A conversation stops, as the ramp does, when its next turn would not fit the context (its
 previous prompt + answer + U + A + 32 tokens of margin) or a turn fails; each stop and its reason
 go into summary.json's `conversations.cutoffs`. Before the first request, the turn at which the
@@ -38,12 +42,12 @@ from servedeck.gates.niah import GateSpec
 from servedeck.gates.server import ServerTokens
 from servedeck.loadgen import texts
 from servedeck.loadgen.api import ApiClient
+from servedeck.loadgen.drawn import Drawn, fixed, parse_drawn
 from servedeck.loadgen.prompts import _tag, chars_per_token, new_nonce, seeded_nonce
 from servedeck.loadgen.records import RequestRecord
 from servedeck.loadgen.texts import Content
 from servedeck.runs.folder import RunFolder
 from servedeck.runs.turns import turn_figures
-from servedeck.timeparse import seconds
 
 DEFAULT_TURN_TOKENS = 256
 QUESTION = "In one sentence, what is the text above about?"
@@ -63,6 +67,22 @@ class ConversationsSpec:
     seed: Optional[int] = None
     request_timeout_s: Optional[float] = 600.0
     max_context: Optional[int] = None  # None: what the server serves per request
+    # drawn per turn instead of the fixed values above (which then hold their means); None: fixed
+    turn_dist: Optional[Drawn] = None
+    answer_dist: Optional[Drawn] = None
+    think_dist: Optional[Drawn] = None
+
+    @property
+    def turn(self) -> Drawn:
+        return self.turn_dist or fixed(self.turn_tokens, 16)
+
+    @property
+    def answer(self) -> Drawn:
+        return self.answer_dist or fixed(self.answer_tokens, 1)
+
+    @property
+    def think(self) -> Drawn:
+        return self.think_dist or fixed(self.think_time_s, 0.0, integer=False)
 
     def check(self, context: Optional[int]) -> None:
         """Every rule on the spec; context None before the server is asked."""
@@ -84,8 +104,8 @@ class ConversationsSpec:
                              f"+ {MARGIN} tokens of margin", hint="lower --turn-tokens or --system-prompt-tokens")
 
     def cut_turn(self, context: int) -> Optional[int]:
-        """The first turn that will not fit `context` (an estimate from S, U and A: the server's counts
-        decide at run time), or None when every turn fits."""
+        """The first turn that will not fit `context` (an estimate from S, U and A, their means where they are
+        drawn: the server's counts decide at run time), or None when every turn fits."""
         for t in range(1, self.turns + 1):
             if self.system_prompt_tokens + t * (self.turn_tokens + self.answer_tokens + PER_TURN_EXTRA) \
                     + MARGIN > context:
@@ -93,11 +113,14 @@ class ConversationsSpec:
         return None
 
     def to_json(self) -> dict[str, Any]:
+        drawn = {k: d.to_json() for k, d in (("turn_tokens", self.turn_dist), ("answer_tokens", self.answer_dist),
+                                             ("think_time_s", self.think_dist)) if d is not None}
         return {"workload": "conversations", "points": [self.label], "users": self.users, "turns": self.turns,
                 "turn_tokens": self.turn_tokens, "answer_tokens": self.answer_tokens,
                 "think_time_s": self.think_time_s, "system_prompt_tokens": self.system_prompt_tokens,
                 "content": self.content, "seed": self.seed, "request_timeout_s": self.request_timeout_s,
-                "max_context": self.max_context, "warmup": 0, "api": "chat", "temperature": 0}
+                "max_context": self.max_context, "warmup": 0, "api": "chat", "temperature": 0,
+                **({"drawn": drawn} if drawn else {})}
 
     @property
     def label(self) -> str:
@@ -155,25 +178,30 @@ class _Run:
         history: list[dict[str, str]] = [{"role": "system", "content": self.system}] if self.system else []
         pos = texts.start_of(spec.content, rng)
         so_far = 0  # the previous turn's prompt + answer tokens, by the server's count
+        due = self.start  # when this turn is due: at the start, then the previous answer's end + the think time
         for t in range(1, spec.turns + 1):
-            if so_far + spec.turn_tokens + spec.answer_tokens + MARGIN > self.limit:
+            turn_tokens, answer_tokens = int(spec.turn.draw(rng)), int(spec.answer.draw(rng))
+            think = spec.think.draw(rng) if t > 1 else 0.0
+            if so_far + turn_tokens + answer_tokens + MARGIN > self.limit:
                 self.cutoffs.append({"conversation": c, "turn": t - 1, "reason": (
-                    f"context limit: {so_far} tokens so far + a {spec.turn_tokens}-token turn + "
-                    f"{spec.answer_tokens} answer tokens would pass {self.limit}")})
+                    f"context limit: {so_far} tokens so far + a {turn_tokens}-token turn + "
+                    f"{answer_tokens} answer tokens would pass {self.limit}")})
                 return
-            if t > 1 and spec.think_time_s:
-                await asyncio.sleep(spec.think_time_s)
-            chars = int(spec.turn_tokens * self.cpt)
+            due += think
+            while (wait := due - time.perf_counter()) > 0:  # a loop's timer may wake a little early: not before due
+                await asyncio.sleep(wait)
+            chars = int(turn_tokens * self.cpt)
             text = (_tag(self.nonce, "measured", c) if t == 1 else "") + texts.piece(spec.content, pos, chars)
             pos += chars
             history.append({"role": "user", "content": f"{text}\n\n{QUESTION}"})
             body = merge_request({"model": self.target.served_name, "messages": history,
-                                  "max_tokens": spec.answer_tokens, "temperature": 0, "stream": True,
+                                  "max_tokens": answer_tokens, "temperature": 0, "stream": True,
                                   "stream_options": {"include_usage": True}}, self.target.request)
-            t_target = time.perf_counter()
             reply = await self.api.chat(body, timeout_s=spec.request_timeout_s)
             rec = reply.record
-            self.keep(rec, c, t, t_target)
+            end = rec.t_end if rec.t_end is not None else time.perf_counter()
+            self.keep(rec, c, t, due)
+            due = end
             cached = f"{rec.cached_tokens}/{rec.prompt_tokens}" if rec.cached_tokens is not None else "-"
             self.reporter.stage(f"conversation {c} turn {t}: {rec.status}, TTFT "
                                 f"{'-' if rec.ttft is None else f'{rec.ttft * 1000:.0f} ms'}, cached {cached}")
@@ -230,7 +258,7 @@ async def conversations(target: Target, spec: ConversationsSpec, *, gate_mode: O
     reporter = reporter or QuietReporter()
     ctx = await _served_context(target)
     spec.check(ctx)
-    check_output_cap(target.cfg, target.name, spec.answer_tokens, "--answer-tokens")
+    check_output_cap(target.cfg, target.name, int(spec.answer.high), "--answer-tokens")
     limit = spec.max_context or ctx
     note = cut_note(spec, limit)
     if note:
@@ -252,16 +280,21 @@ async def conversations(target: Target, spec: ConversationsSpec, *, gate_mode: O
     return outcome
 
 
-def spec_from_options(*, users: int, turns: int, turn_tokens: Optional[int], answer_tokens: int,
+def spec_from_options(*, users: int, turns: int, turn_tokens: Optional[int | str], answer_tokens: int | str,
                       think_time: str, system_prompt_tokens: int, content: Optional[str], seed: Optional[int],
                       request_timeout_s: Optional[float] | Literal["default"], max_context: Optional[int]
                       ) -> ConversationsSpec:
-    """`servedeck bench --workload conversations`' options → a spec checked before anything launches."""
-    spec = ConversationsSpec(users=users, turns=turns, turn_tokens=DEFAULT_TURN_TOKENS if turn_tokens is None
-                             else turn_tokens, answer_tokens=answer_tokens,
-                             think_time_s=seconds(think_time, "--think-time") if think_time.strip() not in ("", "0")
-                             else 0.0, system_prompt_tokens=system_prompt_tokens, content=content or "prose",  # type: ignore[arg-type]
+    """`servedeck bench --workload conversations`' options → a spec checked before anything launches. The turn
+    and answer tokens and the think time are each a fixed value or a distribution (loadgen/drawn.py)."""
+    turn = parse_drawn(str(DEFAULT_TURN_TOKENS if turn_tokens is None else turn_tokens), "--turn-tokens", least=16)
+    answer = parse_drawn(str(answer_tokens), "--answer-tokens", least=1)
+    think = parse_drawn(think_time.strip() or "0", "--think-time", least=0.0, integer=False)
+    spec = ConversationsSpec(users=users, turns=turns, turn_tokens=int(round(turn.mean)),
+                             answer_tokens=int(round(answer.mean)), think_time_s=think.mean,
+                             system_prompt_tokens=system_prompt_tokens, content=content or "prose",  # type: ignore[arg-type]
                              seed=seed, request_timeout_s=600.0 if request_timeout_s == "default"
-                             else request_timeout_s, max_context=max_context)  # type: ignore[arg-type]
+                             else request_timeout_s, max_context=max_context,  # type: ignore[arg-type]
+                             turn_dist=None if turn.fixed else turn, answer_dist=None if answer.fixed else answer,
+                             think_dist=None if think.fixed else think)
     spec.check(None)
     return spec

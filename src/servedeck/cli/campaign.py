@@ -222,12 +222,12 @@ def bench(
     stall_after: str = _STALL_AFTER,
     check_outputs: bool = typer.Option(False, "--check-outputs", help="first answer 8 fixed prompts greedily into outputs.jsonl (see compare-outputs)"),
     gate_answer_tokens: int = _GATE_ANSWER_TOKENS,
-    turn_tokens: Optional[int] = typer.Option(None, "--turn-tokens", help="ramp, conversations: text tokens each turn adds (default 2000 for the ramp, 256 for conversations)"),
-    answer_tokens: int = typer.Option(64, "--answer-tokens", help="ramp, conversations: room for each answer"),
+    turn_tokens: Optional[str] = typer.Option(None, "--turn-tokens", help="ramp, conversations: text tokens each turn adds (default 2000 for the ramp, 256 for conversations); conversations also take a distribution drawn per turn: uniform:128-384, normal:256,64, exp:256"),
+    answer_tokens: str = typer.Option("64", "--answer-tokens", help="ramp, conversations: room for each answer; conversations also take a distribution, as --turn-tokens"),
     max_context: Optional[int] = typer.Option(None, "--max-context", help="ramp, conversations: stop before a conversation passes this (default: the server's context)"),
     users: int = typer.Option(4, "--users", help="conversations: users talking at once"),
     turns: int = typer.Option(4, "--turns", help="conversations: turns per conversation"),
-    think_time: str = typer.Option("0", "--think-time", help="conversations: pause between an answer and the next turn, e.g. 2s"),
+    think_time: str = typer.Option("0", "--think-time", help="conversations: pause between an answer and the next turn, e.g. 2s, or drawn per turn: uniform:1s-3s, exp:2s"),
     system_prompt_tokens: int = typer.Option(0, "--system-prompt-tokens", help="conversations: a system prompt of this many tokens shared by every user (0: none)"),
     groups: int = typer.Option(4, "--groups", help="shared-prefix: groups of requests, each its own prefix"),
     group_size: int = typer.Option(4, "--group-size", help="shared-prefix: requests per group"),
@@ -280,7 +280,8 @@ def bench(
         return
     if workload is WorkloadChoice.ramp:
         # --request-timeout, when given, bounds each turn (as it bounds each request of the other workloads)
-        rspec = _ramp_spec(2000 if turn_tokens is None else turn_tokens, answer_tokens, max_context, needle_every, time_cap,
+        rspec = _ramp_spec(2000 if turn_tokens is None else _whole(turn_tokens, "--turn-tokens"),
+                           _whole(answer_tokens, "--answer-tokens"), max_context, needle_every, time_cap,
                            (request_timeout, "--request-timeout") if request_timeout else (turn_timeout, "--turn-timeout"),
                            stop_on_miss, content or ContentChoice.prose, stall_after, seed)
         _measure(model, launch, as_json, lambda target, rep, outcome: session.ramp(
@@ -336,6 +337,16 @@ def ramp(
                        (turn_timeout, "--turn-timeout"), stop_on_miss, content, stall_after, seed)
     _measure(model, launch, as_json, lambda target, rep, outcome: session.ramp(
         target, rspec, gate_mode=gate_flag, gate_spec=gate_spec, reporter=rep, outcome=outcome))
+
+
+def _whole(text: str, flag: str) -> int:
+    """A ramp's token count: one whole number (a distribution is for --workload conversations)."""
+    try:
+        return int(text)
+    except ValueError:
+        raise UsageError(f"{flag}: {text!r} is not a whole number of tokens",
+                         hint="the ramp takes one value, e.g. 2000; distributions are for --workload conversations") \
+            from None
 
 
 def _ramp_spec(turn_tokens: int, answer_tokens: int, max_context: Optional[int], needle_every: int, time_cap: str,
