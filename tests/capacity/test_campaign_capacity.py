@@ -119,7 +119,7 @@ def test_campaign_md_carries_the_recommendation(campaign):
     _, _, folder = campaign
     rows = _md_rows((folder / "campaign.md").read_text(), "### Recommendation")
     assert rows[1][1:] == ["**parallel=4**", "c=4 per launch (CPU), +300% over parallel=1 (c=1); no interval: "
-                                             "one launch a variant (campaign repeats = 2 or more gives one)", "-"]
+                                             "one capacity found a variant (campaign repeats = 2 or more gives one)", "-"]
 
 
 def _rebuilt_energy(run: Path) -> dict:
@@ -185,7 +185,7 @@ def report(campaign, tmp_path_factory) -> tuple[Path, list[list[str]]]:
 def test_the_report_html_shows_the_recommendation_in_chromium(report):
     recs = [row for row in report[1] if row[1:2] == ["parallel=4"] and len(row) == 4]
     assert [row[2:] for row in recs] == [["c=4 per launch (CPU), +300% over parallel=1 (c=1); no interval: "
-                                          "one launch a variant (campaign repeats = 2 or more gives one)", "-"]]
+                                          "one capacity found a variant (campaign repeats = 2 or more gives one)", "-"]]
 
 
 def test_the_report_html_capacity_table_shows_the_gate(report):

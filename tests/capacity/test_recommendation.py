@@ -52,7 +52,7 @@ def test_the_interval_is_said_in_the_table_for_a_real_difference():
 
 def test_one_launch_a_side_gives_no_interval_and_says_why():
     views = [_view("a", 4), _view("b", 2), _view("b", 2)]
-    assert _carrying(views).endswith("+100% over b (c=2); no interval: one launch of a "
+    assert _carrying(views).endswith("+100% over b (c=2); no interval: one capacity found for a "
                                      "(campaign repeats = 2 or more gives one)")
 
 

@@ -228,7 +228,7 @@ def _no_interval(best: dict[str, Any], runner: Optional[dict[str, Any]]) -> Opti
     few = [r["variant"] for r in (best, runner) if len(r.get("capacities_per_gpu") or []) < 2]
     if not few:
         return None
-    return ("one launch a variant" if len(few) == 2 else f"one launch of {few[0]}") + \
+    return ("one capacity found a variant" if len(few) == 2 else f"one capacity found for {few[0]}") + \
         " (campaign repeats = 2 or more gives one)"
 
 
