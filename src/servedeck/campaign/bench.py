@@ -35,7 +35,7 @@ from servedeck.loadgen import (ClientConfig, ClosedLoop, LoadRun, OpenLoop, Requ
                                Shape, Slo, StreamingClient, new_nonce, sized_requests, synthetic_requests,
                                synthetic_text)
 from servedeck.loadgen.procs import ProcessLoadRun
-from servedeck.loadgen.prompts import chars_per_token, seeded_nonce
+from servedeck.loadgen.prompts import TooShort, chars_per_token, seeded_nonce
 from servedeck.loadgen.schedule import shape_json
 from servedeck.loadgen.spread import Spread
 from servedeck.loadgen.texts import CONTENTS, Content
@@ -245,11 +245,17 @@ async def _prompts(spec: BenchSpec, tokens: ServerTokens, nonce: str, reporter: 
                "target_tokens": size, "fixed_prompt": True}
         return warm, partial(_repeat, first), how
     reporter.stage(f"{label}: sizing prompts with the server's tokenizer")
-    warm = await sized_requests(size, out, spec.warmup, count, kind="warmup", seed=spec.seed, nonce=nonce,
-                                content=spec.content) if spec.warmup else []
+    try:
+        warm = await sized_requests(size, out, spec.warmup, count, kind="warmup", seed=spec.seed, nonce=nonce,
+                                    content=spec.content) if spec.warmup else []
+        if spec.requests is not None:
+            n = 1 if spec.repeat_prompt else spec.requests
+            measured = await sized_requests(size, out, n, count, seed=spec.seed, nonce=nonce, content=spec.content)
+    except TooShort as e:  # only the server's tokenizer knows how long the tag and its chat template are
+        flag = "--prompt-tokens" if spec.workload == "long-prompt" else "--input-tokens"
+        raise UsageError(f"{flag} {size}: on this server the prompt's unique tag and the chat template alone take "
+                         f"{e.fixed} tokens", hint=f"give {flag} {e.fixed + 16} or more") from None
     if spec.requests is not None:
-        n = 1 if spec.repeat_prompt else spec.requests
-        measured = await sized_requests(size, out, n, count, seed=spec.seed, nonce=nonce, content=spec.content)
         how = {"sized_by": "server tokenizer, exact per request (chat template included)", "target_tokens": size}
     else:
         # Duration runs need prompts without end: calibrate characters per token on the server once,

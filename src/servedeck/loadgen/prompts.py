@@ -165,6 +165,14 @@ async def fit_prompt(
                             max_calls=max_calls, what="unique tag")
 
 
+class TooShort(ValueError):
+    """The length asked is not above what the fixed part (a unique tag, the chat template) already takes."""
+
+    def __init__(self, tokens: int, fixed: int, what: str) -> None:
+        super().__init__(f"{tokens} tokens is too small for the {fixed}-token {what}")
+        self.tokens, self.fixed, self.what = tokens, fixed, what
+
+
 async def fit_length(
     text: Callable[[int], str], tokens: int, count_tokens: TokenCounter, *, units_per_token: float = 1.0,
     max_calls: int = 16, what: str = "fixed part",
@@ -173,7 +181,7 @@ async def fit_length(
     prefix of text(k + 1), text(0) the part that is always there."""
     lo_k, lo_n = 0, await count_tokens(text(0))  # most units known to stay <= target
     if lo_n >= tokens:
-        raise ValueError(f"{tokens} tokens is too small for the {lo_n}-token {what}")
+        raise TooShort(tokens, lo_n, what)
     hi_k: int | None = None  # fewest words known to overshoot
     prev_k, prev_n = lo_k, lo_n
     k = max(1, round((tokens - lo_n) * units_per_token))  # first guess
