@@ -13,7 +13,7 @@ Two targets:
 Targets (issue 12): added TTFT p50 <= 1 ms and p99 <= 5 ms at 64 streams; output tok/s >= 98 % of direct.
 
     .venv/bin/python bench/door_latency.py [--targets instrument llama] [--reps 2] [--out PATH]
-        [--pin client=0-3 door=4-7 instrument=8-11] [--before-tree PATH]
+        [--pin client=0-3 door=4-7 instrument=8-11] [--before-tree PATH] [--vllm-router]
 Without --pin every process (client, door, instrument, engine) shares this machine's cores; with it,
 each is held to its own CPU set (a GPU host has cores to spare: that shows the door's own cost, not
 the contention of three Python processes on two cores). The load average is recorded at the start
