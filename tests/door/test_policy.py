@@ -284,6 +284,33 @@ def test_prefix_skips_a_replica_past_the_imbalance_bound_however_long_its_match(
     assert p.pick(chat("tell me about owls", "Owls are…", "more"), rs).url == "http://b"
 
 
+def test_prefix_spreads_new_conversations_behind_one_system_prompt_and_keeps_each_on_its_replica():
+    # 16 openings behind the same system prompt arrive at once (none finishes): only the system prompt is
+    # cached anywhere, so each goes to the least loaded replica; each next turn follows its own history
+    from servedeck.door.policy import Prefix
+
+    p, rs = Prefix(imbalance=4), pair()
+    firsts = [f"user {u} asks about topic {u} " * 3 for u in range(16)]
+    where = [send(p, chat(q), rs) for q in firsts]
+    assert sorted(where.count(u) for u in ("http://a", "http://b")) == [8, 8], where
+    for r in rs:
+        r.outstanding = 0
+    again = [send(p, chat(q, "an answer", "a follow-up"), rs) for q in firsts]
+    assert again == where
+
+
+def test_prefix_follows_a_shared_context_to_its_replica_while_that_one_is_no_busier():
+    from servedeck.door.policy import Prefix
+
+    p, rs = Prefix(), pair()
+    doc = "a long shared document " * 20
+    assert send(p, chat(doc + "question 1"), rs) == "http://a"
+    rs[0].outstanding = 0
+    assert p.pick(chat(doc + "question 2"), rs).url == "http://a"  # idle: its cached document is the reason
+    rs[0].outstanding = 1
+    assert p.pick(chat(doc + "question 3"), rs).url == "http://b"  # busier than b: balance instead
+
+
 def test_prefix_memory_per_replica_is_bounded_in_entries_and_characters():
     from servedeck.door.policy import RECENT_PER_REPLICA, Prefix
 

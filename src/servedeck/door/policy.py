@@ -335,7 +335,15 @@ class Prefix(ReplicaPolicy):
     prefix_chars characters per replica). A best match under `min_share` of the request's opening
     (vllm-router's cache_threshold, 0.5 by default there too), or no chat/prompt body: the
     least-outstanding replica (vllm-router takes the one holding the least cached text). Ties: fewer
-    outstanding, then fewer sent."""
+    outstanding, then fewer sent.
+
+    A match that continues a request the replica served (that request's whole text begins this one: the
+    next turn of a conversation) goes there within the bound. A match that diverges (only a context shared
+    with other requests is cached there: a system prompt, a document) goes there only while that replica
+    is no busier than the least loaded; else least-outstanding. A shared context costs one prefill per
+    replica and is then cached on each, so following it would pile new conversations onto whichever
+    replica served the first (16 openings behind one system prompt went 10/6, and the later turns of the
+    heavier side were moved at the bound, prefilling their history again)."""
 
     name = "prefix"
     knobs = ("imbalance", "prefix_chars")
@@ -349,19 +357,25 @@ class Prefix(ReplicaPolicy):
         text = opening(ask.doc, self.prefix_chars) if ask is not None else None
         if text is None:
             return pick_replica(replicas)
-        scored = [(self.longest(text, r.recent), r) for r in replicas if not overloaded(r, replicas, self.imbalance)]
-        shared, chosen = max(scored, key=lambda s: (s[0], -s[1].outstanding, -s[1].sent))
+        scored = [(*self.longest(text, r.recent), r) for r in replicas if not overloaded(r, replicas, self.imbalance)]
+        shared, continues, chosen = max(scored, key=lambda s: (s[0], -s[2].outstanding, -s[2].sent))
         if shared == 0 or shared < self.min_share * len(text):
+            chosen = pick_replica(replicas)
+        elif not continues and chosen.outstanding > min(r.outstanding for r in replicas):
             chosen = pick_replica(replicas)
         chosen.recent.append(text)
         return chosen
 
     @staticmethod
-    def longest(text: str, recent: deque) -> int:
-        best = 0
+    def longest(text: str, recent: deque) -> tuple[int, bool]:
+        """(the longest prefix `text` shares with an entry, whether that entry is all of it: a request this
+        one continues)."""
+        best, whole = 0, False
         for seen in recent:
-            best = max(best, shared_prefix(text, seen, best))
-        return best
+            n = shared_prefix(text, seen, best)
+            if n > best or (n == best and n == len(seen) and not whole):
+                best, whole = n, n == len(seen)
+        return best, whole
 
 
 POLICIES: dict[str, type[ReplicaPolicy]] = {p.name: p for p in (LeastOutstanding, Session, Prefix)}
