@@ -14,7 +14,9 @@ so on the H200, where the client has cores to spare.
    boundary falls mid-range whatever this machine's speed, plus error_rate<=1%. The grid's
    boundary is the highest load that passed below the lowest that failed (each point judged by
    servedeck.slo.judge, as the search judges).
-3. The search: `servedeck bench --find max-concurrency` (campaign/capacity.py) --searches times.
+3. The search: `servedeck bench --find max-concurrency` (campaign/capacity.py) --searches times, each on a
+   freshly started server (--same-server: on the grid's; on one server the searches, measured after the
+   grid, found the same loads 15-30 % slower: docs/capacity.md).
 Goal: each search's boundary within one resolution step of the grid's, using at most 40 % of the grid's
 measured requests, and the searches within one step of each other. Prints a table, writes JSON.
 Timings on a shared 2-core machine are noisy: the load average is recorded beside each figure.
@@ -125,6 +127,8 @@ def main() -> None:
     ap.add_argument("--output-tokens", type=int, default=32)
     ap.add_argument("--searches", type=int, default=3)
     ap.add_argument("--resolution", default="10%")
+    ap.add_argument("--same-server", action="store_true",
+                    help="measure the searches on the server that measured the grid (default: a fresh one each)")
     ap.add_argument("--models-toml", type=Path, default=None, help="a models.toml in place of the starter's")
     ap.add_argument("--model", default="smollm2", help="the model of --models-toml to search")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "bench/results"), "capacity_search.json"))
@@ -159,6 +163,9 @@ def main() -> None:
                                    "tpot_p90_ms": j["thresholds"][0]["value"]} for j in judged]}
         _save(out, a, res)
         for i in range(a.searches):
+            if not a.same_server:  # the same loads measured 15-30 % slower after the grid than during it
+                deck.stop([MODEL])
+                deck.start(MODEL)
             load0 = _load_avg()
             cspec = CapacitySpec(find="max-concurrency", slo=slo, bench=BenchSpec(shapes=(), **point), resolution=res)
             got = Outcome()
