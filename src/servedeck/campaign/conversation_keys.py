@@ -25,11 +25,13 @@ def check_workload(w: Any) -> None:
     try:
         spec_of(w)
     except UsageError as e:  # the option's name as the file spells it
-        raise ValueError(_as_key(e.message)) from None
+        raise ValueError(as_key(e.message, CONVERSATION_KEYS)) from None
 
 
-def _as_key(text: str) -> str:
-    for k in CONVERSATION_KEYS:
+def as_key(text: str, keys: tuple[str, ...]) -> str:
+    """A `servedeck bench` message naming options (`--turn-tokens`) → naming the campaign file's keys
+    (`turn_tokens`), for each of `keys`."""
+    for k in keys:
         text = text.replace("--" + k.replace("_", "-"), k)
     return text
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
+from servedeck.campaign.conversation_keys import as_key
 from servedeck.errors import UsageError
 
 SHARED_PREFIX_KEYS = ("groups", "group_size", "prefix_tokens", "suffix_tokens")
@@ -33,7 +34,7 @@ def check_workload(w: Any) -> None:
         try:
             shared_prefix_spec(w)
         except UsageError as e:
-            raise ValueError(_as_key(e.message, SHARED_PREFIX_KEYS + ("output_tokens", "concurrency"))) from None
+            raise ValueError(as_key(e.message, SHARED_PREFIX_KEYS + ("output_tokens", "concurrency"))) from None
     elif w.kind == "trace":
         if w.trace is None:
             raise ValueError("a trace workload replays a file: give trace = \"PATH.jsonl\" "
@@ -44,13 +45,7 @@ def check_workload(w: Any) -> None:
         try:
             trace_spec(w, Path("."), check=False)
         except UsageError as e:
-            raise ValueError(_as_key(e.message, TRACE_KEYS)) from None
-
-
-def _as_key(text: str, keys: tuple[str, ...]) -> str:
-    for k in keys:
-        text = text.replace("--" + k.replace("_", "-"), k)
-    return text
+            raise ValueError(as_key(e.message, TRACE_KEYS)) from None
 
 
 def shared_prefix_spec(w: Any) -> Any:
@@ -101,4 +96,4 @@ def spec_for(w: Any, campaign_path: Optional[Path]) -> Any:
     """The spec a shared-prefix or trace entry runs as (campaign/steps.py, the plan)."""
     if w.kind == "shared-prefix":
         return shared_prefix_spec(w)
-    return trace_spec(w, (campaign_path or Path("x")).parent, check=False)
+    return trace_spec(w, campaign_path.parent if campaign_path else Path("."), check=False)
