@@ -4,9 +4,7 @@ compared with (bench/routing_side_by_side.py, bench/door_latency.py --vllm-route
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -16,6 +14,8 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import httpx
+
+from servedeck.supervisor.process import stop_group
 
 
 def executable() -> str:
@@ -60,25 +60,34 @@ class VllmRouter:
         with self.log.open("w") as out:
             self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          start_new_session=True, preexec_fn=preexec)
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < 60:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"vllm-router exited ({self.proc.returncode}): {self.log.read_text()[-2000:]}")
-            try:
-                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"vllm-router did not answer /health within 60 s: {self.log.read_text()[-2000:]}")
+        try:
+            wait_healthy(self.proc, self.url, self.log, 60, "vllm-router")
+        except RuntimeError:
+            self.stop()
+            raise
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        self.log.unlink(missing_ok=True)
+        stop_process(self.proc, self.log)
+
+
+def wait_healthy(proc: subprocess.Popen, url: str, log: Path, timeout_s: float, what: str) -> None:
+    """Until `url`/health answers 200; RuntimeError (with the log's tail) when `proc` exits or time runs out."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited ({proc.returncode}): {log.read_text()[-2000:]}")
+        try:
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{what} on {url} did not answer /health within {timeout_s:g} s: {log.read_text()[-2000:]}")
+
+
+def stop_process(proc: subprocess.Popen, log: Path) -> None:
+    """Its whole process group stopped (servedeck's stop_group: SIGTERM, 15 s, SIGKILL), its log removed."""
+    if proc.poll() is None:
+        stop_group(proc.pid, 15.0)
+        proc.wait()
+    log.unlink(missing_ok=True)

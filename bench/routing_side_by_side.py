@@ -59,7 +59,6 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Optional
 
-import httpx
 from rich.console import Console
 from rich.table import Table
 
@@ -79,7 +78,7 @@ from servedeck.runs.turns import turn_figures
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from _vllm_router import VllmRouter, version as vllm_router_version  # noqa: E402
+from _vllm_router import VllmRouter, stop_process, version as vllm_router_version, wait_healthy  # noqa: E402
 from door_latency import DoorProcess, git_commit  # noqa: E402
 
 REPO = HERE.parent
@@ -119,17 +118,7 @@ class Replica:
                                          start_new_session=True, preexec_fn=pin)
 
     def wait_ready(self, timeout_s: float = 120) -> None:
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < timeout_s:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"llama-server exited ({self.proc.returncode}): {self.log.read_text()[-2000:]}")
-            try:
-                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(f"llama-server on {self.url} not ready after {timeout_s:g} s")
+        wait_healthy(self.proc, self.url, self.log, timeout_s, "llama-server")
 
     def counters(self) -> dict[str, float]:
         raw = read_metrics(self.url, 10.0) or {}
@@ -141,14 +130,7 @@ class Replica:
         return len(RELEASE.findall(self.log.read_text(errors="replace")))
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        self.log.unlink(missing_ok=True)
+        stop_process(self.proc, self.log)
 
 
 class Pair:
