@@ -51,24 +51,8 @@ bin=$work/build/bin/llama-server
 echo "build took $(( $(date +%s) - t0 )) s"
 
 step "model"
-r8b=$work/random-llama3-8b-f16.gguf
-"$py" "$repo/scripts/make-tiny-gguf.py" "$r8b" --layers 32 --hidden 4096 --heads 32 --kv-heads 8 --ffn 14336 \
-  --context 131072 --fast || { echo "cannot write the GGUF"; exit 2; }
-
-cat >"$SERVEDECK_CONFIG" <<EOF
-[builds.llamacpp-cuda]
-engine = "llamacpp"
-binary = "$bin"
-
-[models.r8b]
-source = "$r8b"
-build = "llamacpp-cuda"
-port = 8100
-context = 4096
-gpus = [0]
-args = { n-gpu-layers = 999, parallel = 32 }
-notes = "random weights, Llama-3-8B shape: figures are speed, never answers"
-EOF
+. "$here/_device_r8b.sh"
+r8b_model "$SERVEDECK_CONFIG" 4096 32
 
 cat >"$work/cache-ram.toml" <<'EOF'
 [campaign]

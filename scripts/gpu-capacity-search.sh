@@ -37,23 +37,8 @@ export PYTHONPATH="$repo/src:${PYTHONPATH:-}"
 t0=$(date +%s)
 
 step "model"
-r8b=$work/random-llama3-8b-f16.gguf
-"$py" "$repo/scripts/make-tiny-gguf.py" "$r8b" --layers 32 --hidden 4096 --heads 32 --kv-heads 8 --ffn 14336 \
-  --context 131072 --fast || { echo "cannot write the GGUF"; exit 2; }
-cat >"$work/models.toml" <<TOML
-[builds.llamacpp-cuda]
-engine = "llamacpp"
-binary = "$bin"
-
-[models.r8b]
-source = "$r8b"
-build = "llamacpp-cuda"
-port = 8100
-context = 8192
-gpus = [0]
-args = { n-gpu-layers = 999, parallel = 16 }
-notes = "random weights, Llama-3-8B shape: figures are speed, never answers"
-TOML
+. "$here/_device_r8b.sh"
+r8b_model "$work/models.toml" 8192 16
 
 step "grid and searches"
 left=$(( 290 - ($(date +%s) - t0) ))
