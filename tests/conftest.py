@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from servedeck.modelsfile import load
-from servedeck.init import default_locations, render_starter
+from servedeck.init import default_locations
 
 TEST_MARK = "SERVEDECK_TEST_RUN"
 SESSION = str(os.getpid())  # every process this session starts inherits it (pytest_configure below)
@@ -182,7 +182,7 @@ def pytest_unconfigure(config):
     threading.Thread(target=bounded_exit, name="servedeck-test-exit", daemon=True).start()
 
 
-from ports import free_port  # noqa: E402  (below the kernel's ephemeral range: tests/ports.py says why)
+from ports import free_port, starter_toml  # noqa: E402, F401  (free_port: other tests import it from here; ports below the kernel's ephemeral range: tests/ports.py says why)
 
 
 @pytest.fixture(scope="session")
@@ -198,9 +198,7 @@ def engines_ready() -> dict[str, str]:
 @pytest.fixture
 def deck_config(tmp_path, engines_ready):
     """The starter models.toml with free ports, written where a user would keep it."""
-    text = render_starter()
-    for old in ("8081", "8091", "8082"):
-        text = text.replace(f"port = {old}", f"port = {free_port()}")
+    text = starter_toml()
     path = tmp_path / "models.toml"
     path.write_text(text)
     return load(path)

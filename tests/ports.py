@@ -47,3 +47,13 @@ def free_port_pair() -> int:
         if _bindable(p + 1):
             return p
     raise RuntimeError("no two consecutive free ports found")
+
+
+def starter_toml() -> str:
+    """`servedeck init`'s starter models.toml with each model's port moved to a free one."""
+    from servedeck.init import render_starter
+
+    text = render_starter()
+    for old in ("8081", "8091", "8082"):
+        text = text.replace(f"port = {old}", f"port = {free_port()}")
+    return text

@@ -20,9 +20,8 @@ import pytest
 from servedeck.config import Config
 from servedeck.modelsfile import load
 from servedeck.deck import Deck
-from servedeck.init import render_starter
 from servedeck.supervisor.process import group_members, stop_group
-from ports import free_port  # below the kernel's ephemeral range: tests/ports.py says why
+from ports import free_port, starter_toml  # below the kernel's ephemeral range: tests/ports.py says why
 
 TEST_MARK = "SERVEDECK_TEST_RUN"  # as tests/conftest.py: the session guard finds what carries this session's pid
 SESSION = str(os.getpid())
@@ -48,9 +47,7 @@ def servedeck_home(campaign_home, tmp_path, monkeypatch) -> Iterator[Path]:
 def campaign_toml() -> str:
     """The starter models.toml with free ports, one slot per model, SmolLM2 at its 8K context on
     llama.cpp, per-request cached-token counts on vLLM, and a throwaway model for the kill test."""
-    text = render_starter()
-    for old in ("8081", "8091", "8082"):
-        text = text.replace(f"port = {old}", f"port = {free_port()}")
+    text = starter_toml()
     n = iter(range(1, 10))
     text = re.sub(r'slot = "main"', lambda m: f'slot = "s{next(n)}"', text)
     llama = re.search(r"\[models\.smollm2\]\n(.*?)\n\n", text, re.S)

@@ -15,9 +15,8 @@ import pytest
 from servedeck.campaign.file import parse
 from servedeck.campaign.replay_keys import shared_prefix_spec, trace_spec
 from servedeck.errors import ConfigError
-from servedeck.init import render_starter
 from servedeck.runs import list_runs, load
-from ports import free_port
+from ports import starter_toml
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -96,9 +95,7 @@ def _cli(args: list[str], env: dict) -> subprocess.CompletedProcess:
 @pytest.mark.engine
 @pytest.mark.llamacpp
 def test_campaign_plan_and_run_shared_prefix_and_trace_workloads(tmp_path, engines_ready):
-    text = render_starter()
-    for old in ("8081", "8091", "8082"):
-        text = text.replace(f"port = {old}", f"port = {free_port()}")
+    text = starter_toml()
     (tmp_path / "models.toml").write_text(text)
     path = _campaign(tmp_path)
     env = {**os.environ, "SERVEDECK_HOME": str(tmp_path / "home"), "SERVEDECK_RESULTS": str(tmp_path / "results"),

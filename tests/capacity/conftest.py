@@ -13,10 +13,9 @@ import pytest
 
 from servedeck.config import Config
 from servedeck.deck import Deck
-from servedeck.init import render_starter
 from servedeck.modelsfile import load
 from servedeck.supervisor.process import group_members, stop_group
-from ports import free_port
+from ports import starter_toml
 
 TEST_MARK = "SERVEDECK_TEST_RUN"
 SESSION = str(os.getpid())
@@ -38,9 +37,7 @@ def servedeck_home(capacity_home, tmp_path, monkeypatch) -> Iterator[Path]:
 
 def capacity_toml() -> str:
     """The starter models.toml with free ports and one slot per model (SmolLM2 on llama.cpp: 4 slots)."""
-    text = render_starter()
-    for old in ("8081", "8091", "8082"):
-        text = text.replace(f"port = {old}", f"port = {free_port()}")
+    text = starter_toml()
     n = iter(range(1, 10))
     return re.sub(r'slot = "main"', lambda m: f'slot = "s{next(n)}"', text)
 

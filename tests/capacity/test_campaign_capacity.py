@@ -30,11 +30,10 @@ from pathlib import Path
 import pytest
 
 from servedeck.fsio import read_jsonl
-from servedeck.init import render_starter
 from servedeck.loadgen import RequestRecord
 from servedeck.runs import load
 from servedeck.telemetry.figures import of_point
-from ports import free_port
+from ports import starter_toml
 
 pytestmark = [pytest.mark.engine, pytest.mark.llamacpp]
 
@@ -74,9 +73,7 @@ def _cli(args: list[str], env: dict) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def campaign(tmp_path_factory, engines_ready):
     tmp = tmp_path_factory.mktemp("capacity-campaign")
-    text = render_starter()
-    for old in ("8081", "8091", "8082"):
-        text = text.replace(f"port = {old}", f"port = {free_port()}")
+    text = starter_toml()
     (tmp / "models.toml").write_text(text)
     (tmp / "cap.toml").write_text(CAMPAIGN)
     env = {**os.environ, "SERVEDECK_HOME": str(tmp / "home"), "SERVEDECK_RESULTS": str(tmp / "results"),

@@ -9,9 +9,8 @@ import threading
 from pathlib import Path
 
 from servedeck.door.serve import ServeOptions, serve
-from servedeck.init import render_starter
 
-from ports import free_port, free_port_pair
+from ports import free_port, free_port_pair, starter_toml
 
 TEST_MARK = "SERVEDECK_TEST_RUN"  # as tests/conftest.py: the session guard finds what this session started
 SESSION = str(os.getpid())
@@ -44,9 +43,7 @@ queue_max = 8
 def door_config(tmp: Path, engines: dict[str, str], **host: object) -> Path:
     """The starter models.toml on free ports, plus side models for ttl, fit and boot-failure tests.
     `host` overrides keys of HOST_KEYS (`min_residency_s=30`)."""
-    text = render_starter()
-    for old in ("8081", "8091", "8082"):
-        text = text.replace(f"port = {old}", f"port = {free_port()}")
+    text = starter_toml()
     keys = HOST_KEYS
     for k, v in host.items():
         keys, n = re.subn(rf"^{k} = .*$", f"{k} = {v}", keys, flags=re.M)
