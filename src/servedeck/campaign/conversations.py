@@ -35,7 +35,7 @@ from servedeck.campaign.reporter import QuietReporter, Reporter
 from servedeck.campaign.session import (Outcome, _finish, _gate_or_inherit, _guarded, _open_run, _served_context,
                                         check_output_cap)
 from servedeck.campaign.target import Target
-from servedeck.campaign.window import engine_window
+from servedeck.campaign.window import engine_window, to_run_clock
 from servedeck.config.schema import merge_request
 from servedeck.errors import ServerDied, UsageError
 from servedeck.gates.niah import GateSpec
@@ -161,14 +161,8 @@ class _Run:
 
     def keep(self, rec: RequestRecord, c: int, t: int, t_target: float) -> None:
         """The turn's record on the run's clock, written to requests.jsonl at once."""
-        s = self.start
         rec.id, rec.kind, rec.conversation, rec.turn = f"{self.nonce}-c{c}-t{t}", "measured", c, t
-        rec.t_target = t_target - s
-        for name in ("t_send", "t_first_byte", "t_first_token", "t_end"):
-            v = getattr(rec, name)
-            if v is not None:
-                setattr(rec, name, v - s)
-        rec.chunk_t = [x - s for x in rec.chunk_t]
+        to_run_clock(rec, self.start, t_target)
         line = rec.to_json()
         self.folder.request({"point": 0, **line})
         self.records.append(RequestRecord.from_json(line))

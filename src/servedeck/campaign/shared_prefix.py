@@ -26,7 +26,7 @@ from servedeck.campaign.reporter import QuietReporter, Reporter
 from servedeck.campaign.session import (Outcome, _finish, _gate_or_inherit, _guarded, _open_run, _served_context,
                                         check_output_cap)
 from servedeck.campaign.target import Target
-from servedeck.campaign.window import engine_window
+from servedeck.campaign.window import engine_window, to_run_clock
 from servedeck.config.schema import merge_request
 from servedeck.errors import ServerDied, UsageError
 from servedeck.gates.niah import GateSpec
@@ -81,16 +81,6 @@ class SharedPrefixSpec:
                 "request_timeout_s": self.request_timeout_s, "warmup": 0, "api": "chat", "temperature": 0}
 
 
-def _shift(rec: RequestRecord, start: float, t_target: float) -> None:
-    """ApiClient's absolute perf_counter times → the run's clock."""
-    rec.t_target = t_target - start
-    for name in ("t_send", "t_first_byte", "t_first_token", "t_end"):
-        v = getattr(rec, name)
-        if v is not None:
-            setattr(rec, name, v - start)
-    rec.chunk_t = [x - start for x in rec.chunk_t]
-
-
 async def run_shared_prefix(spec: SharedPrefixSpec, target: Target, folder: RunFolder, reporter: Reporter
                             ) -> dict[str, Any]:
     rng = random.Random(spec.seed)
@@ -124,7 +114,7 @@ async def run_shared_prefix(spec: SharedPrefixSpec, target: Target, folder: RunF
                 reply = await api.chat(body, timeout_s=spec.request_timeout_s)
                 rec = reply.record
                 rec.id, rec.kind, rec.group, rec.in_group = f"{nonce}-g{g}-r{k}", "measured", g, k
-                _shift(rec, start, t_target)
+                to_run_clock(rec, start, t_target)
                 line = rec.to_json()
                 folder.request({"point": 0, **line})
                 records.append(RequestRecord.from_json(line))

@@ -21,9 +21,8 @@ from servedeck.campaign.bench import _finish_point, _put_point
 from servedeck.campaign.conversations import _calibrate
 from servedeck.campaign.reporter import QuietReporter, Reporter
 from servedeck.campaign.session import Outcome, _finish, _gate_or_inherit, _guarded, _open_run, _served_context
-from servedeck.campaign.shared_prefix import _shift
 from servedeck.campaign.target import Target
-from servedeck.campaign.window import engine_window
+from servedeck.campaign.window import engine_window, to_run_clock
 from servedeck.config.schema import merge_request
 from servedeck.errors import ServerDied, UsageError
 from servedeck.gates.niah import GateSpec
@@ -117,7 +116,7 @@ async def run_trace(spec: TraceSpec, rows: list[TraceRow], target: Target, folde
             reply = await api.chat(body, timeout_s=spec.request_timeout_s)
             rec = reply.record
             rec.id, rec.kind, rec.prompt_index = f"{nonce}-l{row.line}", "measured", row.line
-            _shift(rec, start, due)
+            to_run_clock(rec, start, due)
             line = rec.to_json()
             folder.request({"point": 0, **line})
             records.append(RequestRecord.from_json(line))

@@ -12,6 +12,7 @@ from typing import Any, AsyncIterator, Optional
 from servedeck.campaign.target import Target
 from servedeck.engines.metrics import metrics_snapshot_async
 from servedeck.loadgen.loop import current as current_loop
+from servedeck.loadgen.records import RequestRecord
 from servedeck.runs.figures import counter_delta
 from servedeck.runs.folder import RunFolder
 from servedeck.telemetry.point import sampled
@@ -46,3 +47,14 @@ async def engine_window(target: Target, folder: RunFolder, point: dict[str, Any]
                 else (None, None)
             point["counters"] = counter_delta(before, after)
             point["telemetry"] = telemetry.facts
+
+
+def to_run_clock(rec: RequestRecord, start: float, t_target: float) -> None:
+    """A record's times from ApiClient's absolute perf_counter() to the run's clock (0 at `start`), with
+    `t_target` the moment it was due."""
+    rec.t_target = t_target - start
+    for name in ("t_send", "t_first_byte", "t_first_token", "t_end"):
+        v = getattr(rec, name)
+        if v is not None:
+            setattr(rec, name, v - start)
+    rec.chunk_t = [x - start for x in rec.chunk_t]
