@@ -133,3 +133,46 @@ def test_unstable_loads_up_to_the_cap_end_the_search():
             cap_reason="the engine's 4 slots")
     assert r["verdict"] == "unstable above" and r["capacity"] == 1
     assert len(r["steps"]) <= 6
+
+
+def rising(limit_at: float, power: float = 1.0, key: str = "ttft_p90") -> Callable[[float, int], dict]:
+    """A figure whose share of its limit is (load / limit_at) ** power: it meets the limit at `limit_at`."""
+    def measure(load: float, n: int) -> dict:
+        share = (load / limit_at) ** power
+        return {"passed": share <= 1, "binding": key, "missed": [] if share <= 1 else [key],
+                "ttft_p50_ms": 100.0 * share, "client_bound": False, "client_reasons": [],
+                "thresholds": [{"key": key, "value": 1000.0 * share, "limit": 1000.0, "ratio": share,
+                                "passed": share <= 1}]}
+    return measure
+
+
+def test_a_rising_figure_is_bracketed_short_of_doubling_and_narrowed_where_it_meets_its_limit():
+    # the trend through c=4 and c=8 reaches the limit at 8.5: the bracket steps to 10 (one 10 % step past
+    # it), not 16; false position between 8 and 10 picks 9; then both ends are measured again
+    r = run(rising(8.5), cap=16, cap_reason="the engine's 16 slots")
+    assert [s["load"] for s in r["steps"]] == [1, 2, 4, 8, 10, 9, 8, 9]
+    assert (r["verdict"], r["capacity"], r["boundary"]["min_failing"]) == ("found", 8, 9)
+    assert "reaches it near 8.5" in r["steps"][4]["why"] and "short of doubling to 16" in r["steps"][4]["why"]
+    assert "meets it" in r["steps"][5]["why"]
+    # what the grid-against-search bench counts: a closed loop's requests grow with its load
+    assert sum(s["load"] for s in r["steps"]) <= 0.4 * sum(range(1, 17))
+
+
+def test_false_position_that_creeps_from_one_end_falls_back_to_the_middle():
+    # a steep convex figure: false position between a far-apart pair lands low again and again
+    r = run(rising(37, power=4.0))
+    lo, hi = r["boundary"]["max_passing"], r["boundary"]["min_failing"]
+    assert r["verdict"] == "found" and lo <= 37 < hi and hi - lo <= 0.1 * hi
+    assert any("the middle (the last two steps fell on the same side)" in s["why"] for s in r["steps"])
+
+
+def test_a_figure_far_below_its_limit_leaves_plain_doubling():
+    flat = lambda load, n: {**rising(1e9)(load, n), "passed": load <= 20}  # noqa: E731
+    r = run(flat)
+    assert [s["load"] for s in r["steps"] if s["phase"] == "bracket"] == [1, 2, 4, 8, 16, 32]
+
+
+def test_a_rate_search_is_guided_too():
+    r = run(rising(3.3), start=0.5, integer=False, cap=64)
+    assert 3.3 - 0.1 * r["boundary"]["min_failing"] <= r["capacity"] <= 3.3
+    assert len(r["steps"]) <= 9

@@ -5,9 +5,14 @@
         search.tell(load, measure(load))        # measure: load -> a judged point (servedeck.slo.judge)
     search.result()                             # boundary, steps, binding constraint, cliff or smooth
 
-Bracket: from `start`, double until the SLO fails or the cap is reached. Bisect: halve the gap between
-the last passing and the first failing load until it is within the resolution of the failing one. Verify:
-measure both again (fresh prompts). The last passing load is the highest that passed every time it was
+Bracket: from `start`, double until the SLO fails or the cap is reached; once two loads have passed, a
+step goes no further than one resolution step past where the trend of the binding figure through them
+(its share of its limit, straight through the last two) reaches the limit, so a boundary at 8 of 16 is
+bracketed at 10 rather than at 16. Bisect: narrow the gap between the last passing and the first failing
+load until it is within the resolution of the failing one, at the load where the binding figure, drawn
+straight between the two, meets its limit (false position), or at the middle when there is no such
+figure or the last two narrowing steps fell on the same side (the Illinois rule: false position alone
+can creep in from one end). Verify: measure both again (fresh prompts). The last passing load is the highest that passed every time it was
 measured, below the lowest that failed every time (the first failing); a load with mixed verdicts is
 unstable and holds neither end, so a lucky pass cannot hold the boundary and an unlucky failure cannot
 cap it. When a re-measure disagrees the search says so and widens: past a last passing load that now
@@ -19,6 +24,7 @@ spike should not end a search), and when it is client-bound again the search sto
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -157,6 +163,62 @@ class Search:
             return m if lo < m < hi else None
         return float(f"{(lo + hi) / 2:.4g}")
 
+    def _share(self, load: float, key: str) -> Optional[float]:
+        """The mean share of its limit that figure `key` reached at `load` (value / limit), over its verdicts."""
+        got = [_ratio(s.judged, key) for s in self.steps if s.load == load and not s.judged.get("client_bound")]
+        got = [g for g in got if g is not None]
+        return sum(got) / len(got) if got else None
+
+    def _binding_at(self, load: float) -> Optional[str]:
+        keys = [s.judged.get("binding") for s in self.steps if s.load == load and not s.judged.get("client_bound")]
+        return keys[-1] if keys else None
+
+    def _trend_step(self, lo: float, nxt: float) -> Optional[tuple[float, str]]:
+        """While bracketing: where the binding figure's trend through the last two passing loads reaches its
+        limit, and one resolution step past it, when that is below `nxt` (the doubled load)."""
+        passing = [x for x in self._loads() if x < lo and self._runs(x) and all(self._runs(x))]
+        key = self._binding_at(lo)
+        if not passing or key is None:
+            return None
+        prev = passing[-1]
+        a, b = self._share(prev, key), self._share(lo, key)
+        if a is None or b is None or not b > a or b >= 1:
+            return None
+        cross = lo + (1 - b) / (b - a) * (lo - prev)
+        r = self.opts.resolution
+        past = cross * (1 + r.relative) if r.absolute is None else cross + r.absolute
+        step = math.ceil(past) if self.opts.integer else float(f"{past:.4g}")
+        floor = lo + 1 if self.opts.integer else lo * (1 + (r.relative or 0.1))
+        step = max(step, floor)
+        if step >= nxt:
+            return None
+        return float(step), (f"{self._label(lo)} passed; {key} went from {a:.0%} to {b:.0%} of its limit between "
+                             f"{self._label(prev)} and {self._label(lo)}, which reaches it near {cross:.3g}: "
+                             f"one resolution step past that, short of doubling to {nxt:g}")
+
+    def _narrow(self, lo: float, hi: float) -> Optional[tuple[float, str]]:
+        """The next load between the last passing and the first failing: false position on the binding
+        figure, the middle when there is none or the Illinois rule says so."""
+        mid = self._mid(lo, hi)
+        between = f"between {self._label(lo)} (passed) and {self._label(hi)} (failed)"
+        narrowing = [s for s in self.steps if s.phase in ("bisect", "widen")]
+        if len(narrowing) >= 2 and narrowing[-1].judged["passed"] == narrowing[-2].judged["passed"]:
+            return (mid, f"{between}: the middle (the last two steps fell on the same side)") if mid else None
+        key = self._binding_at(hi)
+        a, b = (self._share(lo, key), self._share(hi, key)) if key else (None, None)
+        if a is None or b is None or not b > a or not a < 1 <= b:
+            return (mid, f"{between}: the middle") if mid else None
+        x = lo + (1 - a) / (b - a) * (hi - lo)
+        if self.opts.integer:
+            at = float(min(max(round(x), int(lo) + 1), int(hi) - 1))
+            if not lo < at < hi:
+                return None
+        else:
+            at = float(f"{min(max(x, lo + 0.1 * (hi - lo)), hi - 0.1 * (hi - lo)):.4g}")
+        if self._runs(at):
+            return (mid, f"{between}: the middle") if mid else None
+        return at, f"{between}: where {key}, straight between them ({a:.0%} → {b:.0%} of its limit), meets it"
+
     def _decide(self) -> Optional[tuple[float, str, str]]:
         o = self.opts
         if len(self.steps) >= o.max_steps:
@@ -181,6 +243,9 @@ class Search:
                 self._verdict = "capped"
                 return None
             nxt = min(lo * 2, o.cap)
+            guided = self._trend_step(lo, nxt)
+            if guided is not None and not self._runs(guided[0]):
+                return guided[0], ("widen" if widening else "bracket"), guided[1]
             while self._runs(nxt) and nxt < o.cap:  # an unstable load in the way: step past it
                 nxt = min(nxt * 2, o.cap)
             if self._runs(nxt):  # up to the cap every load above the last passing one is unstable
@@ -200,10 +265,9 @@ class Search:
             self._verdict = "fails at smallest load"
             return None
         if hi - lo > o.resolution.width(hi):
-            mid = self._mid(lo, hi)
-            if mid is not None and not self._runs(mid):
-                return mid, ("widen" if widening else "bisect"), \
-                    f"between {self._label(lo)} (passed) and {self._label(hi)} (failed)"
+            step = self._narrow(lo, hi)
+            if step is not None and not self._runs(step[0]):
+                return step[0], ("widen" if widening else "bisect"), step[1]
         if len(self._runs(lo)) < 2:
             return lo, "verify", "re-measure the last passing load with fresh prompts"
         if len(self._runs(hi)) < 2:
@@ -227,6 +291,14 @@ class Search:
 
 
 CLIFF_RATIO = 2.0  # TTFT at the first failing load at least this many times the last passing one's
+
+
+def _ratio(judged: Judged, key: str) -> Optional[float]:
+    """Threshold `key`'s value as a share of its limit in one judged point (servedeck.slo.judge's rows)."""
+    for row in judged.get("thresholds") or []:
+        if row.get("key") == key and row.get("ratio") is not None:
+            return float(row["ratio"])
+    return None
 
 
 def _figure(judged: Judged, prefix: str) -> Optional[float]:
