@@ -5,18 +5,26 @@
                                               [--models-toml PATH --model NAME]
 
 --models-toml/--model: a model of the user's models.toml in place of the starter's SmolLM2 (its args.parallel
-and context are set from --parallel as for SmolLM2: 512 tokens a slot); scripts/gpu-capacity-search.sh runs it
-so on the H200, where the client has cores to spare.
+and context are set from --parallel as for SmolLM2: 512 tokens a slot; a vLLM model's max-num-seqs instead);
+scripts/gpu-capacity-search.sh runs it so on the H200, where the client has cores to spare, and
+`--models-toml ~/.config/servedeck/models.toml --model smollm2-vllm` on vLLM CPU.
 
 1. The grid: one point at every concurrency 1..--parallel, once.
-2. The SLO, read off the grid before any search runs: the TPOT p90 limit that splits the grid cleanly
-   nearest its middle (every load up to k within it, every load above not: mid_range_limit), so the
-   boundary falls mid-range whatever this machine's speed, plus error_rate<=1%. The grid's
-   boundary is the highest load that passed below the lowest that failed (each point judged by
-   servedeck.slo.judge, as the search judges).
+2. The SLO, read off the grid before any search runs: the --figure (default TTFT p90) limit where a straight
+   line fitted through the whole grid stands halfway between its middle load and the next (fitted_limit),
+   so the boundary falls mid-range whatever this machine's speed, plus error_rate<=1%. A fit, not the two
+   middle points themselves: a limit placed between the points that happened to split the grid cleanly
+   picks the grid's own lucky draws, and every re-measure (each search's) then lands below it.
+   TTFT, not TPOT: on llama.cpp on 2 cores TPOT p90 is flat from c=4 to c=9 (26-40 ms, repeats of one
+   load spreading as widely as the loads), so no TPOT limit can place a boundary to one stream, while a
+   closed loop's TTFT rises about 125 ms per stream (docs/capacity.md).
+   The grid's boundary is the highest load that passed below the lowest that failed (each point judged
+   by servedeck.slo.judge, as the search judges).
 3. The search: `servedeck bench --find max-concurrency` (campaign/capacity.py) --searches times, each on a
    freshly started server (--same-server: on the grid's; on one server the searches, measured after the
    grid, found the same loads 15-30 % slower: docs/capacity.md).
+4. The grid again (--no-grid-again: not), after the searches, on a fresh server: a second draw of the
+   reference, so the table shows how far the grid itself moves between two measurements.
 Goal: each search's boundary within one resolution step of the grid's, using at most 40 % of the grid's
 measured requests, and the searches within one step of each other. Prints a table, writes JSON.
 Timings on a shared 2-core machine are noisy: the load average is recorded beside each figure.
@@ -33,6 +41,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from rich.console import Console
 from rich.table import Table
 
@@ -69,11 +78,15 @@ def config(tmp: Path, parallel: int, models_toml: Path | None = None, model: str
         return load_config(path)
     cfg = load_config(models_toml)
     m = cfg.models[model]
-    cfg.models[model] = m.model_copy(update={"context": 512 * parallel, "args": {**m.args, "parallel": parallel}})
+    if cfg.deck.builds[m.build].engine == "vllm":  # its slots are max-num-seqs; the context stays the model's
+        cfg.models[model] = m.model_copy(update={"args": {**m.args, "max-num-seqs": parallel}})
+    else:
+        cfg.models[model] = m.model_copy(update={"context": 512 * parallel, "args": {**m.args, "parallel": parallel}})
     return cfg
 
 
 MODEL = "smollm2"  # --model
+FIGURES = {f"{f}_p{p}": (f"{f}_ms", f"p{p}") for f in ("ttft", "tpot") for p in (50, 90, 99)}  # --figure
 
 
 def _points(cfg: Any, spec: BenchSpec) -> Path:
@@ -93,19 +106,15 @@ def _judged(folder: Path, slo: Any) -> list[dict[str, Any]]:
             for p in view["points"]]
 
 
-def mid_range_limit(tpot: dict[int, float]) -> tuple[float, int]:
-    """A TPOT limit that splits the grid cleanly near its middle, read off the grid before any search runs:
-    the k nearest the middle load where every load up to k is below every load above it, the limit halfway
-    between the two. TPOT need not rise with every step of concurrency (llama.cpp's staggered prefills: the
-    H200 run went 4.7, 10.5 ... 27.8 ms at c=10, then 10.8 ms at c=16), and a limit that some loads above
-    the boundary meet again would make the boundary a matter of which loads were measured."""
-    loads = sorted(tpot)
-    mid = len(loads) // 2 - 1
-    for i in sorted(range(len(loads) - 1), key=lambda i: (abs(i - mid), i)):
-        below, above = max(tpot[c] for c in loads[:i + 1]), min(tpot[c] for c in loads[i + 1:])
-        if below < above:
-            return (below + above) / 2, loads[i]
-    raise SystemExit(f"no TPOT limit splits the grid ({tpot}): every load is met again above it")
+def fitted_limit(by_load: dict[int, float]) -> tuple[float, int]:
+    """The limit a least-squares line through every grid point gives halfway between the middle load k and
+    k + 1, and k: chosen from the grid's shape, not from which two of its points happened to split it."""
+    loads = sorted(by_load)
+    slope, at0 = np.polyfit(np.array(loads, float), np.array([by_load[c] for c in loads], float), 1)
+    if not slope > 0:
+        raise SystemExit(f"the figure does not rise with load on this grid ({by_load}): no mid-range limit")
+    k = loads[len(loads) // 2 - 1]
+    return float(at0 + slope * (k + 0.5)), k
 
 
 def grid_boundary(judged: list[dict[str, Any]]) -> tuple[int | None, int | None]:
@@ -127,6 +136,9 @@ def main() -> None:
     ap.add_argument("--output-tokens", type=int, default=32)
     ap.add_argument("--searches", type=int, default=3)
     ap.add_argument("--resolution", default="10%")
+    ap.add_argument("--figure", default="ttft_p90", choices=sorted(FIGURES),
+                    help="the SLO's figure, its limit read off the grid (ttft_p90; tpot_p90 as before 2026-12-01 18:40)")
+    ap.add_argument("--no-grid-again", action="store_true", help="skip the second grid after the searches")
     ap.add_argument("--same-server", action="store_true",
                     help="measure the searches on the server that measured the grid (default: a fresh one each)")
     ap.add_argument("--models-toml", type=Path, default=None, help="a models.toml in place of the starter's")
@@ -149,18 +161,14 @@ def main() -> None:
         deck.start(MODEL)
         load0 = _load_avg()
         folder = _points(cfg, BenchSpec(shapes=tuple(ClosedLoop(c) for c in range(1, a.parallel + 1)), **point))
-        tpot = {p["shape"]["concurrency"]: p["figures"]["tpot_ms"]["p90"] for p in load(folder)["points"]}
-        limit, k = mid_range_limit(tpot)
-        slo = parse_slo(f"tpot_p90<={limit:.2f}ms,error_rate<=1%")
-        out["slo"] = {"text": slo.text, "from_grid": {"boundary_at": k, "tpot_p90_ms": tpot}}
-        console.print(f"SLO {slo.text}, from the grid: its boundary falls at c={k} of 1..{a.parallel}")
-        judged = _judged(folder, slo)
-        lo, hi = grid_boundary(judged)
-        out["grid"] = {"run": folder.name, "max_passing": lo, "min_failing": hi,
-                       "requests": sum(j["measured"] for j in judged), "points": len(judged),
-                       "load_avg": [load0, _load_avg()],
-                       "judged": [{"load": j["load"], "passed": j["passed"],
-                                   "tpot_p90_ms": j["thresholds"][0]["value"]} for j in judged]}
+        key, pct = FIGURES[a.figure]
+        by_load = {p["shape"]["concurrency"]: p["figures"][key][pct] for p in load(folder)["points"]}
+        limit, k = fitted_limit(by_load)
+        slo = parse_slo(f"{a.figure}<={limit:.2f}ms,error_rate<=1%")
+        out["slo"] = {"text": slo.text, "from_grid": {"fitted_at": k + 0.5, "figure": a.figure,
+                                                      f"{a.figure}_ms": by_load}}
+        console.print(f"SLO {slo.text}, from a line through the grid at c={k + 0.5} of 1..{a.parallel}")
+        out["grid"] = _grid_entry(folder, slo, a.figure, load0)
         _save(out, a, res)
         for i in range(a.searches):
             if not a.same_server:  # the same loads measured 15-30 % slower after the grid than during it
@@ -180,6 +188,13 @@ def main() -> None:
                                     "binding": doc["binding"], "shape": (doc.get("shape") or {}).get("kind"),
                                     "load_avg": [load0, _load_avg()]})
             _save(out, a, res)
+        if not a.no_grid_again:
+            deck.stop([MODEL])
+            deck.start(MODEL)
+            load0 = _load_avg()
+            again = _points(cfg, BenchSpec(shapes=tuple(ClosedLoop(c) for c in range(1, a.parallel + 1)), **point))
+            out["grid_again"] = _grid_entry(again, slo, a.figure, load0)
+            _save(out, a, res)
     finally:
         deck.stop([MODEL])
     g = out["grid"]
@@ -191,6 +206,11 @@ def main() -> None:
         t.add_column(col)
     t.add_row("grid 1.." + str(a.parallel), str(g["max_passing"]), str(g["min_failing"]), str(g["points"]),
               str(g["requests"]), "100 %", "-", "-", f"{g['load_avg'][0]}–{g['load_avg'][1]}")
+    if "grid_again" in out:
+        g2 = out["grid_again"]
+        t.add_row("grid again", str(g2["max_passing"]), str(g2["min_failing"]), str(g2["points"]),
+                  str(g2["requests"]), f"{g2['requests'] / max(1, g['requests']):.0%}",
+                  "yes" if g2["within_one_step"] else "NO", "-", f"{g2['load_avg'][0]}–{g2['load_avg'][1]}")
     for i, s in enumerate(out["searches"]):
         near = s["within_one_step"]
         t.add_row(f"search {i + 1}", str(s["capacity"]), str(s["min_failing"]), str(s["steps"]), str(s["requests"]),
@@ -201,6 +221,16 @@ def main() -> None:
     console.print(f"one step = {step:g}; the searches {'agree' if out['searches_agree'] else 'DISAGREE'} within one "
                   f"step ({', '.join(str(c) for c in caps)})")
     console.print(f"wrote {a.out}")
+
+
+def _grid_entry(folder: Path, slo: Any, figure: str, load0: float) -> dict[str, Any]:
+    judged = _judged(folder, slo)
+    lo, hi = grid_boundary(judged)
+    return {"run": folder.name, "max_passing": lo, "min_failing": hi,
+            "requests": sum(j["measured"] for j in judged), "points": len(judged),
+            "load_avg": [load0, _load_avg()],
+            "judged": [{"load": j["load"], "passed": j["passed"], f"{figure}_ms": j["thresholds"][0]["value"]}
+                       for j in judged]}
 
 
 def _save(out: dict[str, Any], a: argparse.Namespace, res: Any) -> float:
@@ -214,6 +244,13 @@ def _save(out: dict[str, Any], a: argparse.Namespace, res: Any) -> float:
         s["share_of_grid_requests"] = s["requests"] / max(1, g["requests"])
     caps = [s["capacity"] for s in out["searches"] if s["capacity"] is not None]
     out["searches_agree"] = bool(caps) and max(caps) - min(caps) <= step
+    if "grid_again" in out:
+        g2 = out["grid_again"]
+        g2["within_one_step"] = None not in (g2["max_passing"], g["max_passing"]) and \
+            abs(g2["max_passing"] - g["max_passing"]) <= step
+        for s in out["searches"]:
+            s["within_one_step_of_grid_again"] = s["capacity"] is not None and g2["max_passing"] is not None and \
+                abs(s["capacity"] - g2["max_passing"]) <= step
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(a.out).with_suffix(".tmp")
     tmp.write_text(json.dumps(out, indent=2, default=str))
