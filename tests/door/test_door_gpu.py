@@ -7,6 +7,7 @@ SERVEDECK_TELEMETRY_GPU_REPLAY. The door here starts no engine: no request asks 
 from __future__ import annotations
 
 import asyncio
+import threading
 import os
 import time
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 from servedeck.door import ServeOptions
 from servedeck.door.gpu_watch import GpuWatch
 from servedeck.modelsfile import load
-from servedeck.telemetry.nvml_source import capture_readings
+from servedeck.telemetry.nvml_source import GpuUnavailable, capture_readings
 
 from doorkit import DoorThread, door_config, stop_everything
 
@@ -106,3 +107,25 @@ def test_no_gpu_readable_says_so_and_why(tmp_path, monkeypatch):
     finally:
         w.close()
     assert note.startswith("no GPU sampled: ") and str(missing) in note
+
+
+def test_before_the_first_reading_the_status_says_it_is_pending():
+    # seen on the H200 (docs/gpu-runs/h200-capacity-door-2026-12-01/door-status.json): the first
+    # /door/status after the door started answered an empty list of GPUs with no word why
+    opened = threading.Event()
+
+    class Slow:
+        def open(self, gpus):
+            opened.wait(10)
+            raise GpuUnavailable("test source: closed")
+
+        def close(self):
+            pass
+
+    w = GpuWatch(source=Slow())
+    try:
+        first = w.now()
+    finally:
+        opened.set()
+        w.close()
+    assert first["gpus"] == [] and first["pending"].startswith("the first reading is being taken")

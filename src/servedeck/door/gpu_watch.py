@@ -17,6 +17,7 @@ from servedeck.telemetry.nvml_source import GpuSource, GpuUnavailable
 from servedeck.telemetry.sampler import gpu_line
 
 EVERY_S = 1.0
+PENDING = "the first reading is being taken (the GPU watch starts with the first page or status request)"
 
 
 class GpuWatch:
@@ -29,6 +30,7 @@ class GpuWatch:
         self._gpus: list[dict[str, Any]] = []
         self._note: Optional[str] = None
         self._error: Optional[str] = None
+        self._rounds = 0
 
     def now(self) -> dict[str, Any]:
         """The last round: {"every_s", "gpus": [...]} or {"every_s", "not_sampled": why}. Starts the thread."""
@@ -36,6 +38,8 @@ class GpuWatch:
         with self._lock:
             if self._note is not None:
                 return {"every_s": self.every_s, "not_sampled": self._note}
+            if self._rounds == 0:  # the watch starts with the first request: say so rather than show no GPU
+                return {"every_s": self.every_s, "gpus": [], "pending": PENDING}
             return {"every_s": self.every_s, "gpus": list(self._gpus), "last_error": self._error}
 
     def _start(self) -> None:
@@ -76,6 +80,7 @@ class GpuWatch:
                          "mem_used": ln["mem_used"], "mem_total": ln["mem_total"], "throttle": ln["throttle"]})
         with self._lock:
             self._gpus, self._error = rows, error
+            self._rounds += 1
 
     def close(self) -> None:
         self._stop.set()

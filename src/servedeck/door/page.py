@@ -85,7 +85,7 @@ function draw(s){
     (t,m)=>cell(t,m.inflight), (t,m)=>cell(t,m.queued), (t,m)=>cell(t,m.port),
     (t,m)=>cell(t,m.refusal?m.refusal.status+": "+m.refusal.message:m.detail)]);
   const g=s.gpu||{}, gib=b=>(b===null||b===undefined)?null:(b/2**30).toFixed(1);
-  document.getElementById("gpu-note").textContent=g.not_sampled||g.last_error||"";
+  document.getElementById("gpu-note").textContent=g.not_sampled||g.pending||g.last_error||"";
   fill("gpus", g.gpus||[], [(t,r)=>cell(t,r.gpu),(t,r)=>cell(t,r.power_w),(t,r)=>cell(t,r.limit_w),
     (t,r)=>cell(t,r.share_of_limit===null?null:Math.round(r.share_of_limit*100)+" %"),
     (t,r)=>cell(t,gib(r.mem_used)),(t,r)=>cell(t,gib(r.mem_total)),(t,r)=>cell(t,(r.throttle||[]).join(", "))]);
