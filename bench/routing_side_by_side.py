@@ -25,7 +25,10 @@ first arm (the replicas are restarted after). Per router:
     per-request share     Σ usage.cached_tokens / Σ prompt tokens over the turns (runs/turns.py)
     TTFT p50 / p99, output tok/s   loadgen.stats.summarize over the arm's turns and wall time
     requests per replica  tasks each replica finished (`slot release` lines in its own log)
-Medians over --reps; every rep's figures are in the JSON.
+    router CPU s          CPU seconds the router process (and its children) used during the arm (psutil):
+                          time the replicas could not have on these 2 cores
+Medians over --reps; every rep's figures are in the JSON, and `paired` holds door:prefix minus
+vllm-router:cache_aware rep by rep (the two ran one after the other in each rep).
 
     .venv/bin/python bench/routing_side_by_side.py [--users 16] [--turns 6] [--system-prompt-tokens 256]
         [--turn-tokens 64] [--answer-tokens 16] [--reps 1] [--out bench/results/routing_side_by_side.json]
@@ -59,6 +62,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Optional
 
+import psutil
 from rich.console import Console
 from rich.table import Table
 
@@ -215,12 +219,14 @@ def arm(spec: ConversationsSpec, router: str, policy: str, tx: Texts, rep: int, 
             front = VllmRouter(pair.urls, policy)
             front_argv = ["vllm-router", *front.argv[1:]]
         live.append(front)
+        cpu0 = front_cpu_s(front.proc)
         before = [r.counters() for r in pair.replicas]
         folder = RunFolder(work / f"rep{rep}-{router}-{policy}", {})
         folder.path.mkdir(parents=True)
         run, wall = run_loop(converse_all(spec, front.url, tx, folder))
         after = [r.counters() for r in pair.replicas]
         served = [r.served() for r in pair.replicas]
+        front_cpu = front_cpu_s(front.proc) - cpu0
     finally:
         if front is not None:
             front.stop()
@@ -238,14 +244,38 @@ def arm(spec: ConversationsSpec, router: str, policy: str, tx: Texts, rep: int, 
            "request_cached_share": turns["overall"]["cached_share"],
            "ttft_p50_ms": st["ttft_ms"]["p50"], "ttft_p99_ms": st["ttft_ms"]["p99"],
            "output_tok_s": st["output_tok_s"], "requests_per_replica": served,
+           "front_cpu_s": front_cpu, "front_cpu_share_of_wall": front_cpu / wall if wall else None,
            "counters_before": before, "counters_after": after,
            "per_turn": [{k: t[k] for k in ("turn", "requests", "cached_share", "ttft_ms_p50", "ttft_ms_p99")}
                         for t in turns["per_turn"]],
            "cutoffs": [c for c in run.cutoffs if c["reason"] != "every turn sent"]}
     console.log(f"rep {rep} {router} {policy}: engine cached {fmt(row['engine_cached_share'], 3)}, TTFT p50 "
                 f"{fmt(row['ttft_p50_ms'], 0)} ms p99 {fmt(row['ttft_p99_ms'], 0)} ms, {fmt(row['output_tok_s'], 1)} "
-                f"tok/s, per replica {served}, {row['errors']} errors, {wall:.0f} s, load {la0[0]:.1f}")
+                f"tok/s, per replica {served}, {row['errors']} errors, {wall:.0f} s, router CPU {front_cpu:.1f} s, "
+                f"load {la0[0]:.1f}")
     return row
+
+
+def front_cpu_s(proc: Any) -> float:
+    """CPU seconds (user + system) the router process and its children have used: the replicas share these
+    2 cores with it."""
+    me = psutil.Process(proc.pid)
+    return sum(t.user + t.system for t in (p.cpu_times() for p in [me, *me.children(recursive=True)]))
+
+
+def paired(rows: list[dict[str, Any]], a: tuple[str, str], b: tuple[str, str]) -> Optional[dict[str, Any]]:
+    """Arm a minus arm b, rep by rep (both ran in the same rep, one after the other): TTFT p50 and p99."""
+    by = {(r["router"], r["policy"], r["rep"]): r for r in rows}
+    reps = sorted({r["rep"] for r in rows if (*a, r["rep"]) in by and (*b, r["rep"]) in by})
+    if not reps:
+        return None
+    out: dict[str, Any] = {"a": "%s:%s" % a, "b": "%s:%s" % b, "reps": len(reps)}
+    for k in ("ttft_p50_ms", "ttft_p99_ms", "output_tok_s", "front_cpu_s"):
+        d = [by[(*a, i)][k] - by[(*b, i)][k] for i in reps if by[(*a, i)].get(k) is not None
+             and by[(*b, i)].get(k) is not None]
+        out[k] = {"differences": d, "median": float(statistics.median(d)) if d else None,
+                  "a_higher": sum(x > 0 for x in d), "of": len(d)}
+    return out
 
 
 def fmt(x: Any, nd: int = 2) -> str:
@@ -265,7 +295,7 @@ def medians(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
         out.append({"router": router, "policy": policy, "reps": len(mine),
                     **{k: med(k) for k in ("engine_cached_share", "request_cached_share", "ttft_p50_ms", "ttft_p99_ms",
-                                           "output_tok_s", "wall_s")},
+                                           "output_tok_s", "wall_s", "front_cpu_s")},
                     "requests_per_replica": [r["requests_per_replica"] for r in mine],
                     "errors": sum(r["errors"] for r in mine),
                     "load_avg": [(round(r["load_avg_start"][0], 2), round(r["load_avg_end"][0], 2)) for r in mine]})
@@ -275,11 +305,11 @@ def medians(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def table(rows: list[dict[str, Any]], title: str) -> Table:
     t = Table(title=title)
     for c in ("router", "policy", "engine cached share", "per-request cached share", "TTFT p50 (ms)", "TTFT p99 (ms)",
-              "output tok/s", "requests per replica", "errors", "load avg start→end"):
+              "output tok/s", "router CPU s", "requests per replica", "errors", "load avg start→end"):
         t.add_column(c, justify="left" if c in ("router", "policy") else "right")
     for r in rows:
         t.add_row(r["router"], r["policy"], fmt(r["engine_cached_share"], 3), fmt(r["request_cached_share"], 3),
-                  fmt(r["ttft_p50_ms"], 0), fmt(r["ttft_p99_ms"], 0), fmt(r["output_tok_s"], 1),
+                  fmt(r["ttft_p50_ms"], 0), fmt(r["ttft_p99_ms"], 0), fmt(r["output_tok_s"], 1), fmt(r.get("front_cpu_s"), 1),
                   " ; ".join("/".join(map(str, x)) for x in r["requests_per_replica"]), str(r["errors"]),
                   " ; ".join(f"{a:.1f}→{b:.1f}" for a, b in r["load_avg"]))
     return t
@@ -351,10 +381,17 @@ def main() -> None:
     result["platform"]["load_avg_end"] = os.getloadavg()
     result["rows"] = rows
     result["medians"] = medians(rows)
+    result["paired"] = paired(rows, ("door", "prefix"), ("vllm-router", "cache_aware"))
     save(a.out, result)
     console.print(table(result["medians"], f"conversations {spec.users} users × {spec.turns} turns, system prompt "
                         f"{spec.system_prompt_tokens} tokens, turns {spec.turn_tokens}, answers {spec.answer_tokens}; "
                         f"2 llama.cpp replicas (SmolLM2-135M); medians of {a.reps} rep(s)"))
+    if result["paired"]:
+        pr = result["paired"]
+        for k in ("ttft_p50_ms", "ttft_p99_ms"):
+            console.print(f"{pr['a']} minus {pr['b']}, {k}, rep by rep: "
+                          f"{', '.join(f'{x:+.0f}' for x in pr[k]['differences'])} (median {pr[k]['median']:+.0f} ms; "
+                          f"{pr['a']} higher in {pr[k]['a_higher']} of {pr[k]['of']})")
     console.print(f"wrote {a.out} (load average at start {result['platform']['load_avg_start'][0]:.1f}, at end "
                   f"{result['platform']['load_avg_end'][0]:.1f}, {os.cpu_count()} CPUs)")
 
