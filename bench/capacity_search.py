@@ -199,7 +199,8 @@ def main() -> None:
         deck.stop([MODEL])
     g = out["grid"]
     step = _save(out, a, res)
-    t = Table(title=f"Capacity search against a grid: {MODEL} on llama.cpp, --parallel {a.parallel}, "
+    engine = cfg.deck.builds[cfg.models[MODEL].build].engine
+    t = Table(title=f"Capacity search against a grid: {MODEL} on {engine}, --parallel {a.parallel}, "
                     f"SLO {out['slo']['text']}, {a.duration} points")
     for col in ("", "capacity (max passing)", "first failing", "steps", "requests", "% of grid's", "within a step",
                 "verdict", "load avg"):
