@@ -31,7 +31,8 @@ Medians over --reps; every rep's figures are in the JSON, and `paired` holds doo
 vllm-router:cache_aware rep by rep (the two ran one after the other in each rep).
 
     .venv/bin/python bench/routing_side_by_side.py [--users 16] [--turns 6] [--system-prompt-tokens 256]
-        [--turn-tokens 64] [--answer-tokens 16] [--reps 1] [--out bench/results/routing_side_by_side.json]
+        [--turn-tokens 64] [--answer-tokens 16] [--think-time 0] [--reps 1]
+        [--out bench/results/routing_side_by_side.json]
 
 On 2 shared cores the defaults take about 2–5 minutes per arm. servedeck is imported from where the
 script is run: run it from a snapshot (`git worktree add --detach /tmp/routing-bench HEAD`, then that tree's
@@ -73,6 +74,7 @@ from servedeck.engines.metrics import read_metrics
 from servedeck.gates.server import ServerTokens
 from servedeck.init import default_locations
 from servedeck.loadgen import texts
+from servedeck.loadgen.drawn import parse_drawn
 from servedeck.loadgen.api import ApiClient
 from servedeck.loadgen.loop import run as run_loop
 from servedeck.loadgen.prompts import seeded_nonce
@@ -329,6 +331,9 @@ def main() -> None:
     ap.add_argument("--system-prompt-tokens", type=int, default=256)
     ap.add_argument("--turn-tokens", type=int, default=64)
     ap.add_argument("--answer-tokens", type=int, default=16)
+    ap.add_argument("--think-time", default="0",
+                    help="between an answer and the user's next turn: fixed (2s) or drawn per turn (exp:2s), as "
+                         "`servedeck bench --workload conversations`; a drawn one keeps users out of lockstep")
     ap.add_argument("--reps", type=int, default=1, help="rounds over every router, the order rotated each round")
     ap.add_argument("--seed", type=int, default=25)
     ap.add_argument("--routers", nargs="+", default=[f"{r}:{p}" for r, p in ARMS], metavar="ROUTER:POLICY",
@@ -343,6 +348,8 @@ def main() -> None:
         arms.append((router, policy))
     spec = ConversationsSpec(users=a.users, turns=a.turns, turn_tokens=a.turn_tokens, answer_tokens=a.answer_tokens,
                              system_prompt_tokens=a.system_prompt_tokens, seed=a.seed, request_timeout_s=600.0)
+    think = parse_drawn(a.think_time, "--think-time", least=0.0, integer=False)
+    spec = dataclasses.replace(spec, think_time_s=think.mean, think_dist=None if think.fixed else think)
     spec = dataclasses.replace(spec, max_context=slot_context(spec))
     try:
         spec.check(spec.max_context)
@@ -384,7 +391,8 @@ def main() -> None:
     result["paired"] = paired(rows, ("door", "prefix"), ("vllm-router", "cache_aware"))
     save(a.out, result)
     console.print(table(result["medians"], f"conversations {spec.users} users × {spec.turns} turns, system prompt "
-                        f"{spec.system_prompt_tokens} tokens, turns {spec.turn_tokens}, answers {spec.answer_tokens}; "
+                        f"{spec.system_prompt_tokens} tokens, turns {spec.turn_tokens}, answers {spec.answer_tokens}, "
+                        f"think {a.think_time}; "
                         f"2 llama.cpp replicas (SmolLM2-135M); medians of {a.reps} rep(s)"))
     if result["paired"]:
         pr = result["paired"]

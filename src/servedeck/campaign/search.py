@@ -5,20 +5,20 @@
         search.tell(load, measure(load))        # measure: load -> a judged point (servedeck.slo.judge)
     search.result()                             # boundary, steps, binding constraint, cliff or smooth
 
-Bracket: from `start`, double until the SLO fails or the cap is reached; once two loads have passed, a
-step goes no further than one resolution step past where the trend of the binding figure through them
-(its share of its limit, straight through the last two) reaches the limit, so a boundary at 8 of 16 is
-bracketed at 10 rather than at 16. Bisect: narrow the gap between the last passing and the first failing
-load until it is within the resolution of the failing one, at the load where the binding figure, drawn
-straight between the two, meets its limit (false position), or at the middle when there is no such
-figure or the last two narrowing steps fell on the same side (the Illinois rule: false position alone
-can creep in from one end). Verify: measure both again (fresh prompts). The last passing load is the highest that passed every time it was
-measured, below the lowest that failed every time (the first failing); a load with mixed verdicts is
-unstable and holds neither end, so a lucky pass cannot hold the boundary and an unlucky failure cannot
-cap it. When a re-measure disagrees the search says so and widens: past a last passing load that now
-fails it bisects again below; past a first failing load that now passes it brackets again above. A
-client-bound point is not a result: that load is measured once more (fresh prompts: a box's passing
-spike should not end a search), and when it is client-bound again the search stops there and says so.
+Bracket: from `start`, double until the SLO fails or the cap is reached; once two loads have passed, a step
+goes no further than one resolution step past where the trend of the binding figure through them (its share
+of its limit, straight through the last two) reaches the limit, so a boundary at 8 of 16 is bracketed at 10
+rather than at 16. Bisect: narrow the gap between the last passing and the first failing load until it is
+within the resolution of the failing one, at the load where the binding figure, drawn straight between the
+two, meets its limit (false position), or at the middle when there is no such figure or the last two
+narrowing steps fell on the same side (the Illinois rule: false position alone can creep in from one end).
+Verify: measure both again (fresh prompts). The last passing load is the highest that passed every time it
+was measured, below the lowest that failed every time (the first failing); a load with mixed verdicts is
+unstable and holds neither end, so a lucky pass cannot hold the boundary and an unlucky failure cannot cap
+it. When a re-measure disagrees the search says so and widens: past a last passing load that now fails it
+bisects again below; past a first failing load that now passes it brackets again above. A client-bound point
+is not a result: that load is measured once more (fresh prompts: a box's passing spike should not end a
+search), and when it is client-bound again the search stops there and says so.
 `max_steps` bounds the search.
 """
 
