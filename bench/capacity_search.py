@@ -7,7 +7,8 @@
 --models-toml/--model: a model of the user's models.toml in place of the starter's SmolLM2 (its args.parallel
 and context are set from --parallel as for SmolLM2: 512 tokens a slot; a vLLM model's max-num-seqs instead);
 scripts/gpu-capacity-search.sh runs it so on the H200, where the client has cores to spare, and
-`--models-toml ~/.config/servedeck/models.toml --model smollm2-vllm` on vLLM CPU.
+`--models-toml STARTER --model smollm2-vllm --parallel 8` (STARTER: the models.toml `servedeck init` writes)
+on vLLM CPU.
 
 1. The grid: one point at every concurrency 1..--parallel, once.
 2. The SLO, read off the grid before any search runs: the --figure (default TTFT p90) limit where a straight
@@ -21,8 +22,7 @@ scripts/gpu-capacity-search.sh runs it so on the H200, where the client has core
    The grid's boundary is the highest load that passed below the lowest that failed (each point judged
    by servedeck.slo.judge, as the search judges).
 3. The search: `servedeck bench --find max-concurrency` (campaign/capacity.py) --searches times, each on a
-   freshly started server (--same-server: on the grid's; on one server the searches, measured after the
-   grid, found the same loads 15-30 % slower: docs/capacity.md).
+   freshly started server, as the grid was (--same-server: on the grid's).
 4. The grid again (--no-grid-again: not), after the searches, on a fresh server: a second draw of the
    reference, so the table shows how far the grid itself moves between two measurements.
 Goal: each search's boundary within one resolution step of the grid's, using at most 40 % of the grid's
@@ -171,7 +171,7 @@ def main() -> None:
         out["grid"] = _grid_entry(folder, slo, a.figure, load0)
         _save(out, a, res)
         for i in range(a.searches):
-            if not a.same_server:  # the same loads measured 15-30 % slower after the grid than during it
+            if not a.same_server:  # each search starts on a fresh server, as the grid did
                 deck.stop([MODEL])
                 deck.start(MODEL)
             load0 = _load_avg()
@@ -202,8 +202,8 @@ def main() -> None:
     engine = cfg.deck.builds[cfg.models[MODEL].build].engine
     t = Table(title=f"Capacity search against a grid: {MODEL} on {engine}, --parallel {a.parallel}, "
                     f"SLO {out['slo']['text']}, {a.duration} points")
-    for col in ("", "capacity (max passing)", "first failing", "steps", "requests", "% of grid's", "within a step",
-                "verdict", "load avg"):
+    for col in ("", "capacity (max passing)", "first failing", "steps", "requests", "% of grid's",
+                "within a step of grid / grid again", "verdict", "load avg"):
         t.add_column(col)
     t.add_row("grid 1.." + str(a.parallel), str(g["max_passing"]), str(g["min_failing"]), str(g["points"]),
               str(g["requests"]), "100 %", "-", "-", f"{g['load_avg'][0]}–{g['load_avg'][1]}")
@@ -211,11 +211,14 @@ def main() -> None:
         g2 = out["grid_again"]
         t.add_row("grid again", str(g2["max_passing"]), str(g2["min_failing"]), str(g2["points"]),
                   str(g2["requests"]), f"{g2['requests'] / max(1, g['requests']):.0%}",
-                  "yes" if g2["within_one_step"] else "NO", "-", f"{g2['load_avg'][0]}–{g2['load_avg'][1]}")
+                  ("yes" if g2["within_one_step"] else "NO") + " / -", "-",
+                  f"{g2['load_avg'][0]}–{g2['load_avg'][1]}")
     for i, s in enumerate(out["searches"]):
-        near = s["within_one_step"]
+        near = ("yes" if s["within_one_step"] else "NO") + (
+            "" if "within_one_step_of_grid_again" not in s else
+            " / " + ("yes" if s["within_one_step_of_grid_again"] else "NO"))
         t.add_row(f"search {i + 1}", str(s["capacity"]), str(s["min_failing"]), str(s["steps"]), str(s["requests"]),
-                  f"{s['share_of_grid_requests']:.0%}", "yes" if near else "NO", s["verdict"],
+                  f"{s['share_of_grid_requests']:.0%}", near, s["verdict"],
                   f"{s['load_avg'][0]}–{s['load_avg'][1]}")
     caps = [s["capacity"] for s in out["searches"] if s["capacity"] is not None]
     console.print(t)
