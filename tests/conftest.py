@@ -14,6 +14,7 @@ same machine has its own, and its processes are none of this session's business.
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -34,6 +35,12 @@ def pytest_configure(config):
     # In os.environ, not per test: a session- or module-scoped fixture starts its servers before any
     # test's monkeypatch, and subprocesses (CLI, Ray, Chromium) copy os.environ.
     os.environ[TEST_MARK] = SESSION
+    # A suite started in the background of a non-interactive shell (`bash scripts/test.sh &`) inherits SIGINT
+    # ignored, and so does every servedeck it starts (an ignored signal stays ignored across exec): the
+    # Ctrl-C tests then send a Ctrl-C nobody receives. They play a user at a terminal, so the suite restores
+    # Python's own handler; a handled signal is reset to the default in each child, which installs its own.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
