@@ -61,30 +61,14 @@ fi
 "$bin" --version 2>&1 | head -2
 
 step "models"
-r8b=$work/random-llama3-8b-f16.gguf
-# Llama-3-8B's shape (32 layers, 4096 wide, 32 heads, 8 KV heads, FFN 14336); byte vocabulary
-"$py" "$repo/scripts/make-tiny-gguf.py" "$r8b" --layers 32 --hidden 4096 --heads 32 --kv-heads 8 --ffn 14336 \
-  --context 131072 --fast || { echo "cannot write the GGUF"; exit 2; }
+. "$here/_device_r8b.sh"  # Llama-3-8B's shape (32 layers, 4096 wide, 32 heads, 8 KV heads, FFN 14336)
+r8b_model "$SERVEDECK_CONFIG" 8192 32
 ls -la "$r8b"
 smol=${SMOLLM2_GGUF:-}
 if [ -z "$smol" ] && [ "${OFFLINE:-0}" != 1 ]; then
   smol=$("$repo/scripts/prepare-models.sh" 2>/dev/null | sed -n 's/^smollm2_gguf=//p') || smol=""
 fi
 
-cat >"$SERVEDECK_CONFIG" <<EOF
-[builds.llamacpp-cuda]
-engine = "llamacpp"
-binary = "$bin"
-
-[models.r8b]
-source = "$r8b"
-build = "llamacpp-cuda"
-port = 8100
-context = 8192
-gpus = [0]
-args = { n-gpu-layers = 999, parallel = 32 }
-notes = "random weights, Llama-3-8B shape: figures are speed, never answers"
-EOF
 if [ -n "$smol" ] && [ -f "$smol" ]; then
   cat >>"$SERVEDECK_CONFIG" <<EOF
 
