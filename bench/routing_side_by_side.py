@@ -89,6 +89,9 @@ from door_latency import DoorProcess, git_commit  # noqa: E402
 
 REPO = HERE.parent
 MODEL = "smol"
+# What the replicas run: the cached llama-server and SmolLM2 GGUF unless --llama-server / --gguf name others
+# (the GPU run: a CUDA build and a random-weight GGUF, scripts/gpu-routing.sh); main() fills it in.
+ENGINE: dict[str, Any] = {"llama_server": None, "gguf": None, "pin": True, "extra_args": []}
 console = Console(width=170)
 ARMS = [("door", "least-outstanding"), ("door", "session"), ("door", "prefix"),
         ("vllm-router", "cache_aware"), ("vllm-router", "round_robin")]
@@ -104,16 +107,17 @@ def free_port() -> int:
 class Replica:
     """One llama-server in its own process group, its output in its own log (read for requests served)."""
 
-    def __init__(self, argv_tail: list[str], core: int) -> None:
-        loc = default_locations()
+    def __init__(self, argv_tail: list[str], core: int | None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = Path(tempfile.mkstemp(prefix="routing-replica-", suffix=".log")[1])
-        self.argv = [loc["llama_server"], "-m", loc["smollm2_gguf"], "--host", "127.0.0.1", "--port", str(self.port),
+        self.argv = [ENGINE["llama_server"], "-m", ENGINE["gguf"], "--host", "127.0.0.1", "--port", str(self.port),
                      "--alias", MODEL, *argv_tail]
-        cpus = {core % (os.cpu_count() or 1)}
+        cpus = None if core is None else {core % (os.cpu_count() or 1)}
 
         def pin() -> None:
+            if cpus is None:  # --no-pin: a host with cores to spare (the GPU run)
+                return
             try:
                 os.sched_setaffinity(0, cpus)
             except OSError:
@@ -146,7 +150,7 @@ class Pair:
         self.replicas: list[Replica] = []
         try:
             for core in range(2):
-                self.replicas.append(Replica(argv_tail, core))
+                self.replicas.append(Replica(argv_tail, core if ENGINE["pin"] else None))
             for r in self.replicas:
                 r.wait_ready()
         except BaseException:
@@ -170,8 +174,9 @@ def slot_context(spec: ConversationsSpec) -> int:
 
 def replica_argv(spec: ConversationsSpec) -> list[str]:
     slots = spec.users
-    return ["--parallel", str(slots), "-c", str(slots * slot_context(spec)), "--threads", "1", "--threads-batch", "1",
-            "--metrics"]
+    threads = ["--threads", "1", "--threads-batch", "1"] if ENGINE["pin"] else []
+    return ["--parallel", str(slots), "-c", str(slots * slot_context(spec)), *threads, "--metrics",
+            *ENGINE["extra_args"]]
 
 
 class Texts:
@@ -339,7 +344,18 @@ def main() -> None:
     ap.add_argument("--routers", nargs="+", default=[f"{r}:{p}" for r, p in ARMS], metavar="ROUTER:POLICY",
                     help="a subset of the arms, e.g. door:prefix vllm-router:cache_aware")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "routing_side_by_side.json")
+    ap.add_argument("--llama-server", help="the replicas' llama-server (default: the one scripts/setup.sh cached)")
+    ap.add_argument("--gguf", help="the replicas' model (default: the cached SmolLM2-135M GGUF)")
+    ap.add_argument("--replica-arg", action="append", default=[], metavar="ARG",
+                    help="one more llama-server argument for each replica (repeat), e.g. --replica-arg=-ngl "
+                         "--replica-arg=999")
+    ap.add_argument("--no-pin", action="store_true",
+                    help="leave the replicas unpinned at llama-server's own thread count (a host with cores to spare); "
+                         "the default holds each to one core with --threads 1")
     a = ap.parse_args()
+    loc = default_locations() if not (a.llama_server and a.gguf) else {}
+    ENGINE.update(llama_server=a.llama_server or loc["llama_server"], gguf=a.gguf or loc["smollm2_gguf"],
+                  pin=not a.no_pin, extra_args=list(a.replica_arg))
     arms = []
     for item in a.routers:
         router, _, policy = item.partition(":")
@@ -362,8 +378,8 @@ def main() -> None:
         "platform": {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
                      "load_avg_start": os.getloadavg()},
         "workload": spec.to_json(), "vllm_router": vllm_router_version(),
-        "replica_argv": ["llama-server", "-m", "SmolLM2-135M-Instruct.Q4_1.gguf", "--alias", MODEL,
-                         *replica_argv(spec)], "replica_cores": "replica i on core i (sched_setaffinity)",
+        "replica_argv": ["llama-server", "-m", Path(ENGINE["gguf"]).name, "--alias", MODEL, *replica_argv(spec)],
+        "replica_cores": "replica i on core i (sched_setaffinity)" if ENGINE["pin"] else "unpinned",
         "cold_caches": "replicas and router started afresh for every arm",
     }
     live: list[Any] = []
@@ -393,7 +409,7 @@ def main() -> None:
     console.print(table(result["medians"], f"conversations {spec.users} users × {spec.turns} turns, system prompt "
                         f"{spec.system_prompt_tokens} tokens, turns {spec.turn_tokens}, answers {spec.answer_tokens}, "
                         f"think {a.think_time}; "
-                        f"2 llama.cpp replicas (SmolLM2-135M); medians of {a.reps} rep(s)"))
+                        f"2 llama.cpp replicas ({Path(ENGINE['gguf']).name}); medians of {a.reps} rep(s)"))
     if result["paired"]:
         pr = result["paired"]
         for k in ("ttft_p50_ms", "ttft_p99_ms"):

