@@ -29,7 +29,9 @@ def _kill_switch_mid_start(cfg):
     first = Deck(cfg).start("smollm2").record
     p = subprocess.Popen([sys.executable, "-m", "servedeck", "--config", str(cfg.path), "switch", "gemma"],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    orphan = wait_for(lambda: S.read_live("gemma"), 60, step=0.01, what="gemma's live record")
+    # the record is written just before the spawn (pid None), then again with the shim's pid: wait for that
+    orphan = wait_for(lambda: (r := S.read_live("gemma")) and r.pid and r, 60, step=0.01,
+                      what="gemma's live record with its shim's pid")
     p.send_signal(signal.SIGKILL)
     p.wait(10)
     assert not group_members(first.pgid)  # the eviction had finished

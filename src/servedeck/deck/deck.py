@@ -36,7 +36,7 @@ from servedeck.deck.memwait import wait_for_memory, wait_gpu_released
 from servedeck.deck.records import LaunchState, LiveRecord, StartResult
 from servedeck.deck.slots import Running, decide
 from servedeck.deck.status import (Ending, Status, alive, classify, describe_exit, engine_named, engine_record,
-                                   ending_of, is_orphan, left_behind, statuses)
+                                   ending_of, is_orphan, left_behind, statuses, with_spawned)
 from servedeck.engines import get_engine
 from servedeck.engines.base import LaunchSpec
 from servedeck.errors import BusyError, LaunchError, RefusedError, UnknownModelError
@@ -64,8 +64,9 @@ class Deck:
 
     # --- reality (queries: nothing is written) ----------------------------------------------
     def running(self) -> dict[str, LiveRecord]:
-        """Live records whose process is really alive. Dead ones are left for `settle_dead`."""
-        return {m: r for m, r in S.all_live().items() if alive(r)}
+        """Live records whose process is really alive. Dead ones are left for `settle_dead`. A record
+        written before its spawn comes with its shim's pid when one was spawned (`with_spawned`)."""
+        return {m: r for m, r in ((m, with_spawned(r)) for m, r in S.all_live().items()) if alive(r)}
 
     # --- the lock ---------------------------------------------------------------------------
     @contextmanager
@@ -183,6 +184,7 @@ class DeckOps:
         launch is left as it is, still recorded live."""
         out = {}
         for model, rec in S.all_live().items():
+            rec = with_spawned(rec)
             if alive(rec):
                 continue
             left = left_behind(rec)
@@ -298,19 +300,28 @@ class DeckOps:
         except RefusedError as e:
             S.journal(reason, name, "refused", reason="gpu memory", detail=e.message)
             raise
-        d = L.new_launch_dir(name)
+        d = L.new_launch_dir(name)  # a servedeck killed from here to the live record leaves only this folder
         lrec = L.write_start(d, spec, model.build, str(cfg.path), reason)
-        proc = P.spawn(spec, d)
         build = cfg.deck.builds[model.build]
+        # Recorded before the spawn, pid not yet known: a servedeck killed at any point of the spawn
+        # leaves a record whose owner is gone, and the next one reaps the shim it finds by the launch
+        # folder (status.with_spawned), or settles the start as cut short when none was spawned.
         live = LiveRecord(model=name, engine=spec.engine, build=model.build, slot=spec.slot, port=spec.port,
-                          launch_dir=str(d), pid=proc.pid, pgid=proc.pgid, create_time=proc.create_time,
-                          owner_pid=os.getpid(), state=LaunchState.STARTING, host=spec.host,
+                          launch_dir=str(d), pid=None, pgid=None, create_time=None, owner_pid=os.getpid(),
+                          owner_create_time=P.start_time_of(os.getpid()), state=LaunchState.STARTING, host=spec.host,
                           served_name=spec.served_name, base_url=spec.base_url, health_path=spec.health_path,
                           stop_timeout_s=spec.stop_timeout_s, gpus=list(spec.gpus), cpus=list(model.cpus), image=build.image,
                           docker=build.docker, config_path=str(cfg.path), reason=reason,
                           started_at=lrec["started_at"], spec=lrec["spec"])
         S.write_live(live)
-        S.journal(reason, name, "spawned", pid=proc.pid, launch_dir=str(d))
+        try:
+            proc = P.spawn(spec, d)
+            live.pid, live.pgid, live.create_time = proc.pid, proc.pgid, proc.create_time
+            S.write_live(live)
+            S.journal(reason, name, "spawned", pid=proc.pid, launch_dir=str(d))
+        except BaseException as e:  # a Ctrl-C in here included: the shim, if spawned, is stopped by its folder
+            self._spawn_failed(live, e)
+            raise
         try:
             ready = R.wait_ready(spec, lambda: P.alive(proc.pid, proc.create_time), model.ready_timeout_s)
         except (R.Died, R.TimedOut, KeyboardInterrupt) as e:
@@ -328,6 +339,19 @@ class DeckOps:
         S.set_desired(name, settings or settings_of(name, cfg))
         S.journal(reason, name, "ready", launch_dir=str(d), ready_s=ready.answered_after_s, boot=boot)
         return live
+
+    def _spawn_failed(self, live: LiveRecord, err: BaseException) -> None:
+        """The spawn, or recording it, raised (the interpreter cannot be executed, a Ctrl-C): stop the
+        shim if it was spawned all the same, record the start failed, clear the record written for it."""
+        d = Path(live.launch_dir)
+        shim = P.find_shim(d)
+        if shim is not None:
+            P.stop_group(shim.pgid, 5.0)
+        why = "interrupted" if isinstance(err, KeyboardInterrupt) else \
+            f"could not spawn its supervisor: {type(err).__name__}: {err}"
+        L.update_launch(d, state=LaunchState.FAILED.value, ended_at=S.now_iso(), end_detail=why)
+        S.clear_live(live.model)
+        S.journal("start", live.model, "failed", launch_dir=str(d), detail=why)
 
     def _failed_start(self, live: LiveRecord, err: BaseException) -> None:
         d = Path(live.launch_dir)
@@ -372,9 +396,13 @@ class DeckOps:
         """Stop an engine left in `starting` by a servedeck process that is gone. Desired state is left
         as it is: the model may still be wanted (the watch loop relaunches it), and was never ready."""
         d = Path(rec.launch_dir)
+        stored = S.read_live(name)
+        rec = with_spawned(rec)
         result = P.stop_group(rec.pgid, min(rec.stop_timeout_s, 30.0))
         remove_container(rec)
         why = f"orphaned: the servedeck process that started it (pid {rec.owner_pid}) is gone"
+        if stored is not None and stored.pid is None:
+            why += f" before recording its shim's pid (the shim, pid {rec.pid}, was found by its launch folder)"
         L.update_launch(d, state=LaunchState.FAILED.value, ended_at=S.now_iso(), exit=R.read_exit(d), stop=result,
                         end_detail=why)
         S.clear_live(name)

@@ -2,7 +2,7 @@
 live record of an engine servedeck started, and the endpoint a client talks to.
 
 States of a launch (launch.json "state", mirrored in the live record):
-    starting  spawned; not yet healthy-and-answering
+    starting  being spawned (recorded before the spawn: no pid yet) or spawned; not yet healthy-and-answering
     ready     alive, healthy, and one real completion was answered
     stopping  a stop is under way (SIGTERM sent to the group)
     stopped   ended by `stop` or `switch`          (terminal)
@@ -50,7 +50,9 @@ class LaunchState(str, Enum):
 class LiveRecord:
     """One engine servedeck started and has not yet seen end: live/<model>.json.
 
-    Written atomically by the deck at spawn, at ready and at stopping; read by everyone else."""
+    Written atomically by the deck just before the spawn (pid, pgid and create_time still None, so
+    that a servedeck killed mid-spawn leaves a record the next one reaps by its launch folder), at
+    spawn, at ready and at stopping; read by everyone else."""
 
     model: str
     engine: str
@@ -58,8 +60,8 @@ class LiveRecord:
     slot: str
     port: int
     launch_dir: str
-    pid: int  # the shim, leader of the engine's process group
-    pgid: int
+    pid: Optional[int]  # the shim, leader of the engine's process group; None until it is spawned
+    pgid: Optional[int]
     create_time: Optional[float]  # with pid: tells a reused pid from ours
     owner_pid: int  # the servedeck process that started it
     state: LaunchState = LaunchState.STARTING
@@ -81,6 +83,7 @@ class LiveRecord:
     boot: dict[str, Any] = field(default_factory=dict)
     readiness: dict[str, Any] = field(default_factory=dict)
     spec: dict[str, Any] = field(default_factory=dict)  # the rendered LaunchSpec (redacted)
+    owner_create_time: Optional[float] = None  # with owner_pid: tells a reused pid from the owner
     schema: int = 1
 
     @property

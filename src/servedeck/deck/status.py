@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -47,11 +47,14 @@ class Ending:
     cause: Optional[dict]
     tail: str
     left_behind: Optional[dict] = None  # its shim died first: the engine it left, and how the deck stopped it
+    unspawned: Optional[str] = None  # its start was cut short before its shim was spawned: by whom
 
     @property
     def detail(self) -> str:
         if self.left_behind:
             return self.left_behind["detail"]
+        if self.unspawned and not self.exit:
+            return self.unspawned
         return describe_exit(self.exit)
 
 
@@ -67,10 +70,34 @@ def ending_of(rec: LiveRecord, left_behind: dict | None = None) -> Ending:
         cause = {**cause, "id": "supervisor-killed", "family": "supervisor",
                  "summary": "the supervisor shim was killed from outside (a SIGKILL, or the OOM killer)",
                  "action": "if the kernel log shows the OOM killer, give the host more memory or the model less"}
-    return Ending(state, exit_info, cause, tail, left_behind)
+    unspawned = None
+    if rec.pid is None:
+        unspawned = (f"its start was cut short before its engine was spawned: the servedeck process that was "
+                     f"starting it (pid {rec.owner_pid}) is gone")
+    return Ending(state, exit_info, cause, tail, left_behind, unspawned)
+
+
+def with_spawned(rec: LiveRecord) -> LiveRecord:
+    """`rec` with its shim's pid, group and start time: a record written just before its spawn has
+    none, and keeps none when its servedeck was killed before writing them; its shim, if one was
+    spawned, is then found by its launch folder. Unchanged when nothing is found."""
+    if rec.pid is not None:
+        return rec
+    shim = P.find_shim(rec.launch_dir)
+    return replace(rec, pid=shim.pid, pgid=shim.pgid, create_time=shim.create_time) if shim else rec
+
+
+def owner_alive(rec: LiveRecord) -> bool:
+    """Whether the servedeck process that started `rec` still runs (its start time, when recorded,
+    tells it from a later process given the same pid)."""
+    return bool(rec.owner_pid) and P.alive(rec.owner_pid, rec.owner_create_time)
 
 
 def alive(rec: LiveRecord) -> bool:
+    """Whether `rec`'s shim runs. A record with no shim pid yet (pass it through `with_spawned`
+    first) is alive while the servedeck spawning it is: a start under way is not dead."""
+    if rec.pid is None:
+        return P.find_shim(rec.launch_dir) is not None or owner_alive(rec)
     return P.alive(rec.pid, rec.create_time)
 
 
@@ -93,7 +120,7 @@ def engine_named(rec: LiveRecord, left: list[int]) -> str:
 def is_orphan(rec: LiveRecord) -> bool:
     """A launch still `starting` whose servedeck process is gone: nobody will ever finish starting it."""
     owner = rec.owner_pid
-    return rec.state == LaunchState.STARTING and bool(owner) and owner != os.getpid() and not P.alive(owner)
+    return rec.state == LaunchState.STARTING and bool(owner) and owner != os.getpid() and not owner_alive(rec)
 
 
 def engine_record(launch_dir: str | Path) -> dict:
@@ -140,7 +167,7 @@ def statuses(ended: dict[str, tuple[LiveRecord, Ending]]) -> list[Status]:
     out: list[Status] = []
     for model, (rec, end) in ended.items():
         out.append(Status(model, end.state, rec, model in desired, end.detail, cause=end.cause, exit=end.exit))
-    live = S.all_live()
+    live = {m: with_spawned(r) for m, r in S.all_live().items()}
     for model, rec in live.items():
         if not alive(rec):
             left = left_behind(rec)
@@ -155,7 +182,7 @@ def statuses(ended: dict[str, tuple[LiveRecord, Ending]]) -> list[Status]:
                               exit=end.exit))
             continue
         state, detail, liveness = str(rec.state), "", None
-        if rec.state == LaunchState.STARTING and rec.owner_pid and not P.alive(rec.owner_pid):
+        if rec.state == LaunchState.STARTING and rec.owner_pid and not owner_alive(rec):
             detail = (f"the servedeck process that started it (pid {rec.owner_pid}) is gone; "
                       "this engine is not in desired state: `servedeck stop` it or `servedeck start` it again")
         elif rec.state == LaunchState.READY:

@@ -30,6 +30,7 @@ class Proc:
 
 # a campaign cell on a Ray node sets this to its worker's pid: the shim stops the engine if that process dies
 ENGINE_OWNER_ENV = "SERVEDECK_ENGINE_OWNER"
+SHIM_MODULE = "servedeck.supervisor.shim"  # its argv names the launch folder: `find_shim` relies on that
 
 
 def spawn(spec: LaunchSpec, launch_dir: Path) -> Proc:
@@ -39,7 +40,7 @@ def spawn(spec: LaunchSpec, launch_dir: Path) -> Proc:
         env.update(spec.env)
         env.setdefault("PYTHONUNBUFFERED", "1")
         p = subprocess.Popen(
-            [sys.executable, "-m", "servedeck.supervisor.shim",
+            [sys.executable, "-m", SHIM_MODULE,
              *(["--cpus", ",".join(str(c) for c in spec.cpus)] if spec.cpus else []),
              # a campaign cell on a Ray node: the engine goes with the worker that launched it (cluster/node.py)
              *(["--owner", os.environ[ENGINE_OWNER_ENV]] if os.environ.get(ENGINE_OWNER_ENV) else []),
@@ -53,14 +54,39 @@ def spawn(spec: LaunchSpec, launch_dir: Path) -> Proc:
     return Proc(pid=p.pid, create_time=psutil.Process(p.pid).create_time())
 
 
-def _reap(pid: int) -> None:
+def find_shim(launch_dir: str | Path) -> Proc | None:
+    """The running shim of a launch folder, found by its argv (`... shim [opts] LAUNCH_DIR -- ARGV`):
+    how a launch whose spawner died before recording the pid is still found. None when none runs."""
+    want = str(launch_dir)
+    for p in psutil.process_iter(["cmdline", "status", "create_time"]):
+        cmd = p.info["cmdline"] or []
+        if SHIM_MODULE not in cmd or "--" not in cmd or p.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        if cmd[cmd.index("--") - 1] == want:
+            return Proc(pid=p.pid, create_time=p.info["create_time"])
+    return None
+
+
+def start_time_of(pid: int) -> float | None:
+    """When process `pid` started (with the pid, what tells it from a later process given the number)."""
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
+def _reap(pid: int | None) -> None:
+    if not pid:  # a record written before its spawn has no pid yet
+        return
     try:  # if we are the parent (tests, the watch loop), collect the zombie
         os.waitpid(pid, os.WNOHANG)
     except (ChildProcessError, OSError):
         pass
 
 
-def alive(pid: int, create_time: float | None = None) -> bool:
+def alive(pid: int | None, create_time: float | None = None) -> bool:
+    if not pid:  # never psutil.Process(None): that is this process
+        return False
     _reap(pid)
     try:
         p = psutil.Process(pid)
@@ -71,8 +97,10 @@ def alive(pid: int, create_time: float | None = None) -> bool:
         return False
 
 
-def group_members(pgid: int) -> list[int]:
-    out = []
+def group_members(pgid: int | None) -> list[int]:
+    out: list[int] = []
+    if not pgid:
+        return out
     for p in psutil.process_iter(["pid", "status"]):
         try:
             if os.getpgid(p.pid) == pgid and p.info["status"] != psutil.STATUS_ZOMBIE:
@@ -82,12 +110,12 @@ def group_members(pgid: int) -> list[int]:
     return out
 
 
-def left_in_group(pgid: int, leader_create_time: float | None) -> list[int]:
+def left_in_group(pgid: int | None, leader_create_time: float | None) -> list[int]:
     """The processes still in the group of a leader (a shim) that is gone: an engine its killed shim left
     running. Empty while the leader lives, and whenever the group may not be the one that leader led:
     its pid now names another process (the number was reused), a member is older than the leader was
     (the leader cannot have started it), or the leader's start time was never recorded."""
-    if leader_create_time is None:
+    if leader_create_time is None or not pgid:
         return []
     _reap(pgid)
     try:
@@ -107,7 +135,7 @@ def left_in_group(pgid: int, leader_create_time: float | None) -> list[int]:
     return members
 
 
-def stop_group(pgid: int, grace_s: float, poll_s: float = 0.1) -> dict:
+def stop_group(pgid: int | None, grace_s: float, poll_s: float = 0.1) -> dict:
     """SIGTERM to the whole group, wait up to `grace_s`, then SIGKILL to the group. Returns what happened."""
     t0 = time.monotonic()
     members = group_members(pgid)
