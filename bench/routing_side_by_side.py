@@ -33,6 +33,8 @@ vllm-router:cache_aware rep by rep (the two ran one after the other in each rep)
     .venv/bin/python bench/routing_side_by_side.py [--users 16] [--turns 6] [--system-prompt-tokens 256]
         [--turn-tokens 64] [--answer-tokens 16] [--think-time 0] [--reps 1]
         [--out bench/results/routing_side_by_side.json]
+        [--llama-server PATH --gguf PATH] [--replica-arg=ARG ...] [--no-pin]   (another engine build and model,
+                                                                                as scripts/gpu-routing.sh on an H200)
 
 On 2 shared cores the defaults take about 2–5 minutes per arm. servedeck is imported from where the
 script is run: run it from a snapshot (`git worktree add --detach /tmp/routing-bench HEAD`, then that tree's
