@@ -55,8 +55,9 @@ def servedeck_home(tmp_path, monkeypatch):
 
 
 def stop_everything(home: Path) -> None:
-    """Stop, by process group, every engine still recorded live under `home`."""
-    from servedeck.supervisor.process import group_members, stop_group
+    """Stop, by process group, every engine still recorded live under `home`; a record written before
+    its spawn has no pgid yet, and its shim is found by its launch folder as the deck finds it."""
+    from servedeck.supervisor.process import find_shim, group_members, stop_group
 
     live = home / "live"
     if not live.exists():
@@ -68,8 +69,12 @@ def stop_everything(home: Path) -> None:
             rec = json.loads(f.read_text())
         except (OSError, ValueError):
             continue
-        if group_members(rec["pgid"]):
-            stop_group(rec["pgid"], 10)
+        pgid = rec.get("pgid")
+        if pgid is None and rec.get("launch_dir"):
+            shim = find_shim(rec["launch_dir"])
+            pgid = shim.pgid if shim is not None else None
+        if pgid is not None and group_members(pgid):
+            stop_group(pgid, 10)
 
 
 # Processes that belong to this session's interpreter itself and end with it, not with any test.
