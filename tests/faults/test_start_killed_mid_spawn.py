@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import psutil
@@ -24,6 +23,7 @@ from servedeck import paths
 from servedeck.deck import state as S
 from servedeck.supervisor.process import group_members, port_holder, stop_group
 from servedeck.watch import Watcher
+from watchkit import wait_for
 
 pytestmark = [pytest.mark.engine, pytest.mark.llamacpp]
 
@@ -70,16 +70,6 @@ def only_launch() -> Path:
 def servedeck(cfg, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "servedeck", "--config", str(cfg.path), *args],
                           capture_output=True, text=True, timeout=180)
-
-
-def wait_until(pred, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 @pytest.fixture
@@ -133,7 +123,7 @@ def test_a_start_paused_after_spawn_shows_starting_with_its_shim(deck_config, gr
     """A start still under way (its servedeck alive, only stopped) is starting, never settled as dead."""
     child = start_child(deck_config, "after-spawn", "SIGSTOP")
     try:
-        wait_until(lambda: psutil.Process(child.pid).status() == psutil.STATUS_STOPPED, 120, "the child to stop")
+        wait_for(lambda: psutil.Process(child.pid).status() == psutil.STATUS_STOPPED, 120, 0.05, "the child to stop")
         d = only_launch()
         shims = shims_of(d)
         groups.extend(os.getpgid(p.pid) for p in shims)
@@ -150,7 +140,7 @@ def test_a_start_paused_after_spawn_shows_starting_with_its_shim(deck_config, gr
 def test_a_start_paused_before_spawn_is_starting_then_settled_once_its_servedeck_is_killed(deck_config, groups):
     child = start_child(deck_config, "before-spawn", "SIGSTOP")
     try:
-        wait_until(lambda: psutil.Process(child.pid).status() == psutil.STATUS_STOPPED, 120, "the child to stop")
+        wait_for(lambda: psutil.Process(child.pid).status() == psutil.STATUS_STOPPED, 120, 0.05, "the child to stop")
         [row] = json.loads(servedeck(deck_config, "status", "--json").stdout)
         assert row["state"] == "starting"
     finally:
