@@ -3,7 +3,8 @@
 For a venv, every installed distribution's pip RECORD is replayed: each listed file is hashed and compared
 (the seed's "24,416 of 24,417 files"), files under the engine's own package that no RECORD lists are
 "untracked" (a patched tree copied over a wheel shows up here), and a distribution with no RECORD is named.
-The engine's version comes from the venv's package metadata, read without starting its interpreter.
+The engine's version comes from the package metadata the engine's interpreter would import, read without
+starting it: PYTHONPATH's folders first (the build's env, else servedeck's own), then its site-packages.
 """
 
 from __future__ import annotations
@@ -194,6 +195,23 @@ def binary_version(binary: str) -> str | None:
     return m.group(1) if m else (text.splitlines()[0][:80] if text else None)
 
 
+def pythonpath_of(build: "Build") -> list[Path]:
+    """The folders PYTHONPATH puts before site-packages for the engine's interpreter: the build's own
+    `env` sets it, else the engine inherits servedeck's environment's (a vLLM unpacked with
+    `pip install --target` is found only there). Used as written: Python does not expand ~ or $VARS in it."""
+    raw = build.env["PYTHONPATH"] if "PYTHONPATH" in build.env else os.environ.get("PYTHONPATH", "")
+    return [Path(p) for p in raw.split(os.pathsep) if p and Path(p).is_dir()]
+
+
+def engine_dist(where: Path, dists: tuple[str, ...]) -> tuple[str, str] | None:
+    """(distribution name, version) of the first of `dists` installed in the folder `where`."""
+    for dist in metadata.distributions(path=[str(where)]):
+        dname = (dist.metadata.get("Name") or "").lower().replace("_", "-")
+        if dname in dists:
+            return dname, dist.version
+    return None
+
+
 def verify_build(build: "Build", name: str = "", cfg: "Config | None" = None, integrity: bool = True) -> BuildReport:
     """Check one [builds.NAME]: exists, version, RECORD integrity (venvs), `requires` paths."""
     expand = cfg.expand if cfg is not None else (lambda s: os.path.expanduser(os.path.expandvars(s)))
@@ -237,13 +255,18 @@ def verify_build(build: "Build", name: str = "", cfg: "Config | None" = None, in
         rep.integrity_skip = "no site-packages found"
         return rep
     rep.site_packages = str(site)
-    for dist in metadata.distributions(path=[str(site)]):
-        dname = (dist.metadata.get("Name") or "").lower().replace("_", "-")
-        if dname in engine.dists:
-            rep.engine_version, rep.version_source = dist.version, f"{dname} package metadata"
+    searched = [*pythonpath_of(build), site]
+    for where in searched:
+        found = engine_dist(where, engine.dists)
+        if found is not None:
+            dname, rep.engine_version = found
+            rep.version_source = f"{dname} package metadata" + (f" in {where} (PYTHONPATH)" if where != site else "")
+            if where != site:  # the engine imports it from there: that install is the one to verify
+                rep.site_packages, site = str(where), where
             break
     if rep.engine_version is None:
-        rep.problems.append(f"no {'/'.join(engine.dists) or build.engine} distribution in {site}")
+        rep.problems.append(f"no {'/'.join(engine.dists) or build.engine} distribution in "
+                            + " or ".join(str(w) for w in searched))
     if integrity:
         check_integrity(rep, site, engine.package)
     else:
