@@ -368,7 +368,7 @@ class DeckOps:
         exit_info = R.read_exit(d)
         tail = L.log_tail(d, 40)
         cause = classify(tail, exit_info, time.time(), live.engine)
-        why = "interrupted" if interrupted else str(err) if timed_out else describe_exit(exit_info)
+        why = "interrupted" if interrupted else str(err) if timed_out else describe_exit(exit_info, d)
         L.update_launch(d, state=LaunchState.FAILED.value, ended_at=S.now_iso(), exit=exit_info, cause=cause,
                         end_detail=why)
         S.clear_live(live.model)

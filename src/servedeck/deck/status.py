@@ -28,14 +28,26 @@ def classify(log_tail: str, exit_info: dict | None, when: float | None, engine: 
     return catalogue_classify(log_tail, exit_info, events_near(when) if when else [], engine=engine)
 
 
-def describe_exit(exit_info: dict | None) -> str:
+def describe_exit(exit_info: dict | None, launch_dir: str | Path | None = None) -> str:
     if not exit_info:
-        return "the engine's process group is gone and no exit record was written (killed with its shim?)"
+        why = shim_failure(launch_dir) if launch_dir is not None else None
+        return why or "the engine's process group is gone and no exit record was written (killed with its shim?)"
     if exit_info.get("signal"):
         return f"killed by {exit_info['signal']}"
     if exit_info.get("error"):
         return exit_info["error"]
     return f"exited with code {exit_info.get('returncode')}"
+
+
+def shim_failure(launch_dir: str | Path) -> str | None:
+    """When a launch's supervisor ended before it started the engine (no engine.json, no exit.json): what
+    it said last (an interpreter that cannot import servedeck prints its traceback to engine.log)."""
+    d = Path(launch_dir)
+    if (d / "engine.json").exists() or (d / "exit.json").exists() or not (d / "engine.log").exists():
+        return None
+    last = [ln.strip() for ln in L.log_tail(d, 20).splitlines() if ln.strip()]
+    said = f": {last[-1][:300]}" if last else " (it printed nothing)"
+    return f"its supervisor (python -m servedeck.supervisor.shim) exited before it started the engine{said}"
 
 
 @dataclass
@@ -48,6 +60,7 @@ class Ending:
     tail: str
     left_behind: Optional[dict] = None  # its shim died first: the engine it left, and how the deck stopped it
     unspawned: Optional[str] = None  # its start was cut short before its shim was spawned: by whom
+    launch_dir: Optional[str] = None
 
     @property
     def detail(self) -> str:
@@ -55,7 +68,7 @@ class Ending:
             return self.left_behind["detail"]
         if self.unspawned and not self.exit:
             return self.unspawned
-        return describe_exit(self.exit)
+        return describe_exit(self.exit, self.launch_dir)
 
 
 def ending_of(rec: LiveRecord, left_behind: dict | None = None) -> Ending:
@@ -74,7 +87,7 @@ def ending_of(rec: LiveRecord, left_behind: dict | None = None) -> Ending:
     if rec.pid is None:
         unspawned = (f"its start was cut short before its engine was spawned: the servedeck process that was "
                      f"starting it (pid {rec.owner_pid}) is gone")
-    return Ending(state, exit_info, cause, tail, left_behind, unspawned)
+    return Ending(state, exit_info, cause, tail, left_behind, unspawned, rec.launch_dir)
 
 
 def with_spawned(rec: LiveRecord) -> LiveRecord:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -34,24 +35,38 @@ SHIM_MODULE = "servedeck.supervisor.shim"  # its argv names the launch folder: `
 
 
 def spawn(spec: LaunchSpec, launch_dir: Path) -> Proc:
+    """Start the shim (servedeck's own interpreter, in servedeck's own environment) in a new session; it
+    starts the engine with the launch's environment on top of that. The two differ on purpose: a build
+    whose `env` sets PYTHONPATH (a vLLM unpacked with `pip --target`) must not take servedeck away from
+    its own supervisor. The engine's variables reach the shim on its stdin, so no file holds them."""
     log = open(launch_dir / "engine.log", "ab", buffering=0)
     try:
         env = dict(os.environ)
-        env.update(spec.env)
         env.setdefault("PYTHONUNBUFFERED", "1")
         p = subprocess.Popen(
-            [sys.executable, "-m", SHIM_MODULE,
+            [sys.executable, "-m", SHIM_MODULE, "--env-stdin",
              *(["--cpus", ",".join(str(c) for c in spec.cpus)] if spec.cpus else []),
              # a campaign cell on a Ray node: the engine goes with the worker that launched it (cluster/node.py)
              *(["--owner", os.environ[ENGINE_OWNER_ENV]] if os.environ.get(ENGINE_OWNER_ENV) else []),
              str(launch_dir), "--",
              *spec.argv],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.PIPE,
             start_new_session=True, env=env, close_fds=True,
         )
     finally:
         log.close()
+    try:
+        assert p.stdin is not None
+        p.stdin.write(json.dumps(engine_env(spec)).encode())
+        p.stdin.close()
+    except OSError:  # the shim is already gone (it could not start): its log and exit say why
+        pass
     return Proc(pid=p.pid, create_time=psutil.Process(p.pid).create_time())
+
+
+def engine_env(spec: LaunchSpec) -> dict[str, str]:
+    """What the shim adds to its own environment for the engine: the launch's env, unbuffered output."""
+    return {"PYTHONUNBUFFERED": "1", **spec.env}
 
 
 def find_shim(launch_dir: str | Path) -> Proc | None:

@@ -1,6 +1,6 @@
 """The process servedeck actually spawns: it starts the engine, waits for it, and writes how it ended.
 
-    python -m servedeck.supervisor.shim [--cpus 0,1] [--owner PID] LAUNCH_DIR -- ARGV...
+    python -m servedeck.supervisor.shim [--env-stdin] [--cpus 0,1] [--owner PID] LAUNCH_DIR -- ARGV...
 
 It leads the engine's process group (the spawner passes start_new_session), so a stop is one
 signal to one group. It outlives the engine on purpose: when the engine dies, by a signal or an
@@ -9,6 +9,9 @@ an engine died of even though servedeck itself was not running. With --cpus it p
 CPU set before it starts the engine, so the engine and every process it forks inherit the affinity.
 With --owner (a campaign cell on a Ray node: the worker that launched it) it stops its engine's group
 when that process is gone, so a lost worker leaves no engine behind.
+With --env-stdin it reads the engine's environment additions as one JSON object from stdin: the shim
+itself runs in servedeck's environment (a build's PYTHONPATH must not hide servedeck from it), the
+engine in that environment plus the launch's.
 Kept tiny: it runs for every launch.
 """
 
@@ -26,7 +29,11 @@ import time
 def main(argv: list[str]) -> int:
     cpus: list[int] = []
     owner = 0
-    while argv[:1] in (["--cpus"], ["--owner"]) and len(argv) > 1:
+    env_stdin = False
+    while argv[:1] == ["--env-stdin"] or (argv[:1] in (["--cpus"], ["--owner"]) and len(argv) > 1):
+        if argv[0] == "--env-stdin":
+            env_stdin, argv = True, argv[1:]
+            continue
         if argv[0] == "--cpus":
             cpus = [int(c) for c in argv[1].split(",") if c]
         else:
@@ -34,9 +41,18 @@ def main(argv: list[str]) -> int:
         argv = argv[2:]
     launch_dir, sep, *cmd = argv if len(argv) >= 2 else ["", ""]
     if sep != "--" or not cmd:
-        print("usage: python -m servedeck.supervisor.shim [--cpus 0,1] [--owner PID] LAUNCH_DIR -- ARGV...",
+        print("usage: python -m servedeck.supervisor.shim [--env-stdin] [--cpus 0,1] [--owner PID] LAUNCH_DIR -- ARGV...",
               file=sys.stderr)
         return 2
+    engine_env = None
+    if env_stdin:  # the engine's environment: the shim's own plus what the spawner sends (process.engine_env)
+        try:
+            engine_env = {**os.environ, **json.loads(sys.stdin.read() or "{}")}
+        except ValueError as e:
+            print(f"servedeck: the engine's environment sent to the shim is not JSON: {e}", file=sys.stderr, flush=True)
+            _write(launch_dir, {"returncode": 2, "signal": None, "error": "the supervisor got no readable environment "
+                                "for the engine", "started_at": time.time(), "ended_at": time.time()})
+            return 2
     if cpus:
         try:
             os.sched_setaffinity(0, cpus)
@@ -54,7 +70,7 @@ def main(argv: list[str]) -> int:
         signal.signal(s, note)
     started = time.time()
     try:
-        child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
+        child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, env=engine_env)
     except OSError as e:
         record = {"returncode": 127, "signal": None, "error": f"cannot execute {cmd[0]}: {e.strerror}",
                   "started_at": started, "ended_at": time.time()}
