@@ -191,3 +191,25 @@ def test_decode_workload_measures_decode_only(campaign_config, llama):
     assert "decode speed only: TPOT and decode tok/s; prefill (TTFT) is excluded" in md
     assert "decode tok/s p50/min" in md and "prefill tok/s p50" not in md
     assert "warm-up 1 per point with that same prompt" in md and "distinct from the measured" not in md
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_vllm_points_carry_the_engines_own_account_of_the_same_requests(campaign_config, vllm):
+    """Issue 32: on the H200 servedeck and `vllm bench serve` disagreed at 64 streams; vLLM's own histograms
+    on /metrics decide. Every vLLM point now carries them beside the client's figures, diffed over its
+    measured phase: the same requests counted, the client's times no shorter than the engine's (the client's
+    span holds the engine's), and TPOT, timed first to last token on both sides, close."""
+    spec = BenchSpec(workload="chat", shapes=(ClosedLoop(2),), input_tokens=128, output_tokens=16, requests=6,
+                     warmup=1)
+    ea = _point(load(run_bench(campaign_config, "smollm2-vllm", spec, gate_mode=False).folder))["engine_agreement"]
+    assert ea is not None and ea["same_requests"] is True, ea
+    f = ea["figures"]
+    assert {"ttft", "tpot", "e2e", "queue"} <= set(f), sorted(f)
+    assert f["ttft"]["engine"]["requests"] == f["ttft"]["client"]["requests"] == 6
+    assert f["ttft"]["mean_minus_engine_ms"] > 0 and f["e2e"]["mean_minus_engine_ms"] > 0
+    assert 0.8 < f["tpot"]["mean_ratio"] < 1.25, f["tpot"]
+    print(f"\nvLLM CPU, chat 128/16 at c=2: TTFT mean client {f['ttft']['client']['mean_ms']:.1f} / engine "
+          f"{f['ttft']['engine']['mean_ms']:.1f} ms; TPOT {f['tpot']['client']['mean_ms']:.2f} / "
+          f"{f['tpot']['engine']['mean_ms']:.2f} ms; E2E {f['e2e']['client']['mean_ms']:.1f} / "
+          f"{f['e2e']['engine']['mean_ms']:.1f} ms; engine queue mean {f['queue']['engine']['mean_ms']:.2f} ms")

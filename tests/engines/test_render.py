@@ -93,6 +93,7 @@ def test_vllm_dp_json_flags_and_env():
         "--enable-prefix-caching", "--max-num-seqs", "16",
         "--speculative-config", '{"method": "mtp", "num_speculative_tokens": 4}',
         "--hf-overrides", '{"text_config": {"rope_parameters": {"rope_type": "yarn", "factor": 4.0}}}',
+        "--enable-prompt-tokens-details",
     ]
     assert spec.env == {
         "VLLM_USE_DEEP_GEMM": "0", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
@@ -116,10 +117,27 @@ def test_vllm_docker_image_like_the_seed():
         "--served-model-name", "qwen38_27b", "--host", "127.0.0.1", "--port", "8000",
         "--max-model-len", "262144", "--gpu-memory-utilization", "0.9", "--data-parallel-size", "4",
         "--kv-cache-dtype", "fp8", "--enable-prefix-caching", "--reasoning-parser", "qwen3",
+        "--enable-prompt-tokens-details",
     ]
     assert spec.argv[13].endswith(":/root/.cache/huggingface")
     assert "hf_secret_value" not in " ".join(spec.argv)  # the value travels by name, not in argv
     assert "CUDA_VISIBLE_DEVICES" not in spec.env  # docker gets --gpus instead
+
+
+def test_vllm_reports_cached_tokens_per_request_unless_args_say_otherwise():
+    """vLLM's usage carries prompt_tokens_details (each request's cached tokens) only with this flag:
+    without it every point warned "the server did not report cached tokens" (the H200 trial)."""
+    base = CONFIG + """
+[models.plain]
+source = "/models/m"
+build = "stock"
+port = 8100
+"""
+    assert Deck(parse(base, Path("/m.toml"))).render("plain").argv[-1] == "--enable-prompt-tokens-details"
+    for value in ("false", "true"):
+        off = parse(base + f"args = {{ enable-prompt-tokens-details = {value} }}\n", Path("/m.toml"))
+        argv = Deck(off).render("plain").argv
+        assert argv.count("--enable-prompt-tokens-details") == (value == "true"), argv
 
 
 def test_sglang_argv():

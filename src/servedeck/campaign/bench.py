@@ -27,7 +27,7 @@ from servedeck.campaign.reporter import Reporter
 from servedeck.campaign.stall import StallJudge
 from servedeck.campaign.target import Target
 from servedeck.engines import get_engine
-from servedeck.engines.metrics import metrics_snapshot_async, parse_prometheus
+from servedeck.engines.metrics import Snapshot, metrics_snapshot_async, parse_prometheus
 from servedeck.errors import RunError, ServerDied, UsageError
 from servedeck.gates.server import ServerTokens
 from servedeck.loadgen.api import ApiClient
@@ -325,7 +325,7 @@ async def run_point(index: int, shape: Shape, spec: BenchSpec, target: Target, f
                 reporter.stage(f"{label}: warm-up ({len(warm)} requests, {same})")
                 await LoadRun(client, ClosedLoop(min(len(warm), conc or 4)), [], warmup=warm,
                               on_record=on_record).run()
-            before, spec_before = await metrics_snapshot_async(target.engine, target.base_url)
+            before = await metrics_snapshot_async(target.engine, target.base_url)
             gen_before = await _generated(target) if isinstance(client, Spread) else None
             if isinstance(client, Spread):
                 client.reset_counts()
@@ -362,8 +362,8 @@ async def run_point(index: int, shape: Shape, spec: BenchSpec, target: Target, f
                 guard.cancel()
                 await asyncio.gather(guard, return_exceptions=True)
                 point["stalls"], point["slow"] = stalls, judge.slow
-            after, spec_after = await metrics_snapshot_async(target.engine, target.base_url) \
-                if watch.death is None else (None, None)
+            after = await metrics_snapshot_async(target.engine, target.base_url) \
+                if watch.death is None else Snapshot()
             if isinstance(client, Spread):
                 point["replicas"] = client.counts()
                 gen_after = await _generated(target) if watch.death is None else None
@@ -372,8 +372,9 @@ async def run_point(index: int, shape: Shape, spec: BenchSpec, target: Target, f
                         r["generated_tokens_by_server"] = gen_after[i] - gen_before[i]
         point["load"] = run.result().meta()
         point["telemetry"] = telemetry.facts
-        point["counters"] = counter_delta(before, after)
-        point["spec_counters"] = {"before": spec_before, "after": spec_after}
+        point["counters"] = counter_delta(before.prefix, after.prefix)
+        point["spec_counters"] = {"before": before.spec, "after": after.spec}
+        point["engine_histograms"] = {"before": before.histograms, "after": after.histograms}
         point["speculation_configured"] = target.speculation
         point["spec_timing_fields"] = get_engine(target.engine).spec_timings
         if target.speculation:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Optional
 
 from servedeck.campaign.target import Target
-from servedeck.engines.metrics import metrics_snapshot_async
+from servedeck.engines.metrics import Snapshot, metrics_snapshot_async
 from servedeck.loadgen.loop import current as current_loop
 from servedeck.loadgen.records import RequestRecord
 from servedeck.runs.figures import counter_delta
@@ -37,15 +37,16 @@ async def engine_window(target: Target, folder: RunFolder, point: dict[str, Any]
     the engine died) as point["counters"], the sampler's facts as point["telemetry"]."""
     window = Window()
     async with sampled(folder.path, target, 0) as telemetry:
-        before, _ = await metrics_snapshot_async(target.engine, target.base_url)
+        before = await metrics_snapshot_async(target.engine, target.base_url)
         window.cpu0 = time.process_time()
         try:
             yield window
         finally:
             window.death = target.death()
-            after, _ = await metrics_snapshot_async(target.engine, target.base_url) if window.death is None \
-                else (None, None)
-            point["counters"] = counter_delta(before, after)
+            after = await metrics_snapshot_async(target.engine, target.base_url) if window.death is None \
+                else Snapshot()
+            point["counters"] = counter_delta(before.prefix, after.prefix)
+            point["engine_histograms"] = {"before": before.histograms, "after": after.histograms}
             point["telemetry"] = telemetry.facts
 
 

@@ -213,6 +213,12 @@ class Engine:
     #   kv_usage                                               share of the KV cache in use now (0..1, a gauge)
     #   preemptions                                            requests preempted so far (a counter)
     metrics: dict[str, str] = {}
+    # The engine's own latency histograms on /metrics (seconds), by servedeck's names, each the Prometheus
+    # names to try in order (versions rename them): read before and after a measured point so the point's
+    # figures set the client's TTFT/TPOT/E2E beside the engine's account of the same requests
+    # (runs/figures.py `histogram_agreement`). Keys: ttft, tpot (per request: decode time / (tokens − 1)),
+    # itl (per token), e2e, queue (waiting before scheduled), prefill, decode.
+    latency_histograms: dict[str, tuple[str, ...]] = {}
     # per-chunk token counts in streamed responses (`stream_options.continuous_usage_stats`)
     stream_usage_per_chunk: bool = False
     # the Python distributions that carry the engine and the package they install (doctor's RECORD check)

@@ -5,6 +5,7 @@ over its label sets (one engine, several model_name / engine-core series)."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import httpx
@@ -85,19 +86,65 @@ def spec_counters(engine: str, text: str) -> Optional[dict[str, Any]]:
     return out
 
 
-def metrics_snapshot(engine: str, base_url: str) -> tuple[Optional[dict[str, float]], Optional[dict[str, Any]]]:
-    """(prefix-cache counters, speculation counters) from one read of /metrics; (None, None) if unreadable."""
+def read_histograms(text: str, names: dict[str, tuple[str, ...]]) -> Optional[dict[str, Any]]:
+    """The engine's own latency histograms from a /metrics page, by servedeck's names (`Engine.
+    latency_histograms`: the first of each key's Prometheus names that the page carries): per key
+    {"name", "buckets": [[upper bound, cumulative count], ...] ending at +Inf, "sum", "count"}, summed over
+    label sets (model_name, engine core). None when the page has none of them."""
+    if not names:
+        return None
+    found: dict[str, dict[str, Any]] = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            if family.type != "histogram":
+                continue
+            h: dict[str, Any] = {"buckets": {}, "sum": 0.0, "count": 0.0}
+            for sample in family.samples:
+                if sample.name.endswith("_bucket"):
+                    le = float(sample.labels["le"])
+                    h["buckets"][le] = h["buckets"].get(le, 0.0) + float(sample.value)
+                elif sample.name.endswith("_sum"):
+                    h["sum"] += float(sample.value)
+                elif sample.name.endswith("_count"):
+                    h["count"] += float(sample.value)
+            found[family.name] = h
+    except (ValueError, TypeError, IndexError, KeyError):
+        return None
+    out: dict[str, Any] = {}
+    for key, candidates in names.items():
+        for name in candidates:
+            if name in found:
+                h = found[name]
+                out[key] = {"name": name, "buckets": sorted([le, c] for le, c in h["buckets"].items()),
+                            "sum": h["sum"], "count": h["count"]}
+                break
+    return out or None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One read of the engine's /metrics before or after a measured stretch: prefix-cache counters,
+    speculation counters, latency histograms (each None when the page has none, all None when unreadable)."""
+
+    prefix: Optional[dict[str, float]] = None
+    spec: Optional[dict[str, Any]] = None
+    histograms: Optional[dict[str, Any]] = None
+
+
+def metrics_snapshot(engine: str, base_url: str) -> Snapshot:
+    """The engine's counters and histograms from one read of /metrics; an empty Snapshot if unreadable."""
     try:
         r = httpx.get(base_url.rstrip("/") + "/metrics", timeout=10.0)
     except httpx.HTTPError:
-        return None, None
+        return Snapshot()
     if r.status_code != 200:
-        return None, None
-    return get_engine(engine).prefix_counters(parse_prometheus(r.text)), spec_counters(engine, r.text)
+        return Snapshot()
+    adapter = get_engine(engine)
+    return Snapshot(adapter.prefix_counters(parse_prometheus(r.text)), spec_counters(engine, r.text),
+                    read_histograms(r.text, adapter.latency_histograms))
 
 
-async def metrics_snapshot_async(engine: str, base_url: str) -> tuple[Optional[dict[str, float]],
-                                                                      Optional[dict[str, Any]]]:
+async def metrics_snapshot_async(engine: str, base_url: str) -> Snapshot:
     return await asyncio.to_thread(metrics_snapshot, engine, base_url)
 
 

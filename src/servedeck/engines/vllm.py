@@ -45,6 +45,17 @@ class VLLM(Engine):
         "kv_usage": "vllm:kv_cache_usage_perc",  # a fraction 0..1 despite the name (vLLM 0.32)
         "preemptions": "vllm:num_preemptions_total",
     }
+    # Timed by vLLM from the request's arrival at its engine client (after the API server parsed it and
+    # rendered and tokenized the prompt) to its first token, last token, etc.: vllm/v1/metrics/stats.py.
+    latency_histograms = {
+        "ttft": ("vllm:time_to_first_token_seconds",),
+        "tpot": ("vllm:request_time_per_output_token_seconds",),
+        "itl": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),  # renamed in 0.9
+        "e2e": ("vllm:e2e_request_latency_seconds",),
+        "queue": ("vllm:request_queue_time_seconds",),
+        "prefill": ("vllm:request_prefill_time_seconds",),
+        "decode": ("vllm:request_decode_time_seconds",),
+    }
     spec_metrics = {
         "drafts": "vllm:spec_decode_num_drafts_total",
         "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
@@ -113,6 +124,11 @@ class VLLM(Engine):
             if n > 1:
                 flags += [flag, str(n)]
         flags += self.render_model_args(model)
+        if not self.has_arg(model, "enable-prompt-tokens-details"):
+            # Without it vLLM's usage carries no prompt_tokens_details, so no request says how much of its
+            # prompt came from the prefix cache and prefill figures cannot leave cached requests out.
+            # `enable-prompt-tokens-details = false` in args leaves it off.
+            flags.append("--enable-prompt-tokens-details")
         if build.image:  # the vllm/vllm-openai image's entrypoint is `vllm`
             return self.docker_prefix(name, model, build, env, source) + ["serve", source] + flags, env
         if build.binary:  # a `vllm` console script

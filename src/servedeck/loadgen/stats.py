@@ -174,6 +174,9 @@ def _prefill(ok: Sequence[RequestRecord], th: Thresholds) -> dict[str, Any]:
     return d
 
 
+UNREPORTED_CACHE = "the server did not report cached tokens for {n} requests"
+
+
 def _cache(ok: Sequence[RequestRecord], th: Thresholds, warnings: list[str]) -> dict[str, Any]:
     known = [r for r in ok if r.cached_tokens is not None and r.prompt_tokens]
     cached = sum(r.cached_tokens or 0 for r in known)
@@ -185,7 +188,7 @@ def _cache(ok: Sequence[RequestRecord], th: Thresholds, warnings: list[str]) -> 
             f"prefix cache ({cached / prompt:.1%} of prompt tokens cached): their TTFT is not a prefill time"
         )
     if len(known) < len(ok):
-        warnings.append(f"the server did not report cached tokens for {len(ok) - len(known)} requests")
+        warnings.append(UNREPORTED_CACHE.format(n=len(ok) - len(known)))
     return {
         "reported": len(known),
         "cached_tokens": cached,

@@ -233,8 +233,31 @@ def _figures(view: dict[str, Any]) -> list[str]:
                          f"{ms(ag['ttft_minus_prompt_ms']['p50'])}; TPOT − engine per-token "
                          f"{ms(ag['tpot_minus_engine_ms']['p50'])} (ratio {num(ag['tpot_ratio']['p50'], 3)}); "
                          f"prefill tok/s servedeck/engine {num(ag['prefill_ratio']['p50'], 3)}")
+        ea = f.get("engine_agreement")
+        if ea:
+            notes.append(engine_agreement_line(ea))
         out += ["", f"**{p['label']}**:", ""] + [f"- {n}" for n in notes]
     return out
+
+
+def engine_agreement_line(ea: dict[str, Any]) -> str:
+    """One line: the client's TTFT, TPOT and E2E means beside the engine's own histograms' (runs/figures.py)."""
+    parts = []
+    for key, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2e", "E2E"), ("queue", "engine queue")):
+        row = (ea.get("figures") or {}).get(key)
+        if not row:
+            continue
+        e = row["engine"]
+        if row.get("client"):
+            c = row["client"]
+            parts.append(f"{label} mean {ms(c['mean_ms'])} client / {ms(e['mean_ms'])} engine "
+                         f"(p50 {ms(c['p50_ms_binned'])} / {ms(e['p50_ms'])} in the engine's buckets)")
+        else:
+            parts.append(f"{label} mean {ms(e['mean_ms'])} (engine)")
+    n = ((ea.get("figures") or {}).get("ttft") or {}).get("engine", {}).get("requests")
+    same = "" if ea.get("same_requests") is not False else \
+        f"; **the engine counted {n} first tokens, the client {ea.get('client_first_tokens')}: not the same requests**"
+    return "vs the engine's own histograms (/metrics, over the measured phase): " + "; ".join(parts) + same
 
 
 def _where(view: dict[str, Any]) -> list[str]:

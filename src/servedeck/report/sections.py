@@ -259,6 +259,15 @@ def _agreement(p: LoadPoint, key: str) -> Optional[float]:
     return sum(vals) / len(vals) if vals else None
 
 
+def _engine_gap(p: LoadPoint, key: str = "ttft") -> Optional[float]:
+    """Mean across repeats of client − engine mean (ms) of one figure, from the engine's own latency
+    histograms (vLLM; runs/figures.py `histogram_agreement`), or None when the engine has none."""
+    vals = [(((f.get("engine_agreement") or {}).get("figures") or {}).get(key) or {}).get("mean_minus_engine_ms")
+            for f in p.figures]
+    vals = [v for v in vals if isinstance(v, (int, float))]
+    return sum(vals) / len(vals) if vals else None
+
+
 def latency(coll: Collection) -> Optional[Section]:
     pts = [p for p in load_points(coll) if p.workload != "long-prompt"]
     if not pts:
@@ -276,10 +285,12 @@ def latency(coll: Collection) -> Optional[Section]:
                                     key=lambda x: x.text)))
     busy = busy_hosts(coll)
     engine = any(_agreement(p, "ttft_minus_prompt_ms") is not None for p in pts)
+    hist = any(_engine_gap(p) is not None for p in pts)
     rows = []
     for p in pts:
         rows.append([p.variant, p.label, ms(p.spread("ttft_ms").mean), ms(p.spread("ttft_ms", "p99").mean),
                      *([ms(_agreement(p, "ttft_minus_prompt_ms"))] if engine else []),
+                     *([ms(_engine_gap(p)), ms(_engine_gap(p, "tpot"))] if hist else []),
                      ms(p.spread("tpot_ms").mean), ms(p.spread("tpot_ms", "p99").mean),
                      ms(p.spread("e2e_ms").mean), num(p.spread("output_tok_s", "").mean),
                      "+".join(str(int(f["counts"]["ok"])) for f in p.figures if f.get("counts")),
@@ -288,8 +299,15 @@ def latency(coll: Collection) -> Optional[Section]:
         blocks.append(Para(["TTFT − engine prompt_ms: the client's TTFT minus the prefill time the engine itself "
                             "reported for the same request (llama.cpp `timings`), median: what the client waited "
                             "beyond prefill (HTTP, queueing, the engine's own pauses before it starts)."]))
+    if hist:
+        blocks.append(Para(["TTFT/TPOT − engine, mean: the client's mean minus the engine's own (its /metrics "
+                            "histograms over the same measured phase: vLLM times a request from when its engine "
+                            "client received it, after the API server rendered and tokenized the prompt), so what "
+                            "lies between: HTTP, the server's front end, the client."]))
     blocks.append(Table(["variant", "point", "TTFT p50", "TTFT p99",
-                         *(["TTFT − engine prompt_ms p50"] if engine else []), "TPOT p50", "TPOT p99", "E2E p50",
+                         *(["TTFT − engine prompt_ms p50"] if engine else []),
+                         *(["TTFT − engine mean", "TPOT − engine mean"] if hist else []),
+                         "TPOT p50", "TPOT p99", "E2E p50",
                          "output tok/s", "requests ok", "result", "sources"], rows))
     return Section("latency", "TTFT and TPOT against load", blocks)
 

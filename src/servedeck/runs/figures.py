@@ -8,14 +8,18 @@ Beyond loadgen.stats.summarize, a point gets:
              (vLLM prefix_cache_hits/queries, llama.cpp prompt_tokens_cached/processed), next to
              what the requests reported one by one
   agreement  llama.cpp only: servedeck's TTFT/TPOT against the engine's `timings` per request
+  engine_agreement  engines with latency histograms on /metrics (vLLM): servedeck's TTFT/TPOT/E2E against
+             the engine's own account of the same measured phase
 """
 
 from __future__ import annotations
 
 from typing import Any, Iterable, Optional
 
+import numpy as np
+
 from servedeck.loadgen.records import RequestRecord
-from servedeck.loadgen.stats import Slo, dist, summarize, tpot
+from servedeck.loadgen.stats import UNREPORTED_CACHE, Slo, dist, summarize, tpot
 
 
 def slo_of(workload: dict[str, Any]) -> Optional[Slo]:
@@ -71,6 +75,91 @@ def agreement(records: Iterable[RequestRecord]) -> Optional[dict[str, Any]]:
             "prefill_ratio": dist(ratio)}
 
 
+def _delta(before: Optional[dict[str, Any]], after: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """One histogram's change over a stretch: count, sum, cumulative buckets. None when the engine's
+    counters went backwards (it restarted in between) or nothing was counted."""
+    b = before or {"count": 0.0, "sum": 0.0, "buckets": []}
+    was = {le: c for le, c in b.get("buckets") or []}
+    count, total = after["count"] - b["count"], after["sum"] - b["sum"]
+    buckets = [[le, c - was.get(le, 0.0)] for le, c in after["buckets"]]
+    if count <= 0 or any(c < 0 for _, c in buckets):
+        return None
+    return {"count": count, "sum": total, "buckets": buckets}
+
+
+def bucket_quantile(q: float, buckets: list[list[float]]) -> Optional[float]:
+    """The q-quantile of cumulative [upper bound, count] buckets, interpolated linearly inside the bucket
+    it falls in, as Prometheus's histogram_quantile does; the last finite bound when it falls in +Inf's."""
+    if not buckets or buckets[-1][1] <= 0:
+        return None
+    rank, lower, below = q * buckets[-1][1], 0.0, 0.0
+    for le, c in buckets:
+        if c >= rank:
+            if le == float("inf"):
+                return lower
+            return lower + (le - lower) * ((rank - below) / (c - below) if c > below else 1.0)
+        lower, below = le, c
+    return lower
+
+
+def _ms(seconds: Optional[float]) -> Optional[float]:
+    return None if seconds is None else seconds * 1000
+
+
+def _binned(values: list[float], bounds: list[float]) -> list[list[float]]:
+    """The client's values (seconds) counted into the engine's buckets, so a quantile compares at one resolution."""
+    arr = np.sort(np.asarray(values, dtype=float))
+    return [[le, float(np.searchsorted(arr, le, side="right"))] for le in bounds]
+
+
+def histogram_agreement(before: Optional[dict[str, Any]], after: Optional[dict[str, Any]],
+                        records: Iterable[RequestRecord]) -> Optional[dict[str, Any]]:
+    """servedeck against the engine's own latency histograms (`Engine.latency_histograms`, read from its
+    /metrics before and after the measured phase): per figure the engine's count, mean (its sum / count:
+    exact) and quantiles (interpolated inside its buckets), the client's over the same requests, and the
+    client's quantiles binned into the engine's buckets, so both sides are read at one resolution.
+
+    The engine times from its own receipt of a request (vLLM: after the API server rendered and tokenized
+    the prompt) to its first and last token; the client from the request's send to the first and last
+    content bytes it read. `mean_minus_engine_ms` is what lies between: HTTP, the server's front end, the
+    client. Counts that differ mean the two did not see the same requests (traffic from elsewhere)."""
+    if before is None or not after:  # unreadable at one end: nothing to compare
+        return None
+    ok = [r for r in records if r.kind == "measured" and r.status == "ok"]
+    first_tokens = sum(1 for r in records if r.kind == "measured" and r.ttft is not None)
+    client: dict[str, list[float]] = {
+        "ttft": [r.ttft for r in ok if r.ttft is not None],
+        "tpot": [t for t in (tpot(r) for r in ok) if t is not None],
+        "e2e": [r.e2e for r in ok if r.e2e is not None],
+    }
+    rows: dict[str, Any] = {}
+    for key, now in after.items():
+        delta = _delta(before.get(key), now)
+        if delta is None:
+            continue
+        bounds = [le for le, _ in delta["buckets"]]
+        eng = {"name": now.get("name"), "requests": int(round(delta["count"])),
+               "mean_ms": delta["sum"] / delta["count"] * 1000,
+               **{f"p{int(q * 100)}_ms": _ms(bucket_quantile(q, delta["buckets"])) for q in (0.5, 0.9, 0.99)}}
+        row: dict[str, Any] = {"engine": eng}
+        vals = client.get(key)
+        if vals:
+            binned = _binned(vals, bounds)
+            row["client"] = {"requests": len(vals), "mean_ms": float(np.mean(vals)) * 1000,
+                             "p50_ms": float(np.median(vals)) * 1000,
+                             "p90_ms": float(np.percentile(vals, 90)) * 1000,
+                             "p50_ms_binned": _ms(bucket_quantile(0.5, binned))}
+            row["mean_minus_engine_ms"] = row["client"]["mean_ms"] - eng["mean_ms"]
+            row["mean_ratio"] = row["client"]["mean_ms"] / eng["mean_ms"] if eng["mean_ms"] > 0 else None
+        rows[key] = row
+    if not rows:
+        return None
+    ttft_n = (rows.get("ttft") or {}).get("engine", {}).get("requests")
+    return {"source": "the engine's /metrics histograms, before and after the measured phase",
+            "figures": rows, "client_first_tokens": first_tokens,
+            "same_requests": ttft_n == first_tokens if ttft_n is not None else None}
+
+
 def point_figures(records: list[RequestRecord], point: dict[str, Any], workload: dict[str, Any]) -> dict[str, Any]:
     """Figures of one point: `point` carries the load meta (client cpu/wall) and cache counters."""
     load = point.get("load") or {}
@@ -84,10 +173,17 @@ def point_figures(records: list[RequestRecord], point: dict[str, Any], workload:
     fig["cached_fraction"] = frac_counters if frac_counters is not None else fig["cache"]["cached_fraction"]
     fig["cached_fraction_source"] = ("engine counters" if frac_counters is not None
                                      else "per-request usage" if fig["cache"]["cached_fraction"] is not None else None)
+    unreported = fig["counts"]["ok"] - fig["cache"]["reported"]
+    if frac_counters is not None and unreported:  # said with what stands in for it
+        said = UNREPORTED_CACHE.format(n=unreported)
+        fig["warnings"] = [w if w != said else said + "; the point's cached share comes from the engine's own "
+                           "prefix-cache counters" for w in fig["warnings"]]
     if frac_counters is not None and frac_counters > 0.05 and not fig["cache"]["requests_over_threshold"]:
         fig["warnings"].append(f"the engine's counters say {frac_counters:.1%} of prompt tokens came from the "
                                "prefix cache during this point: TTFT and prefill figures are inflated")
     fig["agreement"] = agreement(records)
+    hist = point.get("engine_histograms") or {}
+    fig["engine_agreement"] = histogram_agreement(hist.get("before"), hist.get("after"), records)
     sc = point.get("spec_counters") or {}
     fig["speculation"] = spec_figures(sc.get("before"), sc.get("after"), records,
                                       point.get("speculation_configured"), point.get("spec_timing_fields") or {})
