@@ -206,10 +206,15 @@ class DeckOps:
     def _stop_left_behind(self, rec: LiveRecord, left: list[int]) -> dict:
         """Stop the engine a dead shim left, as `stop` would; what was done, in a sentence and as data."""
         engine = engine_named(rec, left)
+        exit_info = R.read_exit(Path(rec.launch_dir))
         ended = _end_group(rec, rec.stop_timeout_s)
         how = "SIGKILL after grace" if ended.get("killed") else "SIGTERM"
-        detail = (f"its supervisor (shim pid {rec.pid}) died and left its engine ({engine}) running "
-                  f"unsupervised on port {rec.port}: stopped it ({how}, {ended.get('took_s')} s)")
+        if exit_info:  # the shim saw its engine end and exited itself: what is left are the engine's stragglers
+            detail = (f"its engine ended ({describe_exit(exit_info)}) and left {len(left)} process(es) of its group "
+                      f"running (pids {', '.join(map(str, left[:5]))}): stopped them ({how}, {ended.get('took_s')} s)")
+        else:
+            detail = (f"its supervisor (shim pid {rec.pid}) died and left its engine ({engine}) running "
+                      f"unsupervised on port {rec.port}: stopped it ({how}, {ended.get('took_s')} s)")
         if not ended["port_free"]:
             detail += f"; port {rec.port} is still held"
         return {"detail": detail, "pids": left, "shim_pid": rec.pid, **ended}

@@ -79,7 +79,7 @@ def ending_of(rec: LiveRecord, left_behind: dict | None = None) -> Ending:
     state = LaunchState.after_death(rec.state)
     ended = (exit_info or {}).get("ended_at") or time.time()
     cause = classify(tail, exit_info, ended, rec.engine) if state != LaunchState.STOPPED else None
-    if left_behind and cause and cause.get("id") == "unknown":  # nothing in the log or the kernel's: say what is known
+    if left_behind and not exit_info and cause and cause.get("id") == "unknown":  # nothing in the log or the kernel's: say what is known
         cause = {**cause, "id": "supervisor-killed", "family": "supervisor",
                  "summary": "the supervisor shim was killed from outside (a SIGKILL, or the OOM killer)",
                  "action": "if the kernel log shows the OOM killer, give the host more memory or the model less"}

@@ -4,8 +4,9 @@
 
 It leads the engine's process group (the spawner passes start_new_session), so a stop is one
 signal to one group. It outlives the engine on purpose: when the engine dies, by a signal or an
-exit code, the shim writes `exit.json` in the launch folder, which is how servedeck later says what
-an engine died of even though servedeck itself was not running. With --cpus it pins itself to that
+exit code, the shim ends whatever the engine left in its group, then writes `exit.json` in the launch
+folder, which is how servedeck later says what an engine died of even though servedeck itself was not
+running. With --cpus it pins itself to that
 CPU set before it starts the engine, so the engine and every process it forks inherit the affinity.
 With --owner (a campaign cell on a Ray node: the worker that launched it) it stops its engine's group
 when that process is gone, so a lost worker leaves no engine behind.
@@ -87,17 +88,59 @@ def main(argv: list[str]) -> int:
             break
         except InterruptedError:  # pragma: no cover - PEP 475 retries, kept for clarity
             continue
+    stragglers = _end_stragglers()
     record = {
         "returncode": rc if rc >= 0 else None,
         "signal": signal.Signals(-rc).name if rc < 0 else None,
         "stop_signal": signal.Signals(stop_signal[0]).name if stop_signal else None,
         "engine_pid": child.pid,
         **({"owner_gone": orphaned[0]} if orphaned else {}),
+        **({"stragglers": stragglers} if stragglers else {}),
         "started_at": started,
         "ended_at": time.time(),
     }
     _write(launch_dir, record)
     return rc if rc >= 0 else 128 - rc
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Live processes of a process group, from /proc (the shim imports nothing it can do without)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) ": state, ppid, pgrp, ...
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            out.append(int(entry))
+    return out
+
+
+def _end_stragglers(grace_s: float = 5.0) -> list[int]:
+    """The engine's main process has ended; what it left running in the shim's group ends with it, SIGTERM
+    then SIGKILL after `grace_s`. vLLM's API server exits 0 once its EngineCore died and leaves helpers
+    behind; without this the shim's exit would look like a supervisor killed beside a live engine.
+    The pids it found."""
+    def others() -> list[int]:
+        return [p for p in _group_members(os.getpgrp()) if p != os.getpid()]
+
+    left = others()
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 2.0)):
+        if not others():
+            break
+        for p in others():
+            try:
+                os.kill(p, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + wait_s
+        while others() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    return left
 
 
 def _watch_owner(owner: int, child: subprocess.Popen, orphaned: list[int]) -> None:
