@@ -3,7 +3,8 @@ served name), a replica of it from the manager (now when it is ready, else after
 boot or switch in a task), the request written to that engine through the relay, and what the
 request leaves behind when it ends (its replica given back, its metrics, its line on the live page).
 
-Every /v1/ path is proxied but GET and HEAD /v1/models, which the door answers (door/management.py).
+Every /v1/ path is proxied but GET and HEAD /v1/models and /v1/health, which the door answers
+(door/management.py).
 """
 
 from __future__ import annotations
@@ -29,8 +30,11 @@ WAITED_HEADER = "x-servedeck-waited"  # `28.2s min-residency, 2.0s switch`: how 
 RECENT = 50  # requests kept for the live page and /door/status
 
 
+DOOR_V1 = (b"/v1/models", b"/v1/health")  # the /v1/ paths the door answers itself (GET, HEAD)
+
+
 def is_proxied(r: Req) -> bool:
-    return r.path.startswith(b"/v1/") and not (r.path == b"/v1/models" and r.method in (b"GET", b"HEAD"))
+    return r.path.startswith(b"/v1/") and not (r.path in DOOR_V1 and r.method in (b"GET", b"HEAD"))
 
 
 def answer_refusal(r: Refusal) -> Answer:
