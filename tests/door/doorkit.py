@@ -41,7 +41,7 @@ queue_max = 8
 
 
 def door_config(tmp: Path, engines: dict[str, str], **host: object) -> Path:
-    """The starter models.toml on free ports, plus side models for ttl, fit and boot-failure tests.
+    """The starter models.toml on free ports, plus side models for ttl, fit, embeddings and boot-failure tests.
     `host` overrides keys of HOST_KEYS (`min_residency_s=30`)."""
     text = starter_toml()
     keys = HOST_KEYS
@@ -77,6 +77,15 @@ replicas = 2
 cpus = [[0], [1]]
 aliases = ["pair"]
 ttl = "4s"
+
+[models.smol-embed]
+source = "{engines['smollm2_gguf']}"
+build = "llamacpp"
+port = {free_port()}
+slot = "embed-llama"
+context = 512
+embeddings = true
+args = {{ pooling = "mean" }}
 
 [models.broken]
 source = "{broken}"

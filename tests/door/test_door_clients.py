@@ -103,3 +103,82 @@ def test_guidellm_runs_a_benchmark_through_the_door_offline(door, engines_ready,
     ttft = bench["metrics"]["time_to_first_token_ms"]["successful"]
     print(f"\nguidellm through the door: 6/6 requests, TTFT median {ttft['median']:.0f} ms, "
           f"{bench['duration']:.1f} s in all")
+
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Get the current weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+def sdk(door) -> openai.OpenAI:
+    return openai.OpenAI(base_url=door.url + "/v1", api_key="unused", max_retries=0, timeout=300)
+
+
+def test_tools_reach_smollm2_on_llamacpp_through_its_tool_aware_template(door):
+    """SmolLM2's own template has no tools, and llama.cpp then leaves `tools` out of the prompt: the
+    model never saw them (37 prompt tokens with or without, seen on build 11434). The starter's
+    chat_template (servedeck's copy with Hermes-style tools) puts them, and a past call and its result,
+    into the prompt. SmolLM2-135M still answers in text: too small to call a tool (docs/door.md)."""
+    c = sdk(door)
+    bare = c.chat.completions.create(model="smollm2", messages=ASK, max_tokens=1, temperature=0)
+    with_tools = c.chat.completions.create(model="smollm2", messages=ASK, tools=[WEATHER], max_tokens=1, temperature=0)
+    schema = len(json.dumps(WEATHER)) // 8  # tokens of the schema, at well over 4 characters per token
+    assert with_tools.usage.prompt_tokens > bare.usage.prompt_tokens + schema, (bare.usage, with_tools.usage)
+    history = ASK + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": '{"temperature_c": 21, "sky": "sunny"}'}]
+    after = c.chat.completions.create(model="smollm2", messages=history, tools=[WEATHER], max_tokens=16, temperature=0)
+    assert after.choices[0].message.content  # an answer to the tool's result, in text
+    assert after.usage.prompt_tokens > with_tools.usage.prompt_tokens + 10  # the call and its result were rendered
+    print(f"\nprompt tokens: {bare.usage.prompt_tokens} without tools, {with_tools.usage.prompt_tokens} with, "
+          f"{after.usage.prompt_tokens} with a call and its result")
+
+
+def test_embeddings_from_a_model_that_does_not_embed_name_it_and_the_key(door):
+    """llama.cpp answers without --embeddings 501 and vLLM's generate runner a bare 404; the door
+    refuses at once, naming the model and the key, and starts nothing for it."""
+    before = door.client.get("/health").json()["models"]["gemma"]["state"]
+    with pytest.raises(openai.BadRequestError) as e:
+        sdk(door).embeddings.create(model="gemma3-270m", input="hello")
+    msg = e.value.body["message"] + " " + e.value.body["hint"]
+    assert "gemma does not serve embeddings" in msg and "embeddings = true" in msg and "[models.gemma]" in msg
+    assert "smol-embed" in msg and "minilm" in msg  # where embeddings can go
+    assert door.client.get("/health").json()["models"]["gemma"]["state"] == before
+
+
+def test_an_embedding_model_on_llamacpp_embeds_through_the_door_and_refuses_chat(door):
+    c = sdk(door)
+    r = c.embeddings.create(model="smol-embed", input=["The cat sat on the mat.", "Stock markets fell sharply."])
+    a, b = (d.embedding for d in r.data)
+    assert len(a) == len(b) == 576  # SmolLM2-135M's hidden size, mean-pooled (args pooling = "mean")
+    assert a != b and all(x == x for x in a)
+    assert abs(sum(x * x for x in a) - 1) < 1e-3  # llama.cpp normalizes (--embd-normalize 2: L2) by default
+    with pytest.raises(openai.BadRequestError) as e:
+        c.chat.completions.create(model="smol-embed", messages=ASK, max_tokens=4)
+    assert "smol-embed is an embedding model" in e.value.body["message"]
+
+
+def test_completion_logprobs_from_llamacpp_come_in_the_completions_shape(door):
+    """llama-server answers /v1/completions `logprobs: 2` with chat-style logprobs.content, and the SDK's
+    `logprobs.tokens` was None; the door moves them into tokens / token_logprobs / top_logprobs /
+    text_offset, whole and streamed. A request without logprobs keeps the engine's own framing."""
+    c = sdk(door)
+    prompt = "The capital of France is"
+    r = c.completions.create(model="smollm2", prompt=prompt, max_tokens=6, logprobs=2, temperature=0)
+    ch = r.choices[0]
+    lp = ch.logprobs
+    assert lp.tokens and "".join(lp.tokens) == ch.text and len(lp.tokens) == r.usage.completion_tokens
+    assert len(lp.token_logprobs) == len(lp.tokens) and all(x <= 0 for x in lp.token_logprobs)
+    assert all(len(t) == 2 and tok in t for t, tok in zip(lp.top_logprobs, lp.tokens))  # greedy: the pick is a top one
+    assert lp.text_offset == [sum(len(t) for t in lp.tokens[:i]) for i in range(len(lp.tokens))]
+    streamed = []
+    for chunk in c.completions.create(model="smollm2", prompt=prompt, max_tokens=6, logprobs=2, temperature=0,
+                                      stream=True):
+        if chunk.choices and chunk.choices[0].logprobs:
+            streamed.append(chunk.choices[0].logprobs)
+    assert [t for x in streamed for t in x.tokens] == lp.tokens  # greedy: the same answer, token by token
+    assert [o for x in streamed for o in x.text_offset] == lp.text_offset
+    plain = door.client.post("/v1/completions", json={"model": "smollm2", "prompt": prompt, "max_tokens": 2})
+    assert plain.status_code == 200 and plain.headers.get("content-length") and "transfer-encoding" not in plain.headers
