@@ -139,13 +139,16 @@ def test_tools_reach_smollm2_on_llamacpp_through_its_tool_aware_template(door):
 def test_embeddings_from_a_model_that_does_not_embed_name_it_and_the_key(door):
     """llama.cpp answers without --embeddings 501 and vLLM's generate runner a bare 404; the door
     refuses at once, naming the model and the key, and starts nothing for it."""
-    before = door.client.get("/health").json()["models"]["gemma"]["state"]
+    def gemma() -> str:
+        return next(m["servedeck"]["state"] for m in door.client.get("/v1/models").json()["data"] if m["id"] == "gemma")
+
+    before = gemma()
     with pytest.raises(openai.BadRequestError) as e:
         sdk(door).embeddings.create(model="gemma3-270m", input="hello")
     msg = e.value.body["message"] + " " + e.value.body["hint"]
     assert "gemma does not serve embeddings" in msg and "embeddings = true" in msg and "[models.gemma]" in msg
     assert "smol-embed" in msg and "minilm" in msg  # where embeddings can go
-    assert door.client.get("/health").json()["models"]["gemma"]["state"] == before
+    assert gemma() == before
 
 
 def test_an_embedding_model_on_llamacpp_embeds_through_the_door_and_refuses_chat(door):

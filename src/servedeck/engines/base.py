@@ -52,6 +52,7 @@ class LaunchSpec:
     request: dict[str, Any] = field(default_factory=dict)  # models.toml `request`: merged into every body
     max_output_tokens: int | None = None  # models.toml's cap on what servedeck's own requests ask for
     vision: bool = False
+    embeddings: bool = False  # an embedding model: it answers /v1/embeddings only (probed there)
 
     def output_cap(self, wanted: int) -> int:
         """`wanted` output tokens, held to the model's max_output_tokens."""
@@ -84,6 +85,7 @@ class LaunchSpec:
             "request": self.request,
             "max_output_tokens": self.max_output_tokens,
             "vision": self.vision,
+            "embeddings": self.embeddings,
         }
 
 
@@ -435,6 +437,7 @@ class Engine:
             request=dict(model.request),
             max_output_tokens=model.max_output_tokens,
             vision=model.vision,
+            embeddings=model.embeddings,
         )
 
     # --- shared by adapters ----------------------------------------------------------
