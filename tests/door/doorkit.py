@@ -176,3 +176,19 @@ def generated_after_disconnect(port: int, running: str, generated: str, before: 
             return m[generated] - before[generated]
         time.sleep(1.0)
     raise AssertionError(f"the engine kept generating after the disconnect: (running, generated) each second: {seen}")
+
+
+# A function for the openai SDK's tool-call tests (llama.cpp and vLLM). strict: vLLM 0.32 holds a forced
+# call's arguments to their schema only then (its --tool-strict-level auto); without it SmolLM2 wrote the
+# schema itself as the arguments: {"city": {"type": "string", ...}}
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Get the current weather in a city", "strict": True,
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+ASK_WEATHER = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+def sdk(door_url: str, timeout_s: float = 600):
+    """The openai SDK pointed at the door, as a user's code would be (no retries: a test sees every answer)."""
+    import openai
+
+    return openai.OpenAI(base_url=door_url + "/v1", api_key="unused", max_retries=0, timeout=timeout_s)

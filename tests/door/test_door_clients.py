@@ -19,7 +19,7 @@ import pytest
 from servedeck.door import ServeOptions
 from servedeck.modelsfile import load
 
-from doorkit import DoorThread, door_config
+from doorkit import ASK_WEATHER, WEATHER, DoorThread, door_config, sdk
 
 pytestmark = [pytest.mark.engine, pytest.mark.llamacpp]
 
@@ -105,14 +105,6 @@ def test_guidellm_runs_a_benchmark_through_the_door_offline(door, engines_ready,
           f"{bench['duration']:.1f} s in all")
 
 
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "Get the current weather in a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
-ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
-
-
-def sdk(door) -> openai.OpenAI:
-    return openai.OpenAI(base_url=door.url + "/v1", api_key="unused", max_retries=0, timeout=300)
 
 
 def test_tools_reach_smollm2_on_llamacpp_through_its_tool_aware_template(door):
@@ -120,12 +112,12 @@ def test_tools_reach_smollm2_on_llamacpp_through_its_tool_aware_template(door):
     model never saw them (37 prompt tokens with or without, seen on build 11434). The starter's
     chat_template (servedeck's copy with Hermes-style tools) puts them, and a past call and its result,
     into the prompt. SmolLM2-135M still answers in text: too small to call a tool (docs/door.md)."""
-    c = sdk(door)
-    bare = c.chat.completions.create(model="smollm2", messages=ASK, max_tokens=1, temperature=0)
-    with_tools = c.chat.completions.create(model="smollm2", messages=ASK, tools=[WEATHER], max_tokens=1, temperature=0)
+    c = sdk(door.url)
+    bare = c.chat.completions.create(model="smollm2", messages=ASK_WEATHER, max_tokens=1, temperature=0)
+    with_tools = c.chat.completions.create(model="smollm2", messages=ASK_WEATHER, tools=[WEATHER], max_tokens=1, temperature=0)
     schema = len(json.dumps(WEATHER)) // 8  # tokens of the schema, at well over 4 characters per token
     assert with_tools.usage.prompt_tokens > bare.usage.prompt_tokens + schema, (bare.usage, with_tools.usage)
-    history = ASK + [
+    history = ASK_WEATHER + [
         {"role": "assistant", "content": None, "tool_calls": [
             {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
         {"role": "tool", "tool_call_id": "call_1", "content": '{"temperature_c": 21, "sky": "sunny"}'}]
@@ -144,7 +136,7 @@ def test_embeddings_from_a_model_that_does_not_embed_name_it_and_the_key(door):
 
     before = gemma()
     with pytest.raises(openai.BadRequestError) as e:
-        sdk(door).embeddings.create(model="gemma3-270m", input="hello")
+        sdk(door.url).embeddings.create(model="gemma3-270m", input="hello")
     msg = e.value.body["message"] + " " + e.value.body["hint"]
     assert "gemma does not serve embeddings" in msg and "embeddings = true" in msg and "[models.gemma]" in msg
     assert "smol-embed" in msg and "minilm" in msg  # where embeddings can go
@@ -152,14 +144,14 @@ def test_embeddings_from_a_model_that_does_not_embed_name_it_and_the_key(door):
 
 
 def test_an_embedding_model_on_llamacpp_embeds_through_the_door_and_refuses_chat(door):
-    c = sdk(door)
+    c = sdk(door.url)
     r = c.embeddings.create(model="smol-embed", input=["The cat sat on the mat.", "Stock markets fell sharply."])
     a, b = (d.embedding for d in r.data)
     assert len(a) == len(b) == 576  # SmolLM2-135M's hidden size, mean-pooled (args pooling = "mean")
     assert a != b and all(x == x for x in a)
     assert abs(sum(x * x for x in a) - 1) < 1e-3  # llama.cpp normalizes (--embd-normalize 2: L2) by default
     with pytest.raises(openai.BadRequestError) as e:
-        c.chat.completions.create(model="smol-embed", messages=ASK, max_tokens=4)
+        c.chat.completions.create(model="smol-embed", messages=ASK_WEATHER, max_tokens=4)
     assert "smol-embed is an embedding model" in e.value.body["message"]
 
 
@@ -167,7 +159,7 @@ def test_completion_logprobs_from_llamacpp_come_in_the_completions_shape(door):
     """llama-server answers /v1/completions `logprobs: 2` with chat-style logprobs.content, and the SDK's
     `logprobs.tokens` was None; the door moves them into tokens / token_logprobs / top_logprobs /
     text_offset, whole and streamed. A request without logprobs keeps the engine's own framing."""
-    c = sdk(door)
+    c = sdk(door.url)
     prompt = "The capital of France is"
     r = c.completions.create(model="smollm2", prompt=prompt, max_tokens=6, logprobs=2, temperature=0)
     ch = r.choices[0]

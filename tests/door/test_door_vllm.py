@@ -20,21 +20,11 @@ from servedeck.deck import Deck
 from servedeck.deck import state as S
 from servedeck.supervisor.process import group_members
 
-from doorkit import disconnect_mid_stream, engine_metrics, generated_after_disconnect
+from doorkit import ASK_WEATHER, WEATHER, disconnect_mid_stream, engine_metrics, generated_after_disconnect, sdk
 
 pytestmark = [pytest.mark.engine, pytest.mark.vllm, pytest.mark.llamacpp, pytest.mark.slow, pytest.mark.timeout(900)]
 
 CHAT = [{"role": "user", "content": "Say hello."}]
-# strict: vLLM 0.32 holds a forced call's arguments to their schema only then (its --tool-strict-level auto);
-# without it SmolLM2 wrote the schema itself as the arguments: {"city": {"type": "string", ...}}
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "Get the current weather in a city", "strict": True,
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
-ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
-
-
-def sdk(door) -> openai.OpenAI:
-    return openai.OpenAI(base_url=door.url + "/v1", api_key="unused", max_retries=0, timeout=600)
 
 
 def states(door) -> dict[str, str]:
@@ -76,9 +66,9 @@ def test_vllm_answers_tool_calls_through_the_door(door):
     requires --enable-auto-tool-choice and --tool-call-parser'). With tool_choice "required" or a named
     function vLLM constrains the answer to a call (its arguments to their schema for a `strict` function), so
     even SmolLM2-135M's answer is a call; "auto" is the model's choice, and this one answers in text."""
-    c = sdk(door)
+    c = sdk(door.url)
     for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
-        r = c.chat.completions.create(model="smol-vllm", messages=ASK, tools=[WEATHER], tool_choice=choice,
+        r = c.chat.completions.create(model="smol-vllm", messages=ASK_WEATHER, tools=[WEATHER], tool_choice=choice,
                                       max_tokens=64, temperature=0)
         calls = r.choices[0].message.tool_calls
         assert calls, (choice, r.choices[0].message)
@@ -86,7 +76,7 @@ def test_vllm_answers_tool_calls_through_the_door(door):
         args = json.loads(calls[0].function.arguments)
         assert set(args) == {"city"} and "Paris" in args["city"], args  # the city the question names
         print(f"\ntool_choice={json.dumps(choice)}: {calls[0].function.name}({calls[0].function.arguments})")
-    r = c.chat.completions.create(model="smol-vllm", messages=ASK, tools=[WEATHER], tool_choice="auto",
+    r = c.chat.completions.create(model="smol-vllm", messages=ASK_WEATHER, tools=[WEATHER], tool_choice="auto",
                                   max_tokens=24, temperature=0)
     msg = r.choices[0].message
     assert msg.content or msg.tool_calls  # answered (a 400 before), in text or a call
@@ -118,7 +108,7 @@ def cosine(a: list[float], b: list[float]) -> float:
 def test_minilm_on_vllm_embeds_through_the_door_and_chat_models_refuse_embeddings(door):
     """The starter's embedding model on vLLM (--runner pooling): sentence-transformers' own mean pooling
     and normalization, so near sentences are near. A chat model asked for embeddings names the key."""
-    c = sdk(door)
+    c = sdk(door.url)
     with pytest.raises(openai.BadRequestError) as e:  # before: vLLM's bare 404 {"detail":"Not Found"}
         c.embeddings.create(model="smol-vllm", input="hello")
     assert "smollm2-vllm does not serve embeddings" in e.value.body["message"]

@@ -21,7 +21,6 @@ from typing import Any, Callable, Coroutine
 from urllib.parse import parse_qs
 
 from servedeck.door.admission import HEALTH_PATHS, Admission
-
 from servedeck.door.front import WRITE_HIGH, Answer, Req, error_body
 from servedeck.door.gpu_watch import GpuWatch
 from servedeck.door.manager import Manager, Refusal
