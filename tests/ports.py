@@ -54,6 +54,6 @@ def starter_toml() -> str:
     from servedeck.init import render_starter
 
     text = render_starter()
-    for old in ("8081", "8091", "8082"):
+    for old in ("8081", "8091", "8082", "8092"):
         text = text.replace(f"port = {old}", f"port = {free_port()}")
     return text

@@ -22,6 +22,9 @@ def default_locations(cache: Path | None = None) -> dict[str, str]:
         "smollm2_gguf": str(c / "models" / "smollm2-135m-instruct-q4_1.gguf"),
         "smollm2_hf": str(c / "models" / "smollm2-135m-instruct-hf"),
         "gemma_gguf": str(c / "models" / "gemma3-270m-q4_k_m.gguf"),
+        "minilm_hf": str(c / "models" / "all-minilm-l6-v2-hf"),
+        # servedeck's own data files (the tool-aware chat template the starter names)
+        "data": str(files("servedeck").joinpath("data")),
     }
 
 

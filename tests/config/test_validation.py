@@ -82,7 +82,7 @@ def test_starter_config_validates():
     from servedeck.init import render_starter
 
     cfg = parse(render_starter(Path("/cache")), Path("models.toml"))
-    assert set(cfg.models) == {"smollm2", "smollm2-vllm", "gemma"}
+    assert set(cfg.models) == {"smollm2", "smollm2-vllm", "gemma", "minilm"}
     assert cfg.models["smollm2"].source == "/cache/models/smollm2-135m-instruct-q4_1.gguf"
 
 

@@ -41,7 +41,7 @@ queue_max = 8
 
 
 def door_config(tmp: Path, engines: dict[str, str], **host: object) -> Path:
-    """The starter models.toml on free ports, plus side models for ttl, fit and boot-failure tests.
+    """The starter models.toml on free ports, plus side models for ttl, fit, embeddings and boot-failure tests.
     `host` overrides keys of HOST_KEYS (`min_residency_s=30`)."""
     text = starter_toml()
     keys = HOST_KEYS
@@ -77,6 +77,15 @@ replicas = 2
 cpus = [[0], [1]]
 aliases = ["pair"]
 ttl = "4s"
+
+[models.smol-embed]
+source = "{engines['smollm2_gguf']}"
+build = "llamacpp"
+port = {free_port()}
+slot = "embed-llama"
+context = 512
+embeddings = true
+args = {{ pooling = "mean" }}
 
 [models.broken]
 source = "{broken}"
@@ -167,3 +176,19 @@ def generated_after_disconnect(port: int, running: str, generated: str, before: 
             return m[generated] - before[generated]
         time.sleep(1.0)
     raise AssertionError(f"the engine kept generating after the disconnect: (running, generated) each second: {seen}")
+
+
+# A function for the openai SDK's tool-call tests (llama.cpp and vLLM). strict: vLLM 0.32 holds a forced
+# call's arguments to their schema only then (its --tool-strict-level auto); without it SmolLM2 wrote the
+# schema itself as the arguments: {"city": {"type": "string", ...}}
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Get the current weather in a city", "strict": True,
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+ASK_WEATHER = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+def sdk(door_url: str, timeout_s: float = 600):
+    """The openai SDK pointed at the door, as a user's code would be (no retries: a test sees every answer)."""
+    import openai
+
+    return openai.OpenAI(base_url=door_url + "/v1", api_key="unused", max_retries=0, timeout=timeout_s)

@@ -2,21 +2,25 @@
 a request for the vLLM model of a slot llama.cpp holds switches the slot to vLLM through the deck and
 streams; vLLM's boot facts are read from its log; a client disconnect stops vLLM generating (its own
 counters say so); a request for the llama.cpp model switches back and vLLM's EngineCore goes with its
-API server. (This replaces the deck-only vLLM switch test: the same boot now covers both.)"""
+API server. (This replaces the deck-only vLLM switch test: the same boot now covers both.) The same
+boot answers tool calls through the openai SDK (the starter's tools = "hermes"); all-MiniLM-L6-v2, the
+starter's embedding model, is the module's one other vLLM boot."""
 
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 
+import openai
 import pytest
 
 from servedeck.deck import Deck
 from servedeck.deck import state as S
 from servedeck.supervisor.process import group_members
 
-from doorkit import disconnect_mid_stream, engine_metrics, generated_after_disconnect
+from doorkit import ASK_WEATHER, WEATHER, disconnect_mid_stream, engine_metrics, generated_after_disconnect, sdk
 
 pytestmark = [pytest.mark.engine, pytest.mark.vllm, pytest.mark.llamacpp, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -57,6 +61,28 @@ def test_a_request_for_the_vllm_model_of_the_slot_switches_to_vllm_and_streams(d
     print(f"\nswitch llama.cpp → vLLM through the door, first streamed answer after {took:.1f} s")
 
 
+def test_vllm_answers_tool_calls_through_the_door(door):
+    """Before tools = "hermes" vLLM answered every tool_choice but "none" with 400 ('"auto" tool choice
+    requires --enable-auto-tool-choice and --tool-call-parser'). With tool_choice "required" or a named
+    function vLLM constrains the answer to a call (its arguments to their schema for a `strict` function), so
+    even SmolLM2-135M's answer is a call; "auto" is the model's choice, and this one answers in text."""
+    c = sdk(door.url)
+    for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
+        r = c.chat.completions.create(model="smol-vllm", messages=ASK_WEATHER, tools=[WEATHER], tool_choice=choice,
+                                      max_tokens=64, temperature=0)
+        calls = r.choices[0].message.tool_calls
+        assert calls, (choice, r.choices[0].message)
+        assert calls[0].type == "function" and calls[0].function.name == "get_weather" and calls[0].id
+        args = json.loads(calls[0].function.arguments)
+        assert set(args) == {"city"} and "Paris" in args["city"], args  # the city the question names
+        print(f"\ntool_choice={json.dumps(choice)}: {calls[0].function.name}({calls[0].function.arguments})")
+    r = c.chat.completions.create(model="smol-vllm", messages=ASK_WEATHER, tools=[WEATHER], tool_choice="auto",
+                                  max_tokens=24, temperature=0)
+    msg = r.choices[0].message
+    assert msg.content or msg.tool_calls  # answered (a 400 before), in text or a call
+    print(f"tool_choice=auto: {msg.tool_calls or msg.content!r}")
+
+
 def test_a_client_disconnect_stops_vllm_generating(door):
     port = door.cfg.models["smollm2-vllm"].port
     before = engine_metrics(port)
@@ -73,3 +99,31 @@ def test_a_request_for_the_llama_model_switches_back_and_vllm_leaves_nothing(doo
     assert states(door)["smollm2-vllm"] == "stopped"
     assert not group_members(live["pgid"]), "vLLM's EngineCore must go with its API server"
     assert set(S.read_desired()["models"]) == {"smollm2"}
+
+
+def cosine(a: list[float], b: list[float]) -> float:
+    return sum(x * y for x, y in zip(a, b)) / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
+
+
+def test_minilm_on_vllm_embeds_through_the_door_and_chat_models_refuse_embeddings(door):
+    """The starter's embedding model on vLLM (--runner pooling): sentence-transformers' own mean pooling
+    and normalization, so near sentences are near. A chat model asked for embeddings names the key."""
+    c = sdk(door.url)
+    with pytest.raises(openai.BadRequestError) as e:  # before: vLLM's bare 404 {"detail":"Not Found"}
+        c.embeddings.create(model="smol-vllm", input="hello")
+    assert "smollm2-vllm does not serve embeddings" in e.value.body["message"]
+    assert "embeddings = true" in e.value.body["hint"] and "minilm" in e.value.body["hint"]
+    t0 = time.monotonic()
+    r = c.embeddings.create(model="all-minilm-l6-v2", input=["A cat sits on the mat.", "A kitten is lying on a rug.",
+                                                             "The stock market fell sharply today."])
+    took = time.monotonic() - t0
+    cat, kitten, stocks = (d.embedding for d in r.data)
+    assert len(cat) == 384 and all(abs(math.sqrt(sum(x * x for x in v)) - 1) < 1e-3 for v in (cat, kitten, stocks))
+    near, far = cosine(cat, kitten), cosine(cat, stocks)
+    assert near > far + 0.2, (near, far)
+    assert r.usage.prompt_tokens > 0
+    with pytest.raises(openai.BadRequestError) as e:
+        c.chat.completions.create(model="minilm", messages=CHAT, max_tokens=4)
+    assert "minilm is an embedding model" in e.value.body["message"]
+    print(f"\nminilm through the door: first answer after {took:.1f} s (its boot); cosine cat/kitten {near:.2f}, "
+          f"cat/stocks {far:.2f}")

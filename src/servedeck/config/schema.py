@@ -163,6 +163,12 @@ class Model(_Strict):
     max_output_tokens: Optional[int] = Field(default=None, gt=0)
     vision: bool = False  # a multimodal model: shown in status; llama.cpp needs `mmproj`
     mmproj: Optional[str] = None  # llama.cpp's multimodal projector GGUF (--mmproj), for vision = true
+    # tool calling (the door passes `tools` through): llama.cpp `true` (--jinja: it reads the call format
+    # from the chat template); vLLM and SGLang the name of their tool-call parser ("hermes", "llama3_json", …)
+    tools: Union[bool, str] = False
+    chat_template: Optional[str] = None  # a Jinja chat template file used instead of the model's own
+    # serves /v1/embeddings (and only that): llama.cpp --embeddings, vLLM --runner pooling, SGLang --is-embedding
+    embeddings: bool = False
     stop_timeout_s: float = Field(default=120.0, gt=0)  # SIGTERM grace before SIGKILL, as the seed's unit
     ready_timeout_s: float = Field(default=900.0, gt=0)
     ttl: Optional[float] = None  # the front door stops the model after this long without requests
@@ -199,6 +205,21 @@ class Model(_Strict):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
             raise ValueError(f"ttl must be a positive duration (seconds or e.g. \"10m\"), got {v!r}")
         return float(v)
+
+    @field_validator("tools")
+    @classmethod
+    def _tools(cls, v: Union[bool, str]) -> Union[bool, str]:
+        if isinstance(v, str) and not v.strip():
+            raise ValueError('tools is an empty string: write the engine\'s tool-call parser (vLLM, SGLang: '
+                             'tools = "hermes"), or tools = true on llama.cpp')
+        return v
+
+    @model_validator(mode="after")
+    def _embeddings_alone(self) -> "Model":
+        if self.embeddings and self.tools:
+            raise ValueError("embeddings = true serves /v1/embeddings only, where tools do nothing; "
+                             "remove tools, or serve the model for chat in an entry of its own")
+        return self
 
     @field_validator("port")
     @classmethod

@@ -96,7 +96,8 @@ class LiveRecord:
         return LaunchSpec(model=self.model, engine=self.engine, argv=[], env={}, host=self.host, port=self.port,
                           served_name=self.served_name or self.model, health_path=self.health_path, slot=self.slot,
                           stop_timeout_s=self.stop_timeout_s, ready_timeout_s=0,
-                          request=dict(self.spec.get("request") or {}))
+                          request=dict(self.spec.get("request") or {}),
+                          embeddings=bool(self.spec.get("embeddings")))
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)

@@ -4,6 +4,9 @@ With a key set (--api-key, SERVEDECK_API_KEY, [host] api_keys) every request nee
 the live page's EventSource, which cannot send headers, may give it as ?key= on a management path).
 With none set, the management endpoints answer loopback peers only (403 to others), so a
 non-loopback bind never opens them without a key. /v1/* (/v1/models too) is open without a key.
+The health probes (/health, /v1/health) answer anyone, as llama-server's and vLLM's own do outside
+their --api-key: load balancers and load generators probe without credentials. What they say beyond
+"ok" (the models and their states) is for a caller who may read /v1/models (`may_list`).
 """
 
 from __future__ import annotations
@@ -28,6 +31,14 @@ def is_loopback(host: str | None) -> bool:
         return False
 
 
+# GET/HEAD only: what guidellm, aiperf and vllm-router probe (docs/door.md, "Health")
+HEALTH_PATHS = (b"/health", b"/v1/health")
+
+
+def is_health(r: Req) -> bool:
+    return r.path in HEALTH_PATHS and r.method in (b"GET", b"HEAD")
+
+
 def is_management(r: Req) -> bool:
     """Everything outside /v1/ (the page, its events, /metrics, /door/status)."""
     return not r.path.startswith(b"/v1/")
@@ -45,15 +56,26 @@ class Admission:
             ok |= hmac.compare_digest(given, k)
         return ok
 
+    def _given(self, r: Req, mgmt: bool) -> bytes | None:
+        auth = r.header(b"authorization") or b""
+        given = auth[7:].strip() if auth[:7].lower() == b"bearer " else r.header(b"x-api-key")
+        if given is None and mgmt and b"?" in r.url:  # the page's EventSource cannot send headers
+            q = parse_qs(r.url.split(b"?", 1)[1].decode("latin-1")).get("key")
+            given = q[0].encode("latin-1") if q else None
+        return given
+
+    def may_list(self, r: Req) -> bool:
+        """Whether `r` may read what /v1/models says (a health probe's model states): always without
+        keys (/v1/models is open then), else with a right key in its headers."""
+        return not self.keys or self._key_ok(self._given(r, False))
+
     def check(self, r: Req) -> Answer | None:
         """None when the request may go on, else the answer it gets instead."""
+        if is_health(r):
+            return None
         mgmt = is_management(r)
         if self.keys:
-            auth = r.header(b"authorization") or b""
-            given = auth[7:].strip() if auth[:7].lower() == b"bearer " else r.header(b"x-api-key")
-            if given is None and mgmt and b"?" in r.url:  # the page's EventSource cannot send headers
-                q = parse_qs(r.url.split(b"?", 1)[1].decode("latin-1")).get("key")
-                given = q[0].encode("latin-1") if q else None
+            given = self._given(r, mgmt)
             if not self._key_ok(given):
                 return Answer(401, error_body(401, "missing or wrong api key",
                                               "send Authorization: Bearer <key> (the key given to "

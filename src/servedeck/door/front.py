@@ -103,7 +103,7 @@ class Req:
 
     __slots__ = ("conn", "t0", "method", "url", "headers", "body", "size", "keep_alive", "http11", "expect",
                  "proxied", "answer", "model", "rep", "ex", "task", "entry", "status", "head_sent",
-                 "chunked", "finished", "waited")
+                 "chunked", "finished", "waited", "rewrite")
 
     def __init__(self, conn: Conn) -> None:
         self.conn = conn
@@ -128,6 +128,7 @@ class Req:
         self.chunked = False
         self.finished = False
         self.waited = b""  # the x-servedeck-waited header line, for a request that waited for its model
+        self.rewrite = None  # a body rewriter for the engine's response (door/logprobs.py), rarely set
 
     @property
     def path(self) -> bytes:
@@ -221,8 +222,11 @@ class Req:
     def on_head(self, ex: Exchange) -> None:
         if self.finished:
             return
+        length = ex.length
+        if self.rewrite is not None and 200 <= ex.status < 300:
+            ex.rewrite, length = self.rewrite, None  # rewritten bodies change length: chunked to the client
         head = self._head(ex.status, ex.reason, [(k, v) for k, v in ex.headers if k.lower() not in RESP_DROP],
-                          ex.length, self.waited)
+                          length, self.waited)
         # the head leaves with the first body piece
         ex.pipe(self.conn.transport, self.chunked, head, body=self.method != b"HEAD")
 

@@ -1,6 +1,7 @@
 """The door's own routes, answered by the front itself (no second server behind it):
 
     GET  /v1/models       every model and alias, with its door state
+    GET  /health          the door answers, and each model's state (also /v1/health; ?model=NAME: that one's)
     GET  /metrics         Prometheus text
     GET  /                the live page (door/page.py)
     GET  /events          its server-sent events: a snapshot whenever it changed, checked every second
@@ -17,10 +18,12 @@ import json
 import logging
 from collections import deque
 from typing import Any, Callable, Coroutine
+from urllib.parse import parse_qs
 
+from servedeck.door.admission import HEALTH_PATHS, Admission
 from servedeck.door.front import WRITE_HIGH, Answer, Req, error_body
 from servedeck.door.gpu_watch import GpuWatch
-from servedeck.door.manager import Manager
+from servedeck.door.manager import Manager, Refusal
 from servedeck.door.metrics import DoorMetrics
 from servedeck.door.page import EVERY_S, PAGE, snapshot
 
@@ -30,22 +33,23 @@ JSON = b"application/json; charset=utf-8"
 
 
 class Management:
-    def __init__(self, manager: Manager, metrics: DoorMetrics, recent: deque[dict]) -> None:
+    def __init__(self, manager: Manager, metrics: DoorMetrics, recent: deque[dict], admission: Admission) -> None:
         self.manager = manager
+        self.admission = admission
         self.metrics = metrics
         self.recent = recent
         self.gpu = GpuWatch()  # read in its own thread, once a second at most
         self.routes: dict[bytes, Callable[[Req], None]] = {
             b"/v1/models": self.models, b"/metrics": self.metrics_text, b"/door/status": self.status,
-            b"/": self.page, b"/events": self.events}
+            b"/": self.page, b"/events": self.events, **{p: self.health for p in HEALTH_PATHS}}
 
     def answer(self, r: Req) -> None:
         route = self.routes.get(r.path)
         if route is None:
             path = r.path.decode("latin-1")
             raise Answer(404, error_body(404, f"no route {path} at the door",
-                                         "the door answers /v1/* (by the body's model), /v1/models, /metrics, "
-                                         "/, /events and /door/status"))
+                                         "the door answers /v1/* (by the body's model), /v1/models, /health, "
+                                         "/v1/health, /metrics, /, /events and /door/status"))
         if r.method not in (b"GET", b"HEAD"):
             raise Answer(405, error_body(405, f"{r.path.decode('latin-1')} answers GET and HEAD, "
                                               f"not {r.method.decode('latin-1')}"), {"Allow": "GET, HEAD"})
@@ -79,6 +83,31 @@ class Management:
                              "servedeck": {"model": m["model"], "alias_of": m["model"] if n != m["model"] else None,
                                            "state": m["state"], "slot": m["slot"], "detail": m["detail"]}})
         r.respond_body(200, JSON, json.dumps({"object": "list", "data": data}).encode())
+
+    def health(self, r: Req) -> None:
+        """200 while the door serves: a stopped model is no failure, the door starts it on demand. The
+        models' states go to a caller who may read /v1/models. `?model=NAME` (a name or alias) asks
+        about one model: 200 when it is ready, else 503 with its state, without starting it."""
+        q = parse_qs(r.url.split(b"?", 1)[1].decode("latin-1")) if b"?" in r.url else {}
+        asked = q.get("model", [None])[0]
+        may_list = self.admission.may_list(r)
+        try:
+            one = self.manager.resolve(asked) if asked else None
+        except Refusal as e:  # the known names only to who may list them
+            raise Answer(e.status, error_body(e.status, e.message if may_list else f"no model or alias named {asked!r}",
+                                              e.hint)) from None
+        body: dict[str, Any] = {"status": "ok"}
+        status = 200
+        if may_list or one:
+            models = {m["model"]: {"state": m["state"], "slot": m["slot"], "aliases": m["aliases"],
+                                   "detail": m["detail"] or None,
+                                   "replicas_ready": len(m["replicas"]) if m["state"] == "ready" else 0}
+                      for m in self.manager.snapshot() if one is None or m["model"] == one}
+            body["models"] = models
+            if one is not None and models[one]["state"] != "ready":
+                status = 503
+                body["status"] = models[one]["state"]
+        r.respond_body(status, JSON, json.dumps(body).encode())
 
     def metrics_text(self, r: Req) -> None:
         async def work() -> None:

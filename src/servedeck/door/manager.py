@@ -25,6 +25,7 @@ from servedeck.deck.deck import Deck, alive, ending_of
 from servedeck.deck.records import LaunchState, LiveRecord
 from servedeck.door import policy as Pol
 from servedeck.door.metrics import DoorMetrics
+from servedeck.engines import get_engine
 from servedeck.errors import BusyError, DoorError, LaunchError, RefusedError, ServedeckError
 from servedeck.supervisor import process as P
 
@@ -57,6 +58,10 @@ class ModelRuntime:
     aliases: list[str]
     ttl_s: float | None = None
     managed: bool = True  # False: an outside server given by --upstream; never started or stopped
+    # models.toml's `embeddings`: True answers /v1/embeddings only, False everything else; None (an
+    # --upstream server) unknown, everything is sent
+    embeddings: bool | None = None
+    chat_logprobs: bool = False  # its engine's completion logprobs come in the chat shape (door/logprobs.py)
     state: str = Pol.STOPPED
     inflight: int = 0
     queued: int = 0
@@ -112,8 +117,11 @@ class Manager:
                                              ready_since=clock(), replicas=[Pol.Replica(u.rstrip("/")) for u in urls])
             self.models[name].policy = Pol.replica_policy((external_routing or {}).get(name))
         for rt in self.models.values():
-            if cfg and rt.members:  # models.toml's `routing` (a replica carries its entry's)
+            if cfg and rt.members:  # models.toml's `routing` and `embeddings` (a replica carries its entry's)
                 rt.policy = Pol.replica_policy(**cfg.models[rt.members[0]].routing.model_dump())
+                m = cfg.models[rt.members[0]]
+                rt.embeddings = m.embeddings
+                rt.chat_logprobs = get_engine(cfg.deck.builds[m.build].engine).completion_logprobs_chat_shaped
             for n in (rt.name, rt.served_name, *rt.aliases):
                 self.names.setdefault(n, rt.name)
         self.cond = asyncio.Condition()

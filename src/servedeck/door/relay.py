@@ -93,6 +93,7 @@ class Exchange(asyncio.Protocol):
         self._sink: asyncio.Transport | None = None
         self._sink_chunked = False
         self._sink_body = True  # False for a HEAD request's answer: the head only
+        self.rewrite = None  # a body rewriter the client's request installs at the head (door/logprobs.py)
 
     # --- asyncio.Protocol ----------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -166,6 +167,10 @@ class Exchange(asyncio.Protocol):
     def on_body(self, body: bytes) -> None:
         if self.t_first_body is None:
             self.t_first_body = time.perf_counter()
+        if self.rewrite is not None:  # set for the rare request whose body the door rewrites
+            body = self.rewrite.feed(body)
+            if not body:
+                return
         if b"completion_tokens" in body:  # the usage: in the last events of a stream, or the whole body
             self.usage_body = body
         if self._sink is None:
@@ -178,6 +183,10 @@ class Exchange(asyncio.Protocol):
             self._interim = False
             return
         self.keep_alive = self.parser.should_keep_alive()  # asked now: llhttp forgets once the message ends
+        if self.rewrite is not None:
+            rest, self.rewrite = self.rewrite.end(), None
+            if rest:
+                self.on_body(rest)
         self.complete = True
         if self._sink is not None and self._sink_chunked and self._sink_body:
             self._put(END_CHUNK)

@@ -3,7 +3,8 @@ served name), a replica of it from the manager (now when it is ready, else after
 boot or switch in a task), the request written to that engine through the relay, and what the
 request leaves behind when it ends (its replica given back, its metrics, its line on the live page).
 
-Every /v1/ path is proxied but GET and HEAD /v1/models, which the door answers (door/management.py).
+Every /v1/ path is proxied but GET and HEAD /v1/models and /v1/health, which the door answers
+(door/management.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from servedeck.door import policy as Pol
 from servedeck.door.front import Answer, Req, error_body, upstream_request
+from servedeck.door.logprobs import CompletionLogprobs
 from servedeck.door.manager import Manager, Refusal
 from servedeck.door.metrics import DoorMetrics
 from servedeck.door.relay import Exchange, Relay, UpstreamError
@@ -29,8 +31,14 @@ WAITED_HEADER = "x-servedeck-waited"  # `28.2s min-residency, 2.0s switch`: how 
 RECENT = 50  # requests kept for the live page and /door/status
 
 
+DOOR_V1 = (b"/v1/models", b"/v1/health")  # the /v1/ paths the door answers itself (GET, HEAD)
+EMBEDDINGS = b"/v1/embeddings"
+COMPLETIONS = b"/v1/completions"
+GENERATE = (b"/v1/chat/completions", b"/v1/completions", b"/v1/responses", b"/v1/messages")
+
+
 def is_proxied(r: Req) -> bool:
-    return r.path.startswith(b"/v1/") and not (r.path == b"/v1/models" and r.method in (b"GET", b"HEAD"))
+    return r.path.startswith(b"/v1/") and not (r.path in DOOR_V1 and r.method in (b"GET", b"HEAD"))
 
 
 def answer_refusal(r: Refusal) -> Answer:
@@ -69,6 +77,10 @@ class Router:
         except Refusal as e:
             self.metrics.count("-", "404")
             raise answer_refusal(e) from None
+        embeds = mgr.models[model].embeddings  # what the model can answer, from models.toml (one compare)
+        if embeds is not None and (r.path in GENERATE if embeds else r.path == EMBEDDINGS):
+            self.metrics.count(model, "400")
+            raise self.wrong_kind(model, embeds)
         r.model = model
         r.entry = {"model": model, "path": r.path.decode("latin-1"), "status": None, "ttft_ms": None,
                    "e2e_ms": None, "tokens": None, "waited": None, "at": time.time()}
@@ -79,6 +91,22 @@ class Router:
             r.task = asyncio.get_running_loop().create_task(self._wait_then_send(r, model, name, doc, body, ask))
             return
         self._send(r, rep, model, name, doc, body)
+
+    def wrong_kind(self, model: str, embeds: bool) -> Answer:
+        """A request the model's kind cannot answer, said before any engine is started for it: llama.cpp
+        answers embeddings without --embeddings 501, vLLM's generate runner a bare 404 {"detail":"Not Found"}."""
+        others = sorted(n for n, rt in self.manager.models.items() if rt.embeddings is not embeds and n != model)
+        if embeds:
+            return Answer(400, error_body(400, f"{model} is an embedding model (embeddings = true in [models.{model}]): "
+                                               "it answers /v1/embeddings only",
+                                          f"send chat and completions to another model ({', '.join(others) or 'none'}"
+                                          " in models.toml) or serve this one for generation in an entry without "
+                                          "embeddings = true"))
+        return Answer(400, error_body(400, f"{model} does not serve embeddings: [models.{model}] has no embeddings = true",
+                                      f"send /v1/embeddings to an embedding model ({', '.join(others) or 'none is set'}"
+                                      f" in models.toml), or set embeddings = true in [models.{model}] for a model "
+                                      "that embeds (llama.cpp renders --embeddings, vLLM --runner pooling, SGLang "
+                                      "--is-embedding); the entry then serves nothing else"))
 
     async def _wait_then_send(self, r: Req, model: str, name: str, doc: Any, body: bytes, ask: Pol.Ask) -> None:
         waited = Pol.Waited(since=self.manager.clock())
@@ -114,6 +142,8 @@ class Router:
         if doc is not None and name != rt.served_name and rt.managed:
             doc["model"] = rt.served_name  # an alias: the engine knows the model by its served name
             body = json.dumps(doc).encode()
+        if rt.chat_logprobs and r.path == COMPLETIONS and doc.get("logprobs"):  # llama-server's chat-shaped ones
+            r.rewrite = CompletionLogprobs()
         got = self.relay.start(rep.url, upstream_request(r, self.relay.host_for(rep.url), body), r)
         if isinstance(got, Exchange):
             r.ex = got

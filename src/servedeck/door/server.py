@@ -39,7 +39,7 @@ class Door:
         self.relay = Relay()
         self.admission = Admission(api_keys)
         self.router = Router(manager, metrics, self.relay, log_bodies=log_bodies)
-        self.management = Management(manager, metrics, self.router.recent)
+        self.management = Management(manager, metrics, self.router.recent, self.admission)
 
     # --- front.Handler -------------------------------------------------------------------------------
     def admit(self, r: Req) -> Answer | None:

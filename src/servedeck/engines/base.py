@@ -52,6 +52,7 @@ class LaunchSpec:
     request: dict[str, Any] = field(default_factory=dict)  # models.toml `request`: merged into every body
     max_output_tokens: int | None = None  # models.toml's cap on what servedeck's own requests ask for
     vision: bool = False
+    embeddings: bool = False  # an embedding model: it answers /v1/embeddings only (probed there)
 
     def output_cap(self, wanted: int) -> int:
         """`wanted` output tokens, held to the model's max_output_tokens."""
@@ -84,6 +85,7 @@ class LaunchSpec:
             "request": self.request,
             "max_output_tokens": self.max_output_tokens,
             "vision": self.vision,
+            "embeddings": self.embeddings,
         }
 
 
@@ -230,6 +232,13 @@ class Engine:
     concurrency_flags: tuple[str, ...] = ()
     # a launch that sets no GPUs uses every visible one (llama.cpp) rather than the first tp×pp×dp
     uses_all_visible_gpus: bool = False
+    # models.toml's `tools`: "parser" (the engine needs its tool-call parser named: vLLM, SGLang) or
+    # "template" (it reads the call format from the chat template: `tools = true`, llama.cpp)
+    tools_by: str = "parser"
+    tool_parsers_hint: str = ""  # the parsers a user most likely wants, for the message when none is named
+    # /v1/completions with `logprobs: N` answers in the chat API's shape (logprobs.content[]) instead of
+    # the completions API's tokens / token_logprobs / top_logprobs / text_offset: the door converts it
+    completion_logprobs_chat_shaped: bool = False
 
     # --- identity ---------------------------------------------------------------------
     @property
@@ -332,6 +341,7 @@ class Engine:
             if flag in seen:
                 problems.append(f"{key}.args.{arg}: the same flag as {key}.args.{seen[flag]} ({flag}); keep one of them")
             seen.setdefault(flag, arg)
+        problems += self.check_tools(key, model)
         if model.gpu_memory_utilization is not None and not self.supports_gpu_memory_utilization:
             problems.append(f"{key}.gpu_memory_utilization: engine {self.name!r} has no such setting; remove the key")
         if model.tp * model.dp * model.pp > 1 and not self.supports_parallel:
@@ -345,6 +355,17 @@ class Engine:
             problems.append(f"{key}: vision = true on engine {self.name!r} needs the projector file; "
                             'set mmproj = "/path/to/mmproj.gguf" (rendered as --mmproj)')
         return problems
+
+    def check_tools(self, key: str, model: "Model") -> list[str]:
+        """`tools` in the form this engine takes: a parser's name, or `true` where the template decides."""
+        if self.tools_by == "template" and isinstance(model.tools, str):
+            return [f"{key}.tools = {model.tools!r}: engine {self.name!r} takes no parser name, it reads the "
+                    "tool-call format from the chat template; write tools = true (and chat_template = FILE "
+                    "when the model's own template does not describe tools)"]
+        if self.tools_by == "parser" and model.tools is True:
+            return [f"{key}.tools = true: engine {self.name!r} needs its tool-call parser named for the model's "
+                    f"family, e.g. {self.tool_parsers_hint}"]
+        return []
 
     # --- memory -----------------------------------------------------------------------------
     def default_gpus(self, model: "Model", visible: list[int]) -> list[int]:
@@ -422,6 +443,7 @@ class Engine:
             request=dict(model.request),
             max_output_tokens=model.max_output_tokens,
             vision=model.vision,
+            embeddings=model.embeddings,
         )
 
     # --- shared by adapters ----------------------------------------------------------

@@ -32,6 +32,8 @@ class LlamaCpp(Engine):
         "--model": "source", "--host": "host", "--port": "port",
         "--ctx-size": "context", "--alias": "served_name",
         "--n-predict": "max_output_tokens", "--mmproj": "mmproj",
+        "--jinja": "tools", "--chat-template-file": "chat_template", "--chat-template": "chat_template",
+        "--embeddings": "embeddings",
     }
     flag_aliases = {
         "-m": "--model", "-c": "--ctx-size", "-a": "--alias", "-np": "--parallel",
@@ -40,8 +42,13 @@ class LlamaCpp(Engine):
         "-ub": "--ubatch-size", "-sm": "--split-mode", "-ts": "--tensor-split", "-mg": "--main-gpu",
         "-n": "--n-predict", "--predict": "--n-predict", "-mm": "--mmproj",
         "-lv": "--log-verbosity", "--verbosity": "--log-verbosity", "-v": "--verbose", "--log-verbose": "--verbose",
+        "--embedding": "--embeddings",
     }
     uses_mmproj = True
+    # llama-server finds the tool-call format in the chat template (its "differential autoparser"); a
+    # template without tools makes it drop `tools` from the prompt, so tools = true wants one that has them
+    tools_by = "template"
+    completion_logprobs_chat_shaped = True  # seen on build 11434 (docs/door.md, "Completion logprobs")
     metrics = {
         "prompt_tokens": "llamacpp:prompt_tokens_total",
         "prompt_tokens_cached": "llamacpp:prompt_tokens_cached_total",
@@ -143,6 +150,12 @@ class LlamaCpp(Engine):
             flags += ["-n", str(model.max_output_tokens)]  # the length of a request that names none (not a cap)
         if model.vision and model.mmproj:  # check_model refuses vision without it
             flags += ["--mmproj", cfg.expand(model.mmproj)]
+        if model.tools:
+            flags.append("--jinja")  # the default since mid-2025 builds; said so the flag works on older ones
+        if model.chat_template:
+            flags += ["--chat-template-file", cfg.expand(model.chat_template)]
+        if model.embeddings:
+            flags.append("--embeddings")  # /v1/embeddings, and nothing else (completions are refused)
         flags += self.render_model_args(model)
         if build.image:
             return self.docker_prefix(name, model, build, env, source) + flags, env

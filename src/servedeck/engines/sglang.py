@@ -23,7 +23,11 @@ class SGLang(Engine):
         "--served-model-name": "served_name", "--context-length": "context",
         "--mem-fraction-static": "gpu_memory_utilization",
         "--tp-size": "tp", "--dp-size": "dp", "--pp-size": "pp",
+        "--tool-call-parser": "tools", "--chat-template": "chat_template", "--is-embedding": "embeddings",
     }
+    tool_parsers_hint = ('tools = "qwen25" (Qwen 2.5 and 3), "llama3", "mistral", "deepseekv3", "pythonic"; '
+                         "`python -m sglang.launch_server --help` lists them under --tool-call-parser (from SGLang's "
+                         "documentation: no SGLang runs here)")
     flag_aliases = {"--tp": "--tp-size", "--dp": "--dp-size", "--model": "--model-path"}
     metrics = {
         "prompt_tokens": "sglang:prompt_tokens_total",
@@ -58,6 +62,12 @@ class SGLang(Engine):
         for flag, n in (("--tp-size", model.tp), ("--dp-size", model.dp), ("--pp-size", model.pp)):
             if n > 1:
                 flags += [flag, str(n)]
+        if model.tools:  # SGLang parses calls whenever a parser is named (no auto-choice switch)
+            flags += ["--tool-call-parser", str(model.tools)]
+        if model.chat_template:
+            flags += ["--chat-template", cfg.expand(model.chat_template)]
+        if model.embeddings:
+            flags.append("--is-embedding")
         flags += self.render_model_args(model)
         if build.image:
             return self.docker_prefix(name, model, build, env, source) + ["python3", "-m", self.module] + flags, env

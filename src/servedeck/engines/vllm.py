@@ -32,7 +32,12 @@ class VLLM(Engine):
         "--served-model-name": "served_name", "--max-model-len": "context",
         "--gpu-memory-utilization": "gpu_memory_utilization",
         "--tensor-parallel-size": "tp", "--data-parallel-size": "dp", "--pipeline-parallel-size": "pp",
+        "--enable-auto-tool-choice": "tools", "--tool-call-parser": "tools", "--chat-template": "chat_template",
     }
+    tool_parsers_hint = ('tools = "hermes" (Qwen 2.5, Hermes, and the ChatML template servedeck ships for SmolLM2), '
+                         '"qwen3_coder" (Qwen3-Coder), "llama3_json" (Llama 3.1-3.3), "pythonic" (Llama 3.2 1B/3B), '
+                         '"llama4_pythonic" (Llama 4), "mistral"; `python -m vllm.entrypoints.openai.api_server '
+                         '--help=all` lists every one under --tool-call-parser')
     flag_aliases = {"-tp": "--tensor-parallel-size", "-dp": "--data-parallel-size", "-pp": "--pipeline-parallel-size",
                     "-O": "--optimization-level", "-q": "--quantization"}
     metrics = {
@@ -123,6 +128,12 @@ class VLLM(Engine):
                         ("--pipeline-parallel-size", model.pp)):
             if n > 1:
                 flags += [flag, str(n)]
+        if model.tools:  # without both, vLLM answers tool_choice "auto" with 400 and "required" too
+            flags += ["--enable-auto-tool-choice", "--tool-call-parser", str(model.tools)]
+        if model.chat_template:
+            flags += ["--chat-template", cfg.expand(model.chat_template)]
+        if model.embeddings and not self.has_arg(model, "--runner"):
+            flags += ["--runner", "pooling"]  # an embedding architecture picks it by itself; a causal LM needs it
         flags += self.render_model_args(model)
         if not self.has_arg(model, "enable-prompt-tokens-details"):
             # Without it vLLM's usage carries no prompt_tokens_details, so no request says how much of its

@@ -38,7 +38,16 @@ PROBE_PROMPT = "The capital of France is"
 
 
 def completion_probe(spec: LaunchSpec, timeout_s: float = 60.0, max_tokens: int = 4) -> tuple[str, int | None]:
-    """One real (non-streamed) completion. Raises httpx errors or ValueError on a malformed answer."""
+    """One real (non-streamed) completion; for an embedding model, which answers nothing else, one
+    embedding (its text says the vector's size). Raises httpx errors or ValueError on a malformed answer."""
+    if spec.embeddings:
+        r = httpx.post(spec.base_url + "/v1/embeddings", json={"model": spec.served_name, "input": PROBE_PROMPT},
+                       timeout=timeout_s)
+        r.raise_for_status()
+        vec = r.json()["data"][0]["embedding"]
+        if not isinstance(vec, list) or not vec:
+            raise ValueError(f"/v1/embeddings answered no vector: {str(vec)[:80]}")
+        return f"{len(vec)}-dimensional embedding", None
     body = merge_request({"model": spec.served_name, "prompt": PROBE_PROMPT, "max_tokens": spec.output_cap(max_tokens),
                           "temperature": 0}, spec.request)
     r = httpx.post(spec.base_url + "/v1/completions", json=body, timeout=timeout_s)
