@@ -5,8 +5,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
+
+import httpx
 
 from servedeck.door.serve import ServeOptions, serve
 
@@ -167,3 +173,37 @@ def generated_after_disconnect(port: int, running: str, generated: str, before: 
             return m[generated] - before[generated]
         time.sleep(1.0)
     raise AssertionError(f"the engine kept generating after the disconnect: (running, generated) each second: {seen}")
+
+
+class ServeProcess:
+    """`servedeck serve` as a user runs it: a process (and session) of its own, on a free port."""
+
+    def __init__(self, home: Path, config: Path, *args: str, env: dict | None = None):
+        self.port = free_port()
+        e = {k: v for k, v in os.environ.items() if k != "SERVEDECK_API_KEY"}
+        e.update(SERVEDECK_HOME=str(home), SERVEDECK_CONFIG=str(config), **(env or {}))
+        self.proc = subprocess.Popen([sys.executable, "-m", "servedeck", "serve", "--port", str(self.port), *args],
+                                     env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     start_new_session=True)
+
+    def wait_up(self, host: str = "127.0.0.1") -> None:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 30:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"serve exited {self.proc.returncode}: {self.proc.stderr.read()}")
+            try:
+                httpx.get(f"http://{host}:{self.port}/v1/models", timeout=1)
+                return
+            except httpx.TransportError:
+                time.sleep(0.1)
+        raise AssertionError("serve did not start listening")
+
+    def stop(self) -> tuple[int, str]:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        return self.proc.returncode, self.proc.stderr.read()
