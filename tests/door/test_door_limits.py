@@ -305,6 +305,57 @@ def test_a_body_nested_100000_deep_gets_400_and_the_connection_goes_on(door):
     assert json.loads(body)["object"] == "chat.completion"
 
 
+# --- 5. the key stays out of what the door starts -----------------------------------------------------
+def test_the_door_key_reaches_no_engine_supervisor_or_hook(door):
+    """The door was given its key in SERVEDECK_API_KEY; it starts smollm2 (a shim and its llama-server)
+    and runs its notice hook: none of them has the key in its environment or its argv."""
+    r = httpx.post(f"{door.url}/v1/chat/completions", json=CHAT, headers=AUTH, timeout=180)
+    assert r.status_code == 200, r.text
+    procs = door.ps.children(recursive=True)
+    for f in (door.home / "live").glob("*.json"):  # and every engine recorded, wherever it was reparented
+        from servedeck.supervisor.process import group_members
+
+        procs += [psutil.Process(p) for p in group_members(json.loads(f.read_text())["pgid"])]
+    names = []
+    for p in {p.pid: p for p in procs}.values():
+        try:
+            env, argv = p.environ(), p.cmdline()
+        except psutil.NoSuchProcess:
+            continue
+        names.append(" ".join(argv)[:80])
+        assert "SERVEDECK_API_KEY" not in env, f"pid {p.pid} ({names[-1]}) has SERVEDECK_API_KEY"
+        assert not any(KEY in v for v in env.values()), f"pid {p.pid} ({names[-1]}) has the key in its environment"
+        assert not any(KEY in a for a in argv), f"pid {p.pid} ({names[-1]}) has the key in its argv"
+    assert any("llama-server" in n for n in names) and any("shim" in n for n in names), names
+    deadline = time.monotonic() + 20
+    while not door.hook_out.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    hooked = [json.loads(line) for line in door.hook_out.read_text().splitlines()]
+    assert hooked, "the notice hook never ran"
+    for env in hooked:
+        assert "SERVEDECK_API_KEY" not in env and not any(KEY in v for v in env.values())
+
+
+def test_an_engine_started_from_a_shell_that_exports_the_key_does_not_get_it(door, tmp_path):
+    """A user who exports SERVEDECK_API_KEY for `serve` runs `servedeck start` from the same shell: the
+    engine and its shim (spawned by the deck, not the door) do not inherit the key either."""
+    from servedeck.supervisor.process import group_members
+
+    env = {**door.proc_env, "SERVEDECK_API_KEY": KEY}
+    r = subprocess.run([sys.executable, "-m", "servedeck", "start", "gemma-side"], env=env, capture_output=True,
+                       text=True, timeout=180)
+    try:
+        assert r.returncode == 0, r.stderr
+        rec = json.loads((door.home / "live" / "gemma-side.json").read_text())
+        procs = [psutil.Process(p) for p in group_members(rec["pgid"])]
+        assert len(procs) >= 2, procs  # the shim and llama-server
+        for p in procs:
+            assert "SERVEDECK_API_KEY" not in p.environ(), " ".join(p.cmdline())[:120]
+    finally:
+        subprocess.run([sys.executable, "-m", "servedeck", "stop", "gemma-side"], env=env, capture_output=True,
+                       timeout=120)
+
+
 # --- the timeouts that bound how long a connection is held ---------------------------------------------
 @pytest.fixture
 def quick_door(monkeypatch, tmp_path):
