@@ -105,6 +105,19 @@ class Conn(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last = time.monotonic()
+        if self.unparsed is None and self.active is None and not self.queue and len(data) <= FEED_SLICE:
+            # the usual read (a request, nothing ahead of it): fed whole, here, as the hot path it is
+            heads, in_head = self.heads, self.in_head
+            try:
+                self.parser.feed_data(data)
+            except (httptools.HttpParserUpgrade, httptools.HttpParserError) as e:
+                self._stopped(e, data, 0)
+                return
+            if in_head and self.in_head and self.heads == heads:  # all of it was one head, still arriving
+                self._head_goes_on(len(data))
+            elif self.queue and self._held():  # pipelined requests in this one read
+                self._pause_reading()
+            return
         if self.unparsed is not None:  # not expected (reading pauses when something is kept): keep the order
             data, self.unparsed = bytes(self.unparsed) + data, None
         self._parse(data)
@@ -161,24 +174,33 @@ class Conn(asyncio.Protocol):
             heads, in_head = self.heads, self.in_head
             try:
                 self.parser.feed_data(piece)
-            except httptools.HttpParserUpgrade as e:
-                i += e.args[0]
-                if not self._upgrade_ignored():
-                    return
-                continue
-            except httptools.HttpParserError as e:
-                cause = e.__context__
-                self._refuse_now(cause if isinstance(cause, Answer) else
-                                 Answer(400, error_body(400, f"not a valid HTTP/1.1 request: {e}"), close=True))
+            except (httptools.HttpParserUpgrade, httptools.HttpParserError) as e:
+                self._stopped(e, view if view is not None else data, i)
                 return
             i += len(piece)
-            if in_head and self.in_head and self.heads == heads:  # all of it was one head, still arriving
-                self.head_read += len(piece)
-                if self.head_read > MAX_HEAD:
-                    self._refuse_now(head_too_large())
-                    return
+            if in_head and self.in_head and self.heads == heads and not self._head_goes_on(len(piece)):
+                return
         if self._held():
             self._pause_reading()
+
+    def _stopped(self, e: Exception, data: bytes | memoryview, at: int) -> None:
+        """The parser stopped in the piece of `data` that starts at `at`: after a request that asked to
+        upgrade (ignored: parsing goes on after it), or at what is not HTTP (refused, closed)."""
+        if isinstance(e, httptools.HttpParserUpgrade):
+            if self._upgrade_ignored():
+                self._parse(memoryview(data)[at + e.args[0]:])
+            return
+        cause = e.__context__
+        self._refuse_now(cause if isinstance(cause, Answer) else
+                         Answer(400, error_body(400, f"not a valid HTTP/1.1 request: {e}"), close=True))
+
+    def _head_goes_on(self, n: int) -> bool:
+        """`n` more bytes of a head still arriving; False when that took it past MAX_HEAD (refused)."""
+        self.head_read += n
+        if self.head_read > MAX_HEAD:
+            self._refuse_now(head_too_large())
+            return False
+        return True
 
     def _held(self) -> bool:
         """Reading ahead is at its bound: requests wait behind the one being answered and either the
