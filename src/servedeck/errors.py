@@ -20,7 +20,7 @@ typer's own usage errors and like ConfigError for a mistake in models.toml.
     │                         never an exit code; raised where it is decided, written by the front
     ├── door.manager.Refusal  the door will not serve the model now: 404 unknown, 429 queue full, 502/503
     │                         start failed or refused, 504 not ready in time; says when to come back
-    ├── door.front.Answer     a response the door frames itself (400, 401, 403, 413, 431, 502), body built
+    ├── door.request.Answer   a response the door frames itself (400, 401, 403, 408, 413, 431, 500, 502)
     └── door.relay.UpstreamError  the engine's connection failed (refused, reset, closed early): a 502
                               before the answer began, an SSE error event after
 
@@ -97,4 +97,4 @@ class ServerDied(RunError):
 
 class DoorError(Exception):
     """Base of the answers the front door gives an HTTP client itself (an HTTP status, never an exit
-    code): Refusal (door/manager.py), Answer (door/front.py), UpstreamError (door/relay.py)."""
+    code): Refusal (door/manager.py), Answer (door/request.py), UpstreamError (door/relay.py)."""

@@ -5,8 +5,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
+
+import httpx
 
 from servedeck.door.serve import ServeOptions, serve
 
@@ -192,3 +198,37 @@ def sdk(door_url: str, timeout_s: float = 600):
     import openai
 
     return openai.OpenAI(base_url=door_url + "/v1", api_key="unused", max_retries=0, timeout=timeout_s)
+
+
+class ServeProcess:
+    """`servedeck serve` as a user runs it: a process (and session) of its own, on a free port."""
+
+    def __init__(self, home: Path, config: Path, *args: str, env: dict | None = None):
+        self.port = free_port()
+        e = {k: v for k, v in os.environ.items() if k != "SERVEDECK_API_KEY"}
+        e.update(SERVEDECK_HOME=str(home), SERVEDECK_CONFIG=str(config), **(env or {}))
+        self.proc = subprocess.Popen([sys.executable, "-m", "servedeck", "serve", "--port", str(self.port), *args],
+                                     env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     start_new_session=True)
+
+    def wait_up(self, host: str = "127.0.0.1") -> None:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 30:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"serve exited {self.proc.returncode}: {self.proc.stderr.read()}")
+            try:
+                httpx.get(f"http://{host}:{self.port}/v1/models", timeout=1)
+                return
+            except httpx.TransportError:
+                time.sleep(0.1)
+        raise AssertionError("serve did not start listening")
+
+    def stop(self) -> tuple[int, str]:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        return self.proc.returncode, self.proc.stderr.read()

@@ -16,41 +16,10 @@ import httpx
 import pytest
 
 from servedeck.init import render_starter
+from doorkit import ServeProcess
 from ports import free_port  # below the kernel's ephemeral range: tests/ports.py says why
 
 KEY = "s3cret-door-key"
-
-
-class ServeProcess:
-    def __init__(self, home: Path, config: Path, *args: str, env: dict | None = None):
-        self.port = free_port()
-        e = {k: v for k, v in os.environ.items() if k != "SERVEDECK_API_KEY"}
-        e.update(SERVEDECK_HOME=str(home), SERVEDECK_CONFIG=str(config), **(env or {}))
-        self.proc = subprocess.Popen([sys.executable, "-m", "servedeck", "serve", "--port", str(self.port), *args],
-                                     env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     start_new_session=True)
-
-    def wait_up(self, host: str = "127.0.0.1") -> None:
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < 30:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"serve exited {self.proc.returncode}: {self.proc.stderr.read()}")
-            try:
-                httpx.get(f"http://{host}:{self.port}/v1/models", timeout=1)
-                return
-            except httpx.TransportError:
-                time.sleep(0.1)
-        raise AssertionError("serve did not start listening")
-
-    def stop(self) -> tuple[int, str]:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        return self.proc.returncode, self.proc.stderr.read()
 
 
 @pytest.fixture
@@ -254,3 +223,54 @@ def test_serve_holds_the_watch_lock_from_its_check_until_its_loop_runs(door_home
         stop.set()
         t.join(60)
     assert tried == [4]
+
+
+def test_api_key_file_gives_the_key_and_it_stays_out_of_ps(tmp_path, config):
+    import psutil
+
+    home = tmp_path / "home5"
+    home.mkdir()
+    key_file = tmp_path / "door.key"
+    key_file.write_text(f"{KEY}\n")
+    key_file.chmod(0o600)
+    s = ServeProcess(home, config, "--api-key-file", str(key_file))
+    try:
+        s.wait_up()
+        url = f"http://127.0.0.1:{s.port}/v1/models"
+        assert httpx.get(url).status_code == 401
+        assert httpx.get(url, headers={"Authorization": f"Bearer {KEY}"}).status_code == 200
+        argv = psutil.Process(s.proc.pid).cmdline()
+        assert str(key_file) in argv and not any(KEY in a for a in argv), argv
+    finally:
+        code, err = s.stop()
+    assert "Traceback" not in err and "visible" not in err, err
+
+
+@pytest.mark.parametrize("case", ["missing", "a-directory", "empty", "not-utf8"])
+def test_an_api_key_file_that_cannot_give_a_key_is_refused_naming_it(tmp_path, config, case):
+    path = tmp_path / f"key-{case}"
+    if case == "a-directory":
+        path.mkdir()
+    elif case == "empty":
+        path.write_text("\n  \n")
+    elif case == "not-utf8":
+        path.write_bytes(b"\xff\xfe key")
+    env = dict(os.environ, SERVEDECK_HOME=str(tmp_path), SERVEDECK_CONFIG=str(config))
+    env.pop("SERVEDECK_API_KEY", None)
+    r = subprocess.run([sys.executable, "-m", "servedeck", "serve", "--port", str(free_port()),
+                        "--api-key-file", str(path)], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, (r.returncode, r.stderr)  # a user's mistake: UsageError
+    assert str(path) in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert {"missing": "no such file", "a-directory": "is a directory", "empty": "no key",
+            "not-utf8": "UTF-8"}[case] in r.stderr, r.stderr
+
+
+def test_api_key_on_the_command_line_warns_that_ps_shows_it(tmp_path, config):
+    home = tmp_path / "home6"
+    home.mkdir()
+    s = ServeProcess(home, config, "--api-key", KEY)
+    try:
+        s.wait_up()
+    finally:
+        code, err = s.stop()
+    assert "--api-key-file" in err and "ps" in err, err

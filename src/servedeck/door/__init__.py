@@ -2,8 +2,10 @@
 
     policy.py      pure decisions: start, switch, drain, wait, fail; which replica (ReplicaPolicy); ttl
     manager.py     door states, queues, in-flight counts; deck calls off the event loop
-    front.py       the clients' HTTP/1.1, all of its framing (httptools): parse, then each request handed
-                   to a Handler and answered through it: an engine's response piped, a whole answer, a stream
+    front.py       the clients' HTTP/1.1 (httptools): parse within the door's limits, then each request
+                   handed to a Handler, answered in order
+    request.py     one request, and all of its answer's framing: an engine's response piped, a whole
+                   answer, a stream
     server.py      Door, that Handler: admission, then routing or the door's own routes; run_door
     admission.py   api keys and the loopback rule
     routing.py     a proxied /v1/ call: its model, a replica, the engine; what it leaves behind
@@ -13,7 +15,7 @@
     metrics.py     prometheus-client registry (per door) and the NVML collector
     serve.py       `servedeck serve`: the door and the watch loop in one process
 Imports go one way (tests/door/test_door_imports.py): serve → server → admission, routing, management;
-those → front (→ relay), manager, page, metrics; manager → metrics → policy.
+those → front → request (→ relay), manager, page, metrics; manager → metrics → policy.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The door's HTTP/1.1 to its clients, in one place: requests parsed by httptools, and every response
-the door writes (the engine's head with its body piped after it, a whole answer, an event stream),
-each request answered from the socket's own callbacks.
+the door writes (the engine's head with its body piped after it, a whole answer, an event stream:
+door/request.py, the request's side), each request answered from the socket's own callbacks.
 
 The connection knows nothing of what a request means: it hands each one to a `Handler` (door/server.py's
 `Door`), the way the relay hands an engine's response to its `Listener`:
@@ -9,8 +9,9 @@ The connection knows nothing of what a request means: it hands each one to a `Ha
     handler.handle(req)              # it is read in full: answer it, now or later (may raise Answer)
     handler.ended(req, ex)           # the engine's response it was sent on was written in full
     handler.failed(req, ex, exc)     # ... failed (before its head went out when not req.head_sent)
-    handler.gone(req)                # the client left before it was answered (its task and exchange
-                                     #   are already cancelled and aborted)
+    handler.gone(req)                # the client left before it was answered, or the handler raised
+                                     #   what it did not foresee (then answered 400/500): give back what
+                                     #   it took (its task and exchange are already cancelled and aborted)
 
 The handler answers through the request: `req.respond(Answer)`, `req.respond_body(...)`,
 `req.open_stream(...)`/`send`/`end`, or by starting an upstream exchange with `req` as its listener.
@@ -22,258 +23,52 @@ simultaneous requests waited ~55 µs each behind each other on the H200 host (do
 request for a ready model is parsed, routed, and written to the engine in the read callback that
 brought it; the engine's head goes out with the first body piece in one write. A task is made only
 when a request must wait (for a boot, a switch, or a new engine connection).
+
+A client cannot make the door hold more than the limits below, however it behaves (docs/door.md,
+"Limits", says what happens past each): a head is counted as its bytes arrive, a connection's answers
+and the requests read ahead of them are bounded, and past a bound the door stops reading from that
+client, as a slow reader of a stream pauses its engine's socket.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections import deque
-from typing import Any, Iterable, Protocol
 
 import httptools
 
-from servedeck.door.relay import END_CHUNK, Exchange, UpstreamError
-from servedeck.errors import DoorError
+# one request and how its answer is written: imported from here by the door's other modules too
+from servedeck.door.request import Answer, Handler, Req, error_body, upstream_request  # noqa: F401
 
 log = logging.getLogger("servedeck.door")
 
-MAX_HEAD = 64 * 1024  # request line and headers
+# The door's limits per client connection (docs/door.md, "Limits", says what happens past each):
+MAX_HEAD = 64 * 1024  # request line and headers, counted as their bytes arrive
 MAX_BODY = 256 * 1024**2
-MAX_QUEUED = 8  # pipelined requests read ahead on one connection before reading pauses
+MAX_QUEUED = 8  # pipelined requests read ahead behind the one being answered, before reading pauses
+MAX_AHEAD_BODY = 1 << 20  # ... and the bytes of their bodies (the request being answered may take MAX_BODY)
+FEED_SLICE = 16 * 1024  # a long read is parsed this much at a time, so reading ahead stops within a slice
 KEEPALIVE_S = 75.0  # an idle client connection is closed after this long (aiohttp's default)
-WRITE_HIGH, WRITE_LOW = 1 << 20, 1 << 18  # a slow client pauses its engine's socket above, resumes below
-HOP = {b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailers",
-       b"transfer-encoding", b"upgrade", b"host", b"content-length", b"authorization", b"x-api-key",
-       b"expect", b"proxy-connection"}  # the door answers a client's Expect: 100-continue itself
-RESP_DROP = {b"connection", b"keep-alive", b"transfer-encoding", b"content-length"}
-REASONS = {200: b"OK", 400: b"Bad Request", 401: b"Unauthorized", 403: b"Forbidden", 404: b"Not Found",
-           405: b"Method Not Allowed", 413: b"Payload Too Large", 429: b"Too Many Requests",
-           431: b"Request Header Fields Too Large", 499: b"Client Closed Request", 500: b"Internal Server Error",
-           502: b"Bad Gateway",
-           503: b"Service Unavailable", 504: b"Gateway Timeout"}
-
-
-def error_body(status: int, message: str, hint: str | None = None, **extra: Any) -> dict:
-    kind = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-            404: "not_found_error", 405: "invalid_request_error", 413: "invalid_request_error",
-            429: "rate_limit_error", 431: "invalid_request_error"}.get(status, "server_error")
-    err = {"message": message, "type": kind, "code": status}
-    if hint:
-        err["hint"] = hint
-    err.update({k: v for k, v in extra.items() if v is not None})
-    return {"error": err}
-
-
-class Answer(DoorError):
-    """A response the door makes itself (an error), raised where it is decided."""
-
-    def __init__(self, status: int, body: dict, headers: dict[str, str] | None = None, close: bool = False):
-        self.status, self.body, self.headers, self.close = status, body, headers or {}, close
-
-
-def upstream_request(r: Req, host: bytes, body: bytes) -> bytes:
-    """The request as the upstream gets it: target and headers as the client sent them (hop-by-hop
-    ones and the door's own key dropped), Host the upstream's, the body's length."""
-    method = b"GET" if r.method == b"HEAD" else r.method  # httptools cannot read a bodiless HEAD answer:
-    parts = [b"%s %s HTTP/1.1\r\nHost: %s\r\n" % (method, r.url, host)]  # GET, body dropped (on_head)
-    parts += [k + b": " + v + b"\r\n" for k, v in r.headers if k.lower() not in HOP]
-    if body or r.method in (b"POST", b"PUT", b"PATCH"):
-        parts.append(b"Content-Length: %d\r\n" % len(body))
-    parts.append(b"\r\n")
-    parts.append(body)
-    return b"".join(parts)
-
-
-class Handler(Protocol):
-    """What the connection hands its requests to (see the module's docstring)."""
-
-    def admit(self, r: Req) -> Answer | None: ...
-    def handle(self, r: Req) -> None: ...
-    def ended(self, r: Req, ex: Exchange) -> None: ...
-    def failed(self, r: Req, ex: Exchange | None, exc: UpstreamError) -> None: ...
-    def gone(self, r: Req) -> None: ...
-
-
-class Req:
-    """One client request: what was parsed, and how its answer is going. The relay's listener.
-    `proxied`, `model`, `rep`, `entry` and `waited` are the handler's, kept here to save an object."""
-
-    __slots__ = ("conn", "t0", "method", "url", "headers", "body", "size", "keep_alive", "http11", "expect",
-                 "proxied", "answer", "model", "rep", "ex", "task", "entry", "status", "head_sent",
-                 "chunked", "finished", "waited", "rewrite")
-
-    def __init__(self, conn: Conn) -> None:
-        self.conn = conn
-        self.t0 = time.perf_counter()
-        self.method = b""
-        self.url = b""
-        self.headers: list[tuple[bytes, bytes]] = []
-        self.body: list[bytes] = []
-        self.size = 0
-        self.keep_alive = True
-        self.http11 = True
-        self.expect = False
-        self.proxied = False
-        self.answer: Answer | None = None  # decided from the head (401, 403, 413): answered instead
-        self.model: str | None = None
-        self.rep = None  # the replica taken from the manager, given back exactly once
-        self.ex: Exchange | None = None
-        self.task: asyncio.Task | None = None
-        self.entry: dict | None = None
-        self.status = 0
-        self.head_sent = False
-        self.chunked = False
-        self.finished = False
-        self.waited = b""  # the x-servedeck-waited header line, for a request that waited for its model
-        self.rewrite = None  # a body rewriter for the engine's response (door/logprobs.py), rarely set
-
-    @property
-    def path(self) -> bytes:
-        return self.url.split(b"?", 1)[0]
-
-    @property
-    def peer_host(self) -> str | None:
-        return self.conn.peer_host
-
-    @property
-    def gone(self) -> bool:
-        """The client's connection is closed: nothing written now reaches it."""
-        return self.conn.closed
-
-    def header(self, name: bytes) -> bytes | None:
-        for k, v in self.headers:
-            if k.lower() == name:
-                return v
-        return None
-
-    # --- response heads --------------------------------------------------------------------------------
-    def _head(self, status: int, reason: bytes, headers: Iterable[tuple[bytes, bytes]], length: int | None,
-              extra: bytes = b"") -> bytes:
-        """The response's head; decides how its body is framed: by `length`, chunked (HTTP/1.1), or
-        by closing the connection (an HTTP/1.0 client). Sets `status`, `chunked`, `keep_alive`."""
-        self.status = status
-        lines = [b"HTTP/1.1 %d %s\r\n" % (status, reason or REASONS.get(status, b""))]
-        lines += [b"%s: %s\r\n" % (k, v) for k, v in headers]
-        if length is not None:
-            lines.append(b"Content-Length: %d\r\n" % length)
-        elif self.method == b"HEAD" or status in (204, 304):
-            pass
-        elif self.http11:
-            self.chunked = True
-            lines.append(b"Transfer-Encoding: chunked\r\n")
-        else:
-            self.keep_alive = False  # an HTTP/1.0 client: the body ends when the door closes
-        if not self.keep_alive:
-            lines.append(b"Connection: close\r\n")
-        elif not self.http11:
-            lines.append(b"Connection: keep-alive\r\n")
-        if extra:
-            lines.append(extra)
-        lines.append(b"\r\n")
-        self.head_sent = True
-        return b"".join(lines)
-
-    def _write(self, data: bytes) -> None:
-        t = self.conn.transport
-        if t is not None and not self.conn.closed:
-            t.write(data)
-
-    # --- whole answers and event streams (the door's own) ----------------------------------------------
-    def respond(self, a: Answer) -> None:
-        """A whole response the door makes itself (JSON)."""
-        if a.close:
-            self.keep_alive = False
-        self.respond_body(a.status, b"application/json; charset=utf-8", json.dumps(a.body).encode(),
-                          [(k.encode(), v.encode()) for k, v in a.headers.items()])
-
-    def respond_body(self, status: int, content_type: bytes, body: bytes,
-                     headers: Iterable[tuple[bytes, bytes]] = ()) -> None:
-        """A whole response with its length; the next request follows."""
-        if self.finished:
-            return
-        head = self._head(status, b"", [(b"Content-Type", content_type), *headers], len(body))
-        self._write(head if self.method == b"HEAD" else head + body)
-        self.conn.finished(self)
-
-    def open_stream(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
-        """The head of a response whose body follows in pieces (`send`), until `end`."""
-        self._write(self._head(status, b"", headers, None))
-
-    def send(self, data: bytes) -> None:
-        if data and self.method != b"HEAD":
-            self._write(b"%x\r\n%b\r\n" % (len(data), data) if self.chunked else data)
-
-    def end(self) -> None:
-        if self.finished:
-            return
-        if self.chunked and self.method != b"HEAD":
-            self._write(END_CHUNK)
-        self.conn.finished(self)
-
-    def unsent(self) -> int:
-        """Bytes written to the client and not yet sent (a client that stops reading lets them grow)."""
-        t = self.conn.transport
-        return t.get_write_buffer_size() if t is not None else 0
-
-    # --- the relay's listener ------------------------------------------------------------------------
-    def on_head(self, ex: Exchange) -> None:
-        if self.finished:
-            return
-        length = ex.length
-        if self.rewrite is not None and 200 <= ex.status < 300:
-            ex.rewrite, length = self.rewrite, None  # rewritten bodies change length: chunked to the client
-        head = self._head(ex.status, ex.reason, [(k, v) for k, v in ex.headers if k.lower() not in RESP_DROP],
-                          length, self.waited)
-        # the head leaves with the first body piece
-        ex.pipe(self.conn.transport, self.chunked, head, body=self.method != b"HEAD")
-
-    def on_end(self, ex: Exchange) -> None:
-        if self.finished:
-            return
-        self.ex = None
-        self.conn.handler.ended(self, ex)
-        self.conn.finished(self)
-
-    def on_fail(self, ex: Exchange | None, exc: UpstreamError) -> None:
-        if self.finished:
-            return
-        self.ex = None
-        self.conn.handler.failed(self, ex, exc)
-
-    def retrying(self, task: asyncio.Task) -> None:
-        self.task = task
-        self.ex = None
-
-    def can_end_with_an_event(self, ex: Exchange) -> bool:
-        """An event stream whose body the door frames (chunked, or ended by close): one more event
-        can still be said before its end. Asked only when a response broke, never per chunk."""
-        if self.method == b"HEAD" or ex.length is not None or not (self.chunked or not self.keep_alive):
-            return False
-        return any(k.lower() == b"content-type" and v.lower().startswith(b"text/event-stream")
-                   for k, v in ex.headers)
-
-    def end_stream(self, error: dict) -> None:
-        """End an event stream its engine broke off as OpenAI-compatible servers end a stream that
-        failed: `data: {"error": ...}`, then `data: [DONE]`, then the body's proper end (the last
-        chunk, or the close for an HTTP/1.0 client). The connection then goes on as after any answer."""
-        if self.finished:
-            return
-        # A blank line first: it ends an event the cut left half-written (which then fails to parse on
-        # its own instead of swallowing the error event); SSE parsers skip a blank line otherwise.
-        events = b"\n\ndata: %b\n\ndata: [DONE]\n\n" % json.dumps(error).encode()
-        self._write(b"%x\r\n%b\r\n%b" % (len(events), events, END_CHUNK) if self.chunked else events)
-        self.conn.finished(self)
-
-    def cut(self) -> None:
-        """Close the client's connection now: it sees an incomplete response, not a clean end."""
-        self.conn.close()
+HEAD_TIMEOUT_S = 60.0  # a request head must arrive whole within this long of its first byte (nginx's default)
+STALLED_READER_S = 60.0  # a client that takes none of its answer's bytes for this long is cut (nginx's send_timeout)
+SWEEP_S = 5.0  # how often those three are checked
+WRITE_HIGH, WRITE_LOW = 1 << 20, 1 << 18  # above, a client's answers wait (its engine socket paused); resume below
+# JSON bodies are read by Python's json module, whose depth is bounded by the recursion limit (1,000
+# frames, less the door's own call depth: 968 levels read on Python 3.11 with uvloop, 961 with asyncio)
+NESTING_HINT = "nest the JSON body less deeply: the door reads about 960 levels (docs/door.md, Limits)"
 
 
 class Conn(asyncio.Protocol):
-    """One client connection: requests parsed as they come, answered one after another."""
+    """One client connection: requests parsed as they come, answered one after another.
+
+    What a connection makes the door hold is bounded (the limits at the top of this module), however
+    its client behaves. While WRITE_HIGH of answers wait for the client to take them, no further
+    request of it is answered; while MAX_QUEUED requests (or MAX_AHEAD_BODY of their bodies) wait
+    behind the one being answered, nothing more of what it sent is parsed, and reading from it pauses:
+    the rest waits in the kernel's buffers, then in the client (back-pressure). Reading resumes once the
+    answers ahead are taken."""
 
     def __init__(self, handler: Handler, front: Front) -> None:
         self.handler = handler
@@ -286,7 +81,17 @@ class Conn(asyncio.Protocol):
         self.active: Req | None = None
         self.closed = False
         self.reading_paused = False
-        self.head_bytes = 0
+        self.writing_paused = False  # WRITE_HIGH waits unsent to the client: no next answer until it drains
+        self.paused_at = 0.0  # when writing paused (STALLED_READER_S)
+        self.unparsed: bytes | memoryview | None = None  # what was read past the read-ahead bound, kept as is
+        self.in_head = False  # the parser is inside a request's head
+        self.heads = 0  # heads begun: tells a head that goes on from one that began in the same piece
+        self.head_bytes = 0  # the head's target and header bytes, as the parser hands them over
+        self.head_read = 0  # bytes of the pieces that fell wholly inside the head (a long header still arriving)
+        self.upgrading: Req | None = None  # asked to upgrade and has a body: read after a made-up head
+        self.upgrade_frame = b""  # that head's framing line (the request's own Content-Length, or chunked)
+        self.resuming: Req | None = None  # the request that made-up head hands back to
+        self.tunnel = False  # a CONNECT was read: what follows is not HTTP
         self.last = time.monotonic()
         self._in_next = False
 
@@ -300,18 +105,22 @@ class Conn(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last = time.monotonic()
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            self._refuse_now(Answer(400, error_body(400, "the door does not upgrade connections"),
-                                    close=True))
-        except httptools.HttpParserError as e:
-            cause = e.__context__
-            if isinstance(cause, Answer):
-                self._refuse_now(cause)
-            else:
-                self._refuse_now(Answer(400, error_body(400, f"not a valid HTTP/1.1 request: {e}"),
-                                        close=True))
+        if self.unparsed is None and self.active is None and not self.queue and len(data) <= FEED_SLICE:
+            # the usual read (a request, nothing ahead of it): fed whole, here, as the hot path it is
+            heads, in_head = self.heads, self.in_head
+            try:
+                self.parser.feed_data(data)
+            except (httptools.HttpParserUpgrade, httptools.HttpParserError) as e:
+                self._stopped(e, data, 0)
+                return
+            if in_head and self.in_head and self.heads == heads:  # all of it was one head, still arriving
+                self._head_goes_on(len(data))
+            elif self.queue and self._held():  # pipelined requests in this one read
+                self._pause_reading()
+            return
+        if self.unparsed is not None:  # not expected (reading pauses when something is kept): keep the order
+            data, self.unparsed = bytes(self.unparsed) + data, None
+        self._parse(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -319,6 +128,7 @@ class Conn(asyncio.Protocol):
         r = self.active
         self.active = None
         self.queue.clear()
+        self.unparsed = self.upgrading = self.resuming = None
         if r is not None and not r.finished:
             if r.task is not None:
                 r.task.cancel()  # waiting for a model, connecting, or streaming events: that ends
@@ -329,19 +139,125 @@ class Conn(asyncio.Protocol):
             self.handler.gone(r)
 
     def pause_writing(self) -> None:
+        self.writing_paused = True
+        self.paused_at = time.monotonic()
         r = self.active
         if r is not None and r.ex is not None:
             r.ex.pause()
 
     def resume_writing(self) -> None:
+        self.writing_paused = False
         r = self.active
         if r is not None and r.ex is not None:
             r.ex.resume()
+        self._next()
+
+    # --- parsing, within the read-ahead bound ----------------------------------------------------------
+    def _parse(self, data: bytes | memoryview) -> None:
+        """Parse `data`: whole when it is short (one request, usually), else FEED_SLICE at a time,
+        stopping where reading ahead reaches its bound; the rest is kept unparsed and reading pauses
+        until the answers ahead are taken (`_next`)."""
+        n = len(data)
+        view: memoryview | None = None
+        i = 0
+        t = self.transport
+        while i < n and t is not None and not t.is_closing():
+            if self._held():
+                self.unparsed = data if i == 0 else (view or memoryview(data))[i:]
+                self._pause_reading()
+                return
+            if i == 0 and n <= FEED_SLICE:
+                piece = data
+            else:
+                view = view or memoryview(data)
+                piece = view[i:i + FEED_SLICE]
+            heads, in_head = self.heads, self.in_head
+            try:
+                self.parser.feed_data(piece)
+            except (httptools.HttpParserUpgrade, httptools.HttpParserError) as e:
+                self._stopped(e, view if view is not None else data, i)
+                return
+            i += len(piece)
+            if in_head and self.in_head and self.heads == heads and not self._head_goes_on(len(piece)):
+                return
+        if self._held():
+            self._pause_reading()
+
+    def _stopped(self, e: Exception, data: bytes | memoryview, at: int) -> None:
+        """The parser stopped in the piece of `data` that starts at `at`: after a request that asked to
+        upgrade (ignored: parsing goes on after it), or at what is not HTTP (refused, closed)."""
+        if isinstance(e, httptools.HttpParserUpgrade):
+            if self._upgrade_ignored():
+                self._parse(memoryview(data)[at + e.args[0]:])
+            return
+        cause = e.__context__
+        self._refuse_now(cause if isinstance(cause, Answer) else
+                         Answer(400, error_body(400, f"not a valid HTTP/1.1 request: {e}"), close=True))
+
+    def _head_goes_on(self, n: int) -> bool:
+        """`n` more bytes of a head still arriving; False when that took it past MAX_HEAD (refused)."""
+        self.head_read += n
+        if self.head_read > MAX_HEAD:
+            self._refuse_now(head_too_large())
+            return False
+        return True
+
+    def _held(self) -> bool:
+        """Reading ahead is at its bound: requests wait behind the one being answered and either the
+        client's answers wait for it, or MAX_QUEUED requests are parsed, or their bodies (with the one
+        being read) pass MAX_AHEAD_BODY. The request being answered may take MAX_BODY on its own."""
+        if self.active is None and not self.queue:
+            return False
+        if self.writing_paused or len(self.queue) >= MAX_QUEUED:
+            return True
+        cur = self.cur
+        ahead = cur.size if cur is not None else 0
+        for r in self.queue:
+            ahead += r.size
+        return ahead > MAX_AHEAD_BODY
+
+    def _pause_reading(self) -> None:
+        if not self.reading_paused and self.transport is not None:
+            self.reading_paused = True
+            self.transport.pause_reading()
+
+    def _asks_upgrade(self, r: Req) -> None:
+        """`r` asked to switch protocols. llhttp will take its head as the whole request and what follows
+        as the new protocol's: note what it takes to go on in HTTP/1.1 (`_upgrade_ignored`)."""
+        if r.method == b"CONNECT":  # a tunnel: answered (the door is no proxy), then closed
+            r.keep_alive = False
+            self.tunnel = True
+            return
+        te = r.header(b"transfer-encoding")
+        if te is not None and b"chunked" in te.lower():
+            self.upgrading, self.upgrade_frame = r, b"Transfer-Encoding: chunked"
+            return
+        cl = r.header(b"content-length")
+        if cl is not None and cl.strip().isdigit() and int(cl) > 0:
+            self.upgrading, self.upgrade_frame = r, b"Content-Length: %d" % int(cl)
+
+    def _upgrade_ignored(self) -> bool:
+        """The parser stopped after a request that asked to upgrade (`Upgrade: h2c` from `curl --http2`,
+        a websocket): the door speaks HTTP/1.1 only, so it answers in HTTP/1.1 and goes on parsing, as
+        uvicorn and nginx do, and the client goes on in HTTP/1.1. llhttp skipped such a request's body:
+        a made-up head framing it as the request's own head did is fed first, and its headers-complete
+        hands the request back, so the same parser reads the body into it. False: parse no further
+        (after CONNECT, what follows is a tunnel's bytes)."""
+        if self.tunnel:
+            self._pause_reading()
+            return False
+        r, self.upgrading = self.upgrading, None
+        if r is not None:
+            self.resuming = r
+            self.parser.feed_data(b"POST / HTTP/1.1\r\n%b\r\n\r\n" % self.upgrade_frame)
+        return True
 
     # --- httptools callbacks -------------------------------------------------------------------------
     def on_message_begin(self) -> None:
         self.cur = Req(self)
-        self.head_bytes = 0
+        self.head_bytes = self.head_read = 0
+        self.in_head = True
+        self.heads += 1
 
     def on_url(self, url: bytes) -> None:
         self.cur.url += url  # type: ignore[union-attr]
@@ -354,10 +270,13 @@ class Conn(asyncio.Protocol):
     def _count_head(self, n: int) -> None:
         self.head_bytes += n
         if self.head_bytes > MAX_HEAD:
-            raise Answer(431, error_body(431, f"the request's head is over {MAX_HEAD // 1024} KiB"),
-                         close=True)
+            raise head_too_large()
 
     def on_headers_complete(self) -> None:
+        self.in_head = False
+        if self.resuming is not None:  # the made-up head of an upgrade request's body: the request goes on
+            self.cur, self.resuming = self.resuming, None
+            return
         r = self.cur
         assert r is not None
         p = self.parser
@@ -374,6 +293,8 @@ class Conn(asyncio.Protocol):
             if r.answer is not None:
                 raise Answer(r.answer.status, r.answer.body, r.answer.headers, close=True)  # no body will be read
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # type: ignore[union-attr]
+        if p.should_upgrade():
+            self._asks_upgrade(r)
 
     def on_body(self, body: bytes) -> None:
         r = self.cur
@@ -384,33 +305,66 @@ class Conn(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         r, self.cur = self.cur, None
+        if r is self.upgrading:  # its body follows, after the made-up head (_upgrade_ignored)
+            self.cur = None
+            return
         self.queue.append(r)  # type: ignore[arg-type]
         if self.active is None:
             self._next()
-        elif len(self.queue) >= MAX_QUEUED and not self.reading_paused and self.transport is not None:
-            self.reading_paused = True
-            self.transport.pause_reading()
 
     # --- answering -----------------------------------------------------------------------------------
     def _next(self) -> None:
+        """Answer the next request while none is being answered and the client takes its answers;
+        parse what was kept unparsed once reading ahead is under its bound again; then read on."""
         if self._in_next:
             return
         self._in_next = True
         try:
-            while self.queue and self.active is None and not self.closed:
-                r = self.active = self.queue.popleft()
-                if r.answer is not None:
-                    r.respond(r.answer)
-                    continue
-                try:
-                    self.handler.handle(r)
-                except Answer as a:
-                    r.respond(a)
-            if self.reading_paused and len(self.queue) < MAX_QUEUED and not self.closed:
+            while not self.closed:
+                if self.queue and self.active is None and not self.writing_paused:
+                    r = self.active = self.queue.popleft()
+                    if r.answer is not None:
+                        r.respond(r.answer)
+                        continue
+                    try:
+                        self.handler.handle(r)
+                    except Answer as a:
+                        r.respond(a)
+                    except Exception as e:  # noqa: BLE001 - the client gets an answer, not a closed socket
+                        self._broke(r, e)
+                elif self.unparsed is not None and not self._held():
+                    data, self.unparsed = self.unparsed, None
+                    self._parse(data)
+                else:
+                    break
+            if self.reading_paused and self.unparsed is None and not self.tunnel and not self.closed \
+                    and not self._held():
                 self.reading_paused = False
                 self.transport.resume_reading()  # type: ignore[union-attr]
         finally:
             self._in_next = False
+
+    def _broke(self, r: Req, e: Exception) -> None:
+        """The handler failed on `r` in a way it did not foresee: `r` is answered all the same (400 for a
+        request nested past Python's recursion limit, 500 naming the error otherwise) rather than left
+        without an answer on a connection that then hangs, and the handler gives back what it took."""
+        path = r.path.decode("latin-1")
+        if isinstance(e, RecursionError):
+            a = Answer(400, error_body(400, f"{path}: the request is nested too deeply for the door to read",
+                                       NESTING_HINT))
+        else:
+            log.exception("the door failed on %s %s", r.method.decode("latin-1"), path)
+            a = Answer(500, error_body(500, f"the door failed on {path}: {type(e).__name__}: {e}",
+                                       "a servedeck bug: the door's stderr has the traceback"))
+        if r.task is not None:
+            r.task.cancel()
+            r.task = None
+        if r.ex is not None:
+            r.ex.abort()
+            r.ex = None
+        r.status = a.status
+        self.handler.gone(r)
+        r.respond(a)
 
     def finished(self, r: Req) -> None:
         """`r` was answered in full: the next pipelined request, or close when it asked to."""
@@ -428,12 +382,18 @@ class Conn(asyncio.Protocol):
         connection closed, since the rest of the bytes cannot be trusted to frame a next request."""
         r = self.cur or Req(self)
         self.cur = None
+        self.unparsed = None
         if self.active is None:
             self.queue.clear()
             self.active = r
             r.respond(Answer(a.status, a.body, a.headers, close=True))
         else:
             self.close()
+
+    def time_out_head(self) -> None:
+        """A head still arriving HEAD_TIMEOUT_S after its first byte (a client trickling it): 408, closed."""
+        self._refuse_now(Answer(408, error_body(408, f"the request's head did not arrive within "
+                                                     f"{HEAD_TIMEOUT_S:g} s"), close=True))
 
     def close(self) -> None:
         if self.transport is not None and not self.closed:
@@ -456,15 +416,22 @@ class Front:
         self._sweeper = loop.create_task(self._sweep(), name="door-keepalive")
         return self.server.sockets[0].getsockname()[1]
 
-    async def _sweep(self, every_s: float = 5.0) -> None:
+    async def _sweep(self) -> None:
         """Close client connections with no request in flight that sent nothing for KEEPALIVE_S (idle
-        between requests, or stalled half-way through sending one)."""
+        between requests, or stalled half-way through sending one); answer 408 to a head still
+        arriving HEAD_TIMEOUT_S after its first byte (trickled in); cut a client that took none of its
+        answers' bytes for STALLED_READER_S (what waits for it is dropped, its engine's request ends)."""
         while True:
-            await asyncio.sleep(every_s)
-            now = time.monotonic()
+            await asyncio.sleep(SWEEP_S)
+            now, pc = time.monotonic(), time.perf_counter()
             for c in list(self.conns):
-                if c.active is None and not c.queue and now - c.last > KEEPALIVE_S:
-                    c.close()
+                if c.writing_paused and now - c.paused_at > STALLED_READER_S and c.transport is not None:
+                    c.transport.abort()
+                elif c.active is None and not c.queue:
+                    if now - c.last > KEEPALIVE_S:
+                        c.close()
+                    elif c.in_head and c.cur is not None and pc - c.cur.t0 > HEAD_TIMEOUT_S:
+                        c.time_out_head()
 
     async def close(self) -> None:
         if self._sweeper is not None:
@@ -475,6 +442,10 @@ class Front:
             if c.transport is not None:
                 c.transport.abort()
         self.conns.clear()
+
+
+def head_too_large() -> Answer:
+    return Answer(431, error_body(431, f"the request's head is over {MAX_HEAD // 1024} KiB"), close=True)
 
 
 def too_large() -> Answer:

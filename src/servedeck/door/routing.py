@@ -18,7 +18,7 @@ from collections import deque
 from typing import Any
 
 from servedeck.door import policy as Pol
-from servedeck.door.front import Answer, Req, error_body, upstream_request
+from servedeck.door.front import NESTING_HINT, Answer, Req, error_body, upstream_request
 from servedeck.door.logprobs import CompletionLogprobs
 from servedeck.door.manager import Manager, Refusal
 from servedeck.door.metrics import DoorMetrics
@@ -67,6 +67,10 @@ class Router:
                 name = doc.get("model") if isinstance(doc, dict) else None
             except ValueError:
                 pass
+            except RecursionError:  # nested past what Python's parser reads (front.py's NESTING_HINT)
+                self.metrics.count("-", "400")
+                raise Answer(400, error_body(400, f"{r.path.decode('latin-1')}: the JSON body is nested too deeply "
+                                                  "to read", NESTING_HINT)) from None
         if not isinstance(name, str) or not name:
             self.metrics.count("-", "400")
             raise Answer(400, error_body(400, f"{r.path.decode('latin-1')}: the JSON body names no \"model\"",

@@ -7,6 +7,7 @@ import asyncio
 import signal
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from servedeck.config import Config
@@ -73,8 +74,43 @@ def keys_of(cfg: Config | None, given: list[str]) -> list[str]:
     for k in keys:
         if len(k) < 8:
             raise UsageError("an api key must be at least 8 characters long",
-                             hint=f"use a longer --api-key / {ENV_KEY}")
+                             hint=f"use a longer --api-key-file / {ENV_KEY} / --api-key")
     return keys
+
+
+def read_key_file(path: Path) -> list[str]:
+    """--api-key-file PATH: every non-blank line is a key (several let a key be rotated without a
+    moment when neither works), surrounding whitespace dropped. A key in a file is not in `ps`, as
+    --api-key's is, nor in the environment, which children inherit."""
+    flag = f"--api-key-file {path}"
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise UsageError(f"{flag}: no such file", hint="write the key into that file (one key a line), "
+                         "readable by you only: chmod 600") from None
+    except IsADirectoryError:
+        raise UsageError(f"{flag}: is a directory, not a file", hint="name the file that holds the key") from None
+    except OSError as e:
+        raise UsageError(f"{flag}: cannot be read: {e.strerror}",
+                         hint="make it readable by the user that runs servedeck serve") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{flag}: not UTF-8 text (byte {e.start})",
+                         hint="write the key as plain text, one key a line") from None
+    keys = [line.strip() for line in text.splitlines() if line.strip()]
+    if not keys:
+        raise UsageError(f"{flag}: holds no key (the file is empty or blank)",
+                         hint="write the key into it, one key a line")
+    return keys
+
+
+def key_file_exposed(path: Path) -> bool:
+    """The key file can be read by other users (group or others may read it)."""
+    try:
+        return bool(path.stat().st_mode & 0o044)
+    except OSError:
+        return False
 
 
 def build_door(cfg: Config | None, opts: ServeOptions, notify: Callable | None = None) -> Door:
@@ -95,7 +131,8 @@ def serve(cfg: Config | None, opts: ServeOptions, on_ready: Callable[[int], None
     from servedeck.watch import Notices, Redactor, Watcher
 
     loop_name = preferred()  # a bad SERVEDECK_LOOP is refused before anything starts
-    notices = Notices(cfg.deck.host.on_notice if cfg else [], Redactor.from_config(cfg))
+    redactor = Redactor.from_config(cfg)  # the door's own keys are scrubbed from notices too, wherever they came from
+    notices = Notices(cfg.deck.host.on_notice if cfg else [], Redactor([*redactor.values, *keys_of(cfg, opts.api_keys)]))
     if not opts.watch:
         _serve(cfg, opts, notices, None, loop_name, on_ready, stop)
         return

@@ -32,6 +32,8 @@ class Proc:
 # a campaign cell on a Ray node sets this to its worker's pid: the shim stops the engine if that process dies
 ENGINE_OWNER_ENV = "SERVEDECK_ENGINE_OWNER"
 SHIM_MODULE = "servedeck.supervisor.shim"  # its argv names the launch folder: `find_shim` relies on that
+# servedeck's own secrets, never an engine's: the door's api key (door/serve.py), exported for `serve`
+NOT_INHERITED = ("SERVEDECK_API_KEY",)
 
 
 def spawn(spec: LaunchSpec, launch_dir: Path) -> Proc:
@@ -41,7 +43,7 @@ def spawn(spec: LaunchSpec, launch_dir: Path) -> Proc:
     its own supervisor. The engine's variables reach the shim on its stdin, so no file holds them."""
     log = open(launch_dir / "engine.log", "ab", buffering=0)
     try:
-        env = dict(os.environ)
+        env = {k: v for k, v in os.environ.items() if k not in NOT_INHERITED}
         env.setdefault("PYTHONUNBUFFERED", "1")
         p = subprocess.Popen(
             [sys.executable, "-m", SHIM_MODULE, "--env-stdin",
