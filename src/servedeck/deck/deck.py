@@ -287,6 +287,7 @@ class DeckOps:
         out of the way first (a switch: each holder put to sleep where it can, else stopped); `evict`:
         stop these models first, whatever their slot. A model asleep holds no slot."""
         model = cfg.models[name]
+        on_step = SO.once_each(on_step)
         running = self.running()
         for m in [m for m, r in running.items() if is_orphan(r)]:
             # a start/switch that was killed mid-way left this engine booting with no owner: it would
@@ -328,8 +329,9 @@ class DeckOps:
             res.evicted, res.slept, res.stopped_cold = evicted, slept, cold
         else:
             if evicted:
-                if not cold:
-                    SO.tell(on_step, "switch")
+                # the boot is the rest of the switch: under the cold word when a holder could not sleep
+                SO.tell(on_step, next(iter(cold.values()), None) and f"switch (cold: {next(iter(cold.values()))})"
+                        or "switch")
                 SO.make_room(self, name, cfg)
                 waited = wait_for_memory(name, cfg)
             else:

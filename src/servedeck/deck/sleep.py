@@ -262,6 +262,8 @@ def put_to_sleep(rec: LiveRecord, level: int, why: str, weights: Optional[int]) 
     L.update_launch(d, state=LaunchState.ASLEEP.value, sleep_level=level)
     S.journal("sleep", rec.model, "begin", level=level, why=why, launch_dir=rec.launch_dir)
     t0 = time.monotonic()
+    if not engine.sleep_calls(level):
+        raise SleepFailed(f"engine {rec.engine!r} has no way to sleep at level {level}")
     calls = send(rec, engine.sleep_calls(level), rec.stop_timeout_s)
     said = wait_asleep(rec, True, ASLEEP_WAIT_S)
     if said is False:
@@ -290,6 +292,8 @@ def wake_up(rec: LiveRecord) -> dict[str, Any]:
     timeout = float(rec.spec.get("ready_timeout_s") or 900.0)
     S.journal("wake", rec.model, "begin", level=level, launch_dir=rec.launch_dir)
     t0 = time.monotonic()
+    if not engine.wake_calls(level):
+        raise SleepFailed(f"engine {rec.engine!r} has no way to wake from level {level} (it has no sleep mode)")
     calls = send(rec, engine.wake_calls(level), timeout)
     said = wait_asleep(rec, False, min(timeout, ASLEEP_WAIT_S))
     if said is True:

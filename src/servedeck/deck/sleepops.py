@@ -37,6 +37,20 @@ def tell(on_step: Optional[Z.Step], word: str) -> None:
         on_step(word)
 
 
+def once_each(on_step: Optional[Z.Step]) -> Optional[Z.Step]:
+    """`on_step`, told a word only when it differs from the last one it was told."""
+    if on_step is None:
+        return None
+    last: list[str] = []
+
+    def told(word: str) -> None:
+        if not last or last[-1] != word:
+            last.append(word)
+            on_step(word)
+
+    return told
+
+
 def sleep_key(cfg: "Config", name: str) -> Any:
     m = cfg.models.get(name)
     return m.sleep if m is not None else False

@@ -170,8 +170,11 @@ class Waited:
         self.why = why or self.why
 
     def text(self) -> str:
-        """`28.2s min-residency, 2.0s switch`: the x-servedeck-waited header and the page's column."""
-        return ", ".join(f"{s:.1f}s {why}" for why, s in self.parts)
+        """`28.2s min-residency, 2.0s switch`: the x-servedeck-waited header and the page's column. A
+        reason that held for under 0.05 s (the door's word before the deck named the phase) is left
+        out, unless it is the only one."""
+        parts = [(why, s) for why, s in self.parts if s >= 0.05] or self.parts[-1:]
+        return ", ".join(f"{s:.1f}s {why}" for why, s in parts)
 
 
 RECENT_PER_REPLICA = 64
