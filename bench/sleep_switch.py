@@ -9,7 +9,7 @@ and no [host] sleep_ram_gib: this script sets them per phase in copies of the fi
 `servedeck serve` (the door) on one SERVEDECK_HOME, so the engines one phase leaves are what the next
 finds, and one user sends one request at a time (servedeck's ApiClient, non-streamed, greedy):
 
-  sleep     sleep = "auto": a and b started (setup, not counted), then N alternations b, a, b, …; per
+  sleep     sleep = "auto": a and b started (setup, not counted), then N alternations a, b, a, …; per
             switch the door's x-servedeck-waited, the client's time to the answer, what each model asleep
             holds on each GPU (NVML by pid, through servedeck.gpu), and whether the greedy answer's token
             ids equal the ones the same model gave before it ever slept
@@ -389,7 +389,7 @@ def main() -> None:
         a.out.write_text(json.dumps(result, indent=1, default=str))
 
     t_all = time.monotonic()
-    ab = [b_ if i % 2 == 0 else a_ for i in range(a.alternations)]
+    ab = [a_ if i % 2 == 0 else b_ for i in range(a.alternations)]  # after the setup b is up: a, b, a, …
     if "sleep" in phases:
         print(f"== sleep: sleep = \"auto\"; setup {a_}, {b_}; then {a.alternations} alternations", flush=True)
         t0 = time.monotonic()

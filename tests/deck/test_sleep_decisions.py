@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from servedeck.deck.sleeping import (KEEP, NOTHING, SLEEP, START, STOP, WAKE, Holder, HostMemory, Sleeper, plan_switch,
-                                     sleep_level, to_stop)
+from servedeck.deck.sleeping import (KEEP, NOTHING, RESIDUAL_GUESS, SLEEP, START, STOP, WAKE, GpuRoom, Holder, HostMemory,
+                                     Sleeper, plan_switch, sleep_level, to_stop)
 
 GiB = 2**30
 W8B = 15 * GiB  # what level 1 pins for an 8B model in bf16
@@ -128,6 +128,24 @@ def test_three_model_rotation_where_host_memory_fits_one_level_1_sleeper():
     assert [(s.act, s.model, s.level) for s in to_c] == [(SLEEP, "b", 2), (START, "c", None)]
     to_a = plan_switch("a", "asleep", [holder("c")], host(100, cap_gib=20), [asleep_a, Sleeper("b", 2, 0)])
     assert [(s.act, s.model, s.level) for s in to_a] == [(SLEEP, "c", 2), (WAKE, "a", None)]
+
+
+def test_a_holder_whose_residual_would_leave_the_target_short_of_gpu_memory_is_stopped_instead():
+    """An H200 (141 GiB) with util 0.98 for the target: 138.2 GiB needed. Stopped, the holder frees the
+    whole card; asleep it would keep 3 GiB (its measured residual), leaving 138 GiB: not enough."""
+    room = GpuRoom(need={0: int(0.98 * 141 * GiB)}, free_if_stopped={0: 141 * GiB})
+    h = Holder("a", "ready", "auto", (1, 2), "", W8B, None, residual={0: 3 * GiB})
+    [stop, start] = plan_switch("b", None, [h], host(100), gpu=room)
+    assert stop.act == STOP and "would keep 3.0 GiB of GPU 0" in stop.why and "b needs 138.2 GiB" in stop.why
+    roomy = GpuRoom(need={0: int(0.9 * 141 * GiB)}, free_if_stopped={0: 141 * GiB})
+    assert plan_switch("b", None, [h], host(100), gpu=roomy)[0].act == SLEEP  # 126.9 of 138 GiB
+
+
+def test_two_holders_asleep_keep_both_residuals_and_the_second_is_stopped_when_they_add_up_too_much():
+    room = GpuRoom(need={0: 136 * GiB}, free_if_stopped={0: 141 * GiB})
+    holders = [Holder(f"a.r{i}", "ready", "auto", (1, 2), "", W8B, None, residual={0: RESIDUAL_GUESS}) for i in (1, 2)]
+    steps = plan_switch("b", None, holders, host(100), gpu=room)
+    assert [s.act for s in steps] == [SLEEP, STOP, START]  # 141 - 3 = 138 ≥ 136 asleep; 138 - 3 = 135 < 136 stopped
 
 
 # --- which sleeping model to stop when memory runs short ------------------------------------------

@@ -48,7 +48,10 @@ if TYPE_CHECKING:
 
 REFERENCE_FILE = "sleep_reference.jsonl"  # in the launch folder: the answers before the first sleep
 CHECK_FILE = "wake_check.json"  # the first wake's answers and their comparison
-CHECK_TOKENS = 32  # per prompt: the campaign's 8 prompts, shorter answers (a wake is meant to take a second)
+# per prompt: the campaign's 8 prompts with shorter answers, asked one at a time (batch-invariant); about a
+# second of decoding on an H200 at 8B, which the first wake of a launch pays. Weights restored wrong show
+# in the first tokens.
+CHECK_TOKENS = 16
 ASLEEP_WAIT_S = 30.0  # after the sleep calls returned: how long the engine may take to say it sleeps
 
 Step = Callable[[str], None]  # told, before each phase of a switch, what a waiting request now waits on
@@ -112,6 +115,17 @@ def gpu_held(rec: LiveRecord) -> dict[str, int]:
     if not inv.available:
         return {}
     return {str(g): b for g, b in model_gpu_use(rec.model, holders(inv)).items()}
+
+
+def gpu_held_by(inv, models: list[str]) -> dict[int, int]:
+    """Bytes these models' processes hold on each GPU of `inv`, summed."""
+    from servedeck.gpu.holders import holders
+
+    out: dict[int, int] = {}
+    for h in holders(inv):
+        if h.model in models and h.used_bytes:
+            out[h.gpu] = out.get(h.gpu, 0) + h.used_bytes
+    return out
 
 
 def group_rss(rec: LiveRecord) -> int:
@@ -309,8 +323,8 @@ def wake_up(rec: LiveRecord) -> dict[str, Any]:
         out["check"] = {k: v for k, v in check.items() if k not in ("rows", "after_wake")}
         out["check"]["differing"] = differing(check)
         rec.wake_check = check["verdict"] + (f": {check['why']}" if check.get("why") else "")
-    rec.state, rec.sleep_level, rec.asleep_since = LaunchState.READY, None, None
-    rec.asleep_gpu_bytes, rec.asleep_host_bytes = {}, None
+    # asleep_gpu_bytes stays: what it kept at its last sleep is the best guess of what it keeps at the next
+    rec.state, rec.sleep_level, rec.asleep_since, rec.asleep_host_bytes = LaunchState.READY, None, None, None
     return out
 
 

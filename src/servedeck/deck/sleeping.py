@@ -110,10 +110,16 @@ def sleep_level(model: str, key: Any, can: Sequence[int], cannot: str, weights_b
     return Level(None, f"{model} cannot sleep at level 1: {why1}; {sleep_text(key)} allows no level 2")
 
 
+# What a model asleep is taken to keep on each GPU it uses before it has slept once (its CUDA context and
+# allocator pools): issue 33's bound. After its first sleep, what NVML measured then is used instead.
+RESIDUAL_GUESS = 3 * 2**30
+
+
 @dataclass(frozen=True)
 class Holder:
     """One model in the target's slot, as a switch finds it. `state`: its live record's state
-    (ready, asleep, starting), or "unhealthy" (ready, its health check failing)."""
+    (ready, asleep, starting), or "unhealthy" (ready, its health check failing). `residual`: what it
+    would keep per GPU asleep (measured at its last sleep; else RESIDUAL_GUESS on each GPU it holds)."""
 
     model: str
     state: str
@@ -122,6 +128,16 @@ class Holder:
     cannot: str = ""  # why it cannot, when its entry asked
     weights_bytes: Optional[int] = None
     sleeper: Optional[Sleeper] = None  # when asleep: what it holds
+    residual: Mapping[int, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GpuRoom:
+    """The target's need per GPU, and what would be free on each were every holder of the slot stopped
+    (free now plus what the holders hold). None in plan_switch: no GPU to count (a CPU host)."""
+
+    need: Mapping[int, int]
+    free_if_stopped: Mapping[int, int]
 
 
 @dataclass(frozen=True)
@@ -133,13 +149,15 @@ class Step:
 
 
 def plan_switch(target: str, target_state: Optional[str], holders: Sequence[Holder], host: HostMemory,
-                sleepers: Sequence[Sleeper] = ()) -> list[Step]:
+                sleepers: Sequence[Sleeper] = (), gpu: Optional[GpuRoom] = None) -> list[Step]:
     """What a switch to `target` does: one step per holder, in order, then one for the target
     (`target_state`: its live record's state, None when it is not running). A holder put to sleep at
     level 1 counts, for the holders after it, as pinning its weights (a replicated entry's replicas
-    are decided one by one, each seeing the others)."""
+    are decided one by one, each seeing the others). With `gpu`, a holder whose residual would leave
+    the target short of its need on a GPU is stopped instead: its sleep would not make room."""
     steps: list[Step] = []
     asleep = list(sleepers)
+    room = dict(gpu.free_if_stopped) if gpu else {}
     for h in holders:
         if h.state == "asleep":
             steps.append(Step(KEEP, h.model, h.sleeper.level if h.sleeper else None, "already asleep"))
@@ -155,6 +173,15 @@ def plan_switch(target: str, target_state: Optional[str], holders: Sequence[Hold
         if choice.level is None:
             steps.append(Step(STOP, h.model, why=choice.why))
             continue
+        short = [g for g, need in (gpu.need.items() if gpu else ()) if room.get(g, 0) - h.residual.get(g, 0) < need]
+        if short:
+            g = short[0]
+            steps.append(Step(STOP, h.model, why=f"asleep, {h.model} would keep {gib(h.residual.get(g, 0))} of GPU {g}, "
+                                                 f"and {target} needs {gib(gpu.need[g])} of the {gib(room.get(g, 0))} "
+                                                 "that would be free"))
+            continue
+        for g, b in h.residual.items():
+            room[g] = room.get(g, 0) - b
         steps.append(Step(SLEEP, h.model, choice.level, choice.why))
         if choice.level == 1 and h.weights_bytes:
             asleep.append(Sleeper(h.model, 1, h.weights_bytes))

@@ -56,7 +56,7 @@ def sleep_key(cfg: "Config", name: str) -> Any:
     return m.sleep if m is not None else False
 
 
-def holder_view(cfg: "Config", name: str, rec: LiveRecord) -> D.Holder:
+def holder_view(cfg: "Config", name: str, rec: LiveRecord, held: Optional[dict[int, int]] = None) -> D.Holder:
     """A slot holder as plan_switch sees it: its state (a ready one whose health check fails is
     "unhealthy"), its `sleep` key, what its launch can do and, when level 1 is possible, its weights."""
     key = sleep_key(cfg, name)
@@ -68,7 +68,29 @@ def holder_view(cfg: "Config", name: str, rec: LiveRecord) -> D.Holder:
     weights = Z.weights_bytes(cfg, name) if (1 in can and key in ("auto", 1)) else None
     cannot = rec.spec.get("sleep_note") or ("its launch has no sleep mode" if key is not False else "")
     sleeper = D.Sleeper(name, rec.sleep_level or 1, rec.asleep_host_bytes or 0) if rec.state == LaunchState.ASLEEP else None
-    return D.Holder(name, state, key, can, cannot, weights, sleeper)
+    residual = {int(g): int(b) for g, b in rec.asleep_gpu_bytes.items()} if rec.asleep_gpu_bytes else \
+        {int(g): D.RESIDUAL_GUESS for g in (held or {})}
+    return D.Holder(name, state, key, can, cannot, weights, sleeper, residual)
+
+
+def gpu_room(cfg: "Config", target: str, target_rec: Optional[LiveRecord], holders: list[str]) -> Optional[D.GpuRoom]:
+    """The target's need per GPU and what would be free were the holders stopped (NVML now); None on a
+    host without GPUs, or when the need cannot be told."""
+    from servedeck.gpu.fit import UNKNOWN, fit_now
+    from servedeck.gpu.nvml import inventory
+
+    inv = inventory()
+    if not inv.available:
+        return None
+    if target_rec is not None and target_rec.state == LaunchState.ASLEEP:  # a wake needs back what it gave up
+        held = Z.gpu_held_by(inv, holders)
+        need = {int(g): b - target_rec.asleep_gpu_bytes.get(g, 0) for g, b in target_rec.awake_gpu_bytes.items()}
+        free = {int(g): (inv.gpu(int(g)).memory_free if inv.gpu(int(g)) else 0) + held.get(int(g), 0) for g in need}
+        return D.GpuRoom(need, free) if need else None
+    rep = fit_now(cfg, target, releasing=holders, inv=inv)
+    if rep.status == UNKNOWN or not rep.gpus:
+        return None
+    return D.GpuRoom({r.gpu: r.need for r in rep.gpus}, {r.gpu: r.free for r in rep.gpus})
 
 
 def cold_word(cfg: "Config", step: D.Step) -> str:
@@ -94,8 +116,11 @@ def evict(ops: DeckOps, target: str, holders: list[str], running: dict[str, Live
     """Move a switch's slot holders out of the way: asleep where their entry and the host allow, else
     stopped (deck/sleeping.py plan_switch). Returns (evicted, slept {model: what}, stopped cold {model: why})."""
     target_rec = running.get(target)
-    steps = D.plan_switch(target, target_rec.state.value if target_rec else None,
-                          [holder_view(cfg, h, running[h]) for h in holders], Z.host_memory(cfg), Z.sleepers(running))
+    room = gpu_room(cfg, target, target_rec, holders)
+    views = [holder_view(cfg, h, running[h], {int(g): b for g, b in Z.gpu_held(running[h]).items()} if room else None)
+             for h in holders]
+    steps = D.plan_switch(target, target_rec.state.value if target_rec else None, views, Z.host_memory(cfg),
+                          Z.sleepers(running), room)
     evicted: list[str] = []
     slept: dict[str, dict] = {}
     cold: dict[str, str] = {}

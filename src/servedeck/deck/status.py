@@ -163,7 +163,8 @@ class Status:
                 "sleep_levels": rec.spec.get("sleep_levels") or [] if rec else [],
                 "sleep_level": rec.sleep_level if rec else None,
                 "asleep_since": rec.asleep_since if rec else None,
-                "asleep_gpu_bytes": self.asleep_gpu if self.asleep_gpu is not None else (rec.asleep_gpu_bytes if rec else {}),
+                "asleep_gpu_bytes": (self.asleep_gpu if self.asleep_gpu is not None else rec.asleep_gpu_bytes)
+                if rec and rec.state == LaunchState.ASLEEP else {},
                 "asleep_host_bytes": rec.asleep_host_bytes if rec else None,
                 "wake_check": rec.wake_check if rec else None}
 
