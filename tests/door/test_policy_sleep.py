@@ -65,3 +65,18 @@ def test_waited_says_a_cold_switch_and_why_and_leaves_out_the_moment_before_the_
     w.note(0.01, "switch (cold: smol cannot sleep: engine 'llamacpp' has no sleep mode)")
     w.note(3.21, "")
     assert w.text() == "3.2s switch (cold: smol cannot sleep: engine 'llamacpp' has no sleep mode)"
+
+
+def test_the_deck_naming_the_phase_more_closely_takes_over_the_door_s_word():
+    """The door decided `switch`; 0.2 s later (its health check and plan) the deck says the holder goes
+    cold and why: one part, under the closer name. `sleep` after `switch` is another phase: two parts."""
+    w = P.Waited(since=0.0)
+    w.note(0.0, "switch")
+    w.note(0.2, "switch (cold: a cannot sleep: engine 'llamacpp' has no sleep mode)")
+    w.note(3.0, "")
+    assert w.text() == "3.0s switch (cold: a cannot sleep: engine 'llamacpp' has no sleep mode)"
+    v = P.Waited(since=0.0)
+    v.note(0.0, "wake")
+    v.note(0.1, "wake (level 2)")
+    v.note(4.0, "")
+    assert v.text() == "4.0s wake (level 2)"

@@ -152,7 +152,9 @@ class Waited:
 
     The waiting request calls `note(now, why)` at every look (each wake-up, and once at the end with
     whatever held then); the time since its previous look goes to the reason that held at that look,
-    and the time before the first reason was known goes to the first one."""
+    and the time before the first reason was known goes to the first one. A reason that names the one
+    before it more closely (the deck's `switch (cold: …)` after the door's `switch`, `wake (level 2)`
+    after `wake`) takes over its time: it is the same phase, now better said."""
 
     since: float
     why: str = ""
@@ -167,6 +169,8 @@ class Waited:
             else:
                 self.parts.append((held, spent))
             self.since = now
+        if why and self.parts and why.startswith(self.parts[-1][0] + " ("):
+            self.parts[-1] = (why, self.parts[-1][1])
         self.why = why or self.why
 
     def text(self) -> str:
