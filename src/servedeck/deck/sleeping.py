@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Optional, Sequence
 
+from servedeck.engines.sleepmode import sleep_key_text as sleep_text
 from servedeck.gpu.nvml import gib
 
 # What a switch does with one model (Step.act).
@@ -58,12 +59,6 @@ class Sleeper:
 class Level:
     level: Optional[int]  # 1, 2, or None: stop it cold
     why: str
-
-
-def sleep_text(key: Any) -> str:
-    if key is False:
-        return "sleep = false"
-    return f'sleep = "{key}"' if isinstance(key, str) else f"sleep = {key}"
 
 
 def host_room(host: HostMemory, sleepers: Sequence[Sleeper]) -> tuple[Optional[int], str]:

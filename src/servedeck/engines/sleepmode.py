@@ -21,9 +21,6 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
 if TYPE_CHECKING:
     from servedeck.config import Build, Model
 
-LEVELS = (1, 2)
-
-
 @dataclass(frozen=True)
 class Call:
     """One HTTP request of an engine's sleep or wake sequence."""
