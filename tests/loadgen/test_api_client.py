@@ -50,3 +50,10 @@ def test_get_returns_the_decoded_body(instrument):
 def test_a_refused_connection_is_a_reply_not_an_exception():
     r = ask(f"http://127.0.0.1:{free_port()}", "/health", None)
     assert not r.ok and "connect failed" in (r.error or "")
+
+
+def test_a_reply_keeps_its_response_headers(instrument):
+    """What the door says in its head (x-servedeck-waited) is read through the same client
+    (bench/sleep_switch.py): the reply keeps the headers, lower-case."""
+    r = ask(instrument.url, "/health", None)
+    assert r.headers is not None and r.headers.get("content-type", "").startswith("application/json")

@@ -148,8 +148,10 @@ def _open_one(cfg: Config, name: str, launch: bool) -> Target:
     if name in running and running[name].state == LaunchState.READY:
         return Target(name, cfg, running[name], launched=False)
     if name in running:
+        asleep = running[name].state == LaunchState.ASLEEP
         raise RunError(f"{name} is {running[name].state}, not ready",
-                       hint=f"wait for it (`servedeck status`), or `servedeck stop {name}` and try again")
+                       hint=f"`servedeck wake {name}` wakes it" if asleep else
+                       f"wait for it (`servedeck status`), or `servedeck stop {name}` and try again")
     if not launch:
         raise RunError(f"{name} is not running",
                        hint=f"start it with `servedeck start {name}`, or pass --launch to start it for this run "

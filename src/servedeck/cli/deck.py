@@ -1,4 +1,4 @@
-"""Deck commands: init, render, start, switch, stop, status, logs, restore, history, unit."""
+"""Deck commands: init, render, start, switch, sleep, wake, stop, status, logs, restore, history, unit."""
 
 from __future__ import annotations
 
@@ -91,15 +91,69 @@ def switch(model: str, wait: float = WAIT) -> None:
     if res.evicted:
         waited = f" (waited {res.waited_for_memory_s} s for its GPU memory)" if res.waited_for_memory_s else ""
         console.print(f"evicted {', '.join(res.evicted)}{waited}")
+    _say_evicted(res)
     _say_started(name, res)
 
 
+@app.command()
+def sleep(model: str, level: Optional[int] = typer.Option(None, "--level", min=1, max=2,
+                                                           help="1: weights kept in host memory; 2: discarded, reloaded "
+                                                                "from disk on wake (default: 1 when host memory holds "
+                                                                "them, else 2, as a switch decides)"),
+          wait: float = WAIT) -> None:
+    """Put a ready MODEL to sleep: its process stays, its GPU memory is given back; `wake` (or a
+    request at the door) brings it back in about a second."""
+    cfg = load_config()
+    group = cfg.group_named(model)
+    name = group.name if group else cfg.resolve(model)
+    with console.status(f"putting {name} to sleep …"):
+        results = Deck(cfg).sleep(name, level=level, wait_s=wait)
+    for r in results:
+        if r["outcome"] == "already-asleep":
+            console.print(f"{r['model']} is already asleep (level {r['level']})")
+        elif r["outcome"] == "asleep":
+            console.print(f"{r['model']} asleep at level {r['level']} in {r['took_s']} s ({r['why']})",
+                          markup=False, highlight=False, soft_wrap=True)
+        else:
+            console.print(f"{r['model']}: its sleep failed ({r.get('sleep_failed')}): stopped cold",
+                          markup=False, highlight=False, soft_wrap=True)
+
+
+@app.command()
+def wake(model: str, wait: float = WAIT) -> None:
+    """Wake a sleeping MODEL; the first wake of a launch checks its greedy answers against those it gave
+    before it slept (a difference restarts it cold)."""
+    cfg = load_config()
+    group = cfg.group_named(model)
+    name = group.name if group else cfg.resolve(model)
+    with console.status(f"waking {name} …"):
+        res = Deck(cfg).wake(name, wait_s=wait)
+    _say_started(name, res)
+
+
+def _say_evicted(res: StartResult) -> None:
+    for m, what in res.slept.items():
+        console.print(f"{m} asleep at level {what['level']} in {what['took_s']} s ({what['why']})",
+                      markup=False, highlight=False, soft_wrap=True)
+    for m, why in res.stopped_cold.items():
+        console.print(f"{m} stopped cold: {why}", markup=False, highlight=False, soft_wrap=True)
+
+
 def _say_started(name: str, res: StartResult) -> None:
+    woke = res.woke or {}
     for rec in res.records:
         who = rec.model if res.replicas else name
         if res.already_running:
             console.print(f"{who} is already running (pid {rec.pid}, port {rec.port})")
             continue
+        if woke and not woke.get("cold_restart"):
+            check = woke.get("check") or {}
+            said = f"; first wake: outputs {check.get('verdict')}" if check else ""
+            console.print(f"[green]{who} awake[/] on {rec.base_url} (pid {rec.pid}): woke from level "
+                          f"{woke.get('level')} in {woke.get('took_s')} s{said}", highlight=False)
+            continue
+        if woke.get("cold_restart"):
+            console.print(f"[yellow]{who}: restarted cold[/] ({woke['cold_restart']})", highlight=False)
         r = rec.readiness
         console.print(
             f"[green]{who} ready[/] on {rec.base_url} (pid {rec.pid}, {rec.engine}): healthy after "
@@ -157,7 +211,7 @@ def status(as_json: bool = typer.Option(False, "--json")) -> None:
         boot = r.get("boot") or {}
         facts = ", ".join(f"{k}={boot[k]}" for k in ("kv_tokens", "slots", "ctx_per_slot", "init_engine_s",
                                                       "max_concurrency", "placement") if k in boot)
-        colour = {"ready": "green", "crashed": "red", "failed": "red", "absent": "yellow",
+        colour = {"ready": "green", "asleep": "cyan", "crashed": "red", "failed": "red", "absent": "yellow",
                   "unhealthy": "red", "stalled": "red", "orphaned": "red"}.get(r["state"], "")
         state = f"[{colour}]{r['state']}[/]" if colour else r["state"]
         detail = r["detail"] or ""

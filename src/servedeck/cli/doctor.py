@@ -158,7 +158,9 @@ def gpu(json_out: bool = typer.Option(False, "--json"),
         for col in ("GPU", "pid", "model", "process", "user", "memory"):
             h.add_column(col)
         for x in hs:
-            h.add_row(str(x.gpu), str(x.pid), x.model or "—", x.process, x.user or "?", gib(x.used_bytes))
+            who = (x.model + (f" (asleep, level {x.asleep_level}: `servedeck stop {x.model}` frees it)"
+                              if x.asleep_level else "")) if x.model else "—"
+            h.add_row(str(x.gpu), str(x.pid), who, x.process, x.user or "?", gib(x.used_bytes))
         console.print(h)
     else:
         console.print("no compute processes on any GPU")

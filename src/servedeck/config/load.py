@@ -36,6 +36,7 @@ class Group:
     served_name: str
     slot: str
     ttl: float | None
+    ttl_sleep: float | None = None
 
 
 @dataclass(frozen=True)
@@ -148,13 +149,13 @@ def expand_replicas(deck: ModelsToml) -> tuple[ModelsToml, dict[str, Group], lis
                 problems.append(f"models.{name}.port: replica {r} would serve on port {m.port + r - 1}, "
                                 "past 65535; pick a lower port")
                 continue
-            update = {"port": m.port + r - 1, "replicas": 1, "aliases": [], "ttl": None,
+            update = {"port": m.port + r - 1, "replicas": 1, "aliases": [], "ttl": None, "ttl_sleep": None,
                       "served_name": m.served_name or name,
                       "gpus": m.gpus[r - 1] if m.gpus else [], "cpus": m.cpus[r - 1] if m.cpus else [],
                       "notes": (m.notes + " " if m.notes else "") + f"(replica {r} of {m.replicas} of {name})"}
             models[rname] = Model.model_validate({**m.model_dump(), **update})
             members.append(rname)
-        groups[name] = Group(name, tuple(members), tuple(m.aliases), m.served_name or name, m.slot, m.ttl)
+        groups[name] = Group(name, tuple(members), tuple(m.aliases), m.served_name or name, m.slot, m.ttl, m.ttl_sleep)
     if not groups:
         return deck, {}, problems
     return deck.model_copy(update={"models": models}), groups, problems

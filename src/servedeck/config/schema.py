@@ -49,6 +49,11 @@ class Host(_Strict):
     drain_timeout_s: float = Field(default=120.0, ge=0)  # a switch waits this long for in-flight requests
     min_residency_s: float = Field(default=30.0, ge=0)  # a slot switches at most once per this while both have traffic
     request_wait_s: float = Field(default=900.0, gt=0)  # a queued request gives up (504) after this
+    # sleeping models (docs/config.md#sleep): level 1 keeps a model's weights in pinned host memory, and is
+    # chosen only while they fit in what the host has available less this margin, and (when set) in
+    # sleep_ram_gib, the most host memory every model asleep at level 1 may hold together
+    sleep_ram_gib: Optional[float] = Field(default=None, gt=0)
+    sleep_ram_margin_gib: float = Field(default=4.0, ge=0)
 
     @field_validator("api_keys")
     @classmethod
@@ -172,6 +177,10 @@ class Model(_Strict):
     stop_timeout_s: float = Field(default=120.0, gt=0)  # SIGTERM grace before SIGKILL, as the seed's unit
     ready_timeout_s: float = Field(default=900.0, gt=0)
     ttl: Optional[float] = None  # the front door stops the model after this long without requests
+    # "auto" | 1 | 2 | false: whether a switch (and the door) puts the model to sleep rather than stopping it,
+    # at which level; sleeping is rendered into its launch (docs/config.md#sleep)
+    sleep: Union[bool, int, str] = False
+    ttl_sleep: Optional[float] = None  # the front door puts the model to sleep after this long without requests
     routing: Routing = Field(default_factory=Routing)  # the front door's choice of replica per request
     # merged into the body of every request servedeck itself sends (gate, bench, readiness, soak),
     # e.g. { chat_template_kwargs = { enable_thinking = false } } for a reasoning model
@@ -188,9 +197,19 @@ class Model(_Strict):
                              f"{'it' if len(owned) == 1 else 'them'} from the request table")
         return v
 
-    @field_validator("ttl", mode="before")
+    @field_validator("sleep", mode="before")
     @classmethod
-    def _ttl(cls, v: Any) -> Optional[float]:
+    def _sleep(cls, v: Any) -> Any:
+        if v is False or v == "auto" or (v in (1, 2) and not isinstance(v, bool)):
+            return v
+        if v is True:
+            raise ValueError('sleep = true does not say how: write sleep = "auto" (level 1 when host memory '
+                             "holds the weights, else 2), 1, 2, or false")
+        raise ValueError(f'sleep must be "auto", 1, 2 or false, got {v!r}')
+
+    @field_validator("ttl", "ttl_sleep", mode="before")
+    @classmethod
+    def _ttl(cls, v: Any, info: ValidationInfo) -> Optional[float]:
         """Seconds, or a duration as people type it ("90s", "10m", "1h")."""
         if v is None:
             return None
@@ -199,11 +218,11 @@ class Model(_Strict):
             from servedeck.timeparse import seconds
 
             try:
-                v = seconds(v, "ttl")
+                v = seconds(v, info.field_name)
             except ServedeckError as e:
                 raise ValueError(f"{e.message} (write it like 90, 90s, 10m or 1h)") from None
         if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
-            raise ValueError(f"ttl must be a positive duration (seconds or e.g. \"10m\"), got {v!r}")
+            raise ValueError(f"{info.field_name} must be a positive duration (seconds or e.g. \"10m\"), got {v!r}")
         return float(v)
 
     @field_validator("tools")
@@ -219,6 +238,14 @@ class Model(_Strict):
         if self.embeddings and self.tools:
             raise ValueError("embeddings = true serves /v1/embeddings only, where tools do nothing; "
                              "remove tools, or serve the model for chat in an entry of its own")
+    @model_validator(mode="after")
+    def _sleep_times(self) -> "Model":
+        if self.ttl_sleep is not None and self.sleep is False:
+            raise ValueError("ttl_sleep puts the model to sleep, but sleep = false; set sleep = \"auto\" (or 1, 2), "
+                             "or remove ttl_sleep")
+        if self.ttl_sleep is not None and self.ttl is not None and self.ttl_sleep >= self.ttl:
+            raise ValueError(f"ttl_sleep ({self.ttl_sleep:g} s) is not shorter than ttl ({self.ttl:g} s): the model "
+                             "would be stopped before it slept; make ttl_sleep shorter, or remove it")
         return self
 
     @field_validator("port")

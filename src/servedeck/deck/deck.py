@@ -29,6 +29,8 @@ from typing import Iterable, Iterator
 
 from servedeck.config import Config
 from servedeck.deck import launch as L
+from servedeck.deck import sleep as Z
+from servedeck.deck import sleepops as SO
 from servedeck.deck import state as S
 from servedeck.deck.desired import config_from_settings, settings_of
 from servedeck.deck.docker import remove_container
@@ -78,15 +80,17 @@ class Deck:
 
     # --- start ------------------------------------------------------------------------------
     def start(self, name: str, *, wait_s: float = 0.0, reason: str = "start",
-              evict: Iterable[str] = ()) -> StartResult:
+              evict: Iterable[str] = (), on_step: Z.Step | None = None) -> StartResult:
         """Start `name`; refuse when its slot is held. `evict`: models to stop first, by name (the
         explicit way to make room on GPUs held by a model of another slot). A replicated entry
-        (replicas = N) starts every replica, one after the other, under one hold of the lock."""
+        (replicas = N) starts every replica, one after the other, under one hold of the lock. A model
+        asleep is woken rather than started. `on_step(word)` is told what each phase is (the door's
+        x-servedeck-waited words)."""
         members = self.cfg.members(name)
         evict = [self._running_name(e) for e in evict]
         with self.locked(f"start {name}", wait_s) as ops:
             ops.settle_dead()
-            return ops.start_all(members, self.cfg, reason=reason, evict=evict)
+            return ops.start_all(members, self.cfg, reason=reason, evict=evict, on_step=on_step)
 
     def _running_name(self, name: str) -> str:
         """A name or alias from models.toml, or the name of a live record (started from another file)."""
@@ -97,13 +101,39 @@ class Deck:
                 return name
             raise
 
-    def switch(self, name: str, *, wait_s: float = 0.0) -> StartResult:
-        """Stop whatever holds `name`'s slot, wait until its GPU memory is free, then start `name`
+    def switch(self, name: str, *, wait_s: float = 0.0, on_step: Z.Step | None = None) -> StartResult:
+        """Move whatever holds `name`'s slot out of the way (put to sleep where its entry and the host
+        allow, else stopped), wait until its GPU memory is free, then wake `name` if it sleeps or start it
         (every replica of a replicated entry)."""
         members = self.cfg.members(name)
         with self.locked(f"switch {name}", wait_s) as ops:
             ops.settle_dead()
-            return ops.start_all(members, self.cfg, reason="switch", evict_slot=True)
+            return ops.start_all(members, self.cfg, reason="switch", evict_slot=True, on_step=on_step)
+
+    # --- sleep ------------------------------------------------------------------------------
+    def sleep(self, name: str, *, level: int | None = None, wait_s: float = 0.0, reason: str = "sleep") -> list[dict]:
+        """Put a ready model (every replica of an entry) to sleep: at `level`, or at the one the host
+        allows (deck/sleeping.py). Refused, never stopped, when it cannot sleep."""
+        members = self.cfg.members(name)
+        with self.locked(f"sleep {name}", wait_s) as ops:
+            ops.settle_dead()
+            return [SO.sleep_named(ops, m, self.cfg, level, reason) for m in members]
+
+    def wake(self, name: str, *, wait_s: float = 0.0, on_step: Z.Step | None = None) -> StartResult:
+        """Wake a sleeping model (every replica of an entry); refused when it does not sleep, or when an
+        awake model holds its slot (`switch` moves that one out of the way)."""
+        members = self.cfg.members(name)
+        with self.locked(f"wake {name}", wait_s) as ops:
+            ops.settle_dead()
+            running = ops.running()
+            for m in members:
+                rec = running.get(m)
+                if rec is None or rec.state != LaunchState.ASLEEP:
+                    now = "not running" if rec is None else str(rec.state)
+                    raise RefusedError(f"cannot wake {m}: it is {now}, not asleep",
+                                       hint=f"`servedeck start {name}` starts it" if rec is None else
+                                       f"`servedeck status` shows {m}")
+            return ops.start_all(members, self.cfg, reason="wake", on_step=on_step)
 
     # --- stop -------------------------------------------------------------------------------
     def stop(self, names: list[str] | None, *, wait_s: float = 0.0, grace_s: float | None = None) -> list[dict]:
@@ -156,6 +186,13 @@ class Deck:
                     S.journal("restore", name, "adopted", pid=running[name].pid)
                     out.append({"model": name, "outcome": "adopted", "pid": running[name].pid})
                     continue
+                if settings.get("asleep"):  # its slot went to another model: started cold, it would be refused
+                    S.set_desired(name, None)
+                    why = (f"it was asleep (level {settings['asleep']}) when its engine went; not restored: its "
+                           "next request at the door, or `servedeck start`, starts it cold")
+                    S.journal("restore", name, "not-restored", detail=why)
+                    out.append({"model": name, "outcome": "not restored", "error": why})
+                    continue
                 cfg = config_from_settings(name, settings, self.cfg)
                 try:
                     res = ops.start(name, cfg, reason="restore")
@@ -198,8 +235,14 @@ class DeckOps:
             if end.state != LaunchState.STOPPED:
                 event = "start" if end.state == LaunchState.FAILED else "crash"
                 S.journal(event, model, end.state.value, launch_dir=rec.launch_dir, exit=end.exit, cause=end.cause,
-                          detail=end.detail, log_tail=end.tail.splitlines()[-10:],
+                          detail=end.detail, log_tail=end.tail.splitlines()[-10:], was=rec.state.value,
                           **({"left_behind": end.left_behind} if end.left_behind else {}))
+            if rec.state == LaunchState.ASLEEP:
+                # Not relaunched: another model holds its slot, so a cold start would be refused (the
+                # watch loop would retry it into a give-up). Its next request starts it.
+                S.set_desired(model, None)
+                S.journal("crash", model, "not-wanted", launch_dir=rec.launch_dir,
+                          detail="it died asleep: out of desired state; the door or `servedeck start` starts it cold")
             out[model] = (rec, end)
         return out
 
@@ -221,17 +264,17 @@ class DeckOps:
 
     # --- start ------------------------------------------------------------------------------
     def start_all(self, members: tuple[str, ...], cfg: Config, *, reason: str, evict_slot: bool = False,
-                  evict: Iterable[str] = ()) -> StartResult:
+                  evict: Iterable[str] = (), on_step: Z.Step | None = None) -> StartResult:
         """Start one model, or every replica of a replicated entry: the first replica evicts what is in
         the way, the others join it. When a replica fails to start, the replicas this call started are
         stopped again (a half-started entry would serve at a fraction of its capacity, unannounced)."""
         if len(members) == 1:
-            return self.start(members[0], cfg, reason=reason, evict_slot=evict_slot, evict=evict)
+            return self.start(members[0], cfg, reason=reason, evict_slot=evict_slot, evict=evict, on_step=on_step)
         results: list[StartResult] = []
         try:
             for i, m in enumerate(members):
                 results.append(self.start(m, cfg, reason=reason, evict_slot=evict_slot and i == 0,
-                                          evict=evict if i == 0 else ()))
+                                          evict=evict if i == 0 else (), on_step=on_step))
         except BaseException:
             for res in results:
                 if not res.already_running:
@@ -240,46 +283,71 @@ class DeckOps:
         first = results[0]
         return StartResult(first.record, already_running=all(r.already_running for r in results),
                            evicted=first.evicted, waited_for_memory_s=first.waited_for_memory_s,
-                           replicas=[r.record for r in results[1:]])
+                           replicas=[r.record for r in results[1:]], slept=first.slept,
+                           stopped_cold=first.stopped_cold, woke=first.woke)
 
     def start(self, name: str, cfg: Config, *, reason: str, evict_slot: bool = False,
-              evict: Iterable[str] = ()) -> StartResult:
-        """Start `name` from `cfg`. `evict_slot`: stop whatever holds its slot first (a switch);
-        `evict`: stop these models first, whatever their slot."""
+              evict: Iterable[str] = (), on_step: Z.Step | None = None) -> StartResult:
+        """Start `name` from `cfg`, or wake it when it sleeps. `evict_slot`: move whatever holds its slot
+        out of the way first (a switch: each holder put to sleep where it can, else stopped); `evict`:
+        stop these models first, whatever their slot. A model asleep holds no slot."""
         model = cfg.models[name]
+        on_step = SO.once_each(on_step)
         running = self.running()
         for m in [m for m, r in running.items() if is_orphan(r)]:
             # a start/switch that was killed mid-way left this engine booting with no owner: it would
             # otherwise count as "already running" or as a slot holder forever
             self.reap_orphan(m, running.pop(m))
         siblings = cfg.siblings(name)  # replicas of one entry share its slot
-        decision = decide(name, model.slot, [Running(m, r.slot, r.port) for m, r in running.items()
-                                             if m not in siblings])
+        target = running.get(name)
+        asleep = target is not None and target.state == LaunchState.ASLEEP
+        awake = [Running(m, r.slot, r.port) for m, r in running.items()
+                 if m not in siblings and r.state != LaunchState.ASLEEP]
+        decision = decide(name, model.slot, awake)
         if decision.already_running:
-            rec = running[name]
-            S.journal(reason, name, "already-running", launch_dir=rec.launch_dir)
-            return StartResult(rec, already_running=True)
+            S.journal(reason, name, "already-running", launch_dir=target.launch_dir)
+            return StartResult(target, already_running=True)
         named = [e for e in evict if e != name]
         if decision.holders and not evict_slot and not set(decision.holders) <= set(named):
             holders = ", ".join(f"{h} (port {running[h].port}, pid {running[h].pid})" for h in decision.holders)
             S.journal(reason, name, "refused", holders=list(decision.holders))
             raise RefusedError(
-                f"cannot start {name}: slot {model.slot!r} is held by {holders}",
-                hint=f"`servedeck switch {name}` stops the holder, waits until it is gone, then starts {name}",
+                f"cannot {'wake' if asleep else 'start'} {name}: slot {model.slot!r} is held by {holders}",
+                hint=f"`servedeck switch {name}` moves the holder out of the way (asleep where it can sleep, "
+                     f"else stopped), then {'wakes' if asleep else 'starts'} {name}",
             )
-        going = list(dict.fromkeys([*(decision.holders if evict_slot else ()), *(n for n in named if n in running)]))
+        slot_holders = list(decision.holders) if evict_slot else []
+        going = [n for n in named if n in running and n not in slot_holders]
         evicted: list[str] = []
+        slept: dict[str, dict] = {}
+        cold: dict[str, str] = {}
         waited = None
-        if going:
-            S.journal("switch" if evict_slot else reason, name, "begin", evicting=going)
+        if slot_holders or going:
+            S.journal("switch" if evict_slot else reason, name, "begin", evicting=[*slot_holders, *going])
+            evicted, slept, cold = SO.evict(self, name, slot_holders, running, cfg, on_step)
             for h in going:
-                self.stop(h, running[h], reason=f"evicted by {'switch' if evict_slot else reason} to {name}")
+                SO.tell(on_step, "switch")
+                self.stop(h, running[h], reason=f"evicted by {reason} to {name}")
                 evicted.append(h)
-            waited = wait_for_memory(name, cfg)
-        rec = self._launch(name, cfg, reason=reason)
+        if asleep:
+            res = SO.wake(self, name, target, cfg, reason, on_step)
+            res.evicted, res.slept, res.stopped_cold = evicted, slept, cold
+        else:
+            if evicted:
+                # the boot is the rest of the switch: under the cold word when a holder could not sleep
+                SO.tell(on_step, next(iter(cold.values()), None) and f"switch (cold: {next(iter(cold.values()))})"
+                        or "switch")
+                SO.make_room(self, name, cfg)
+                waited = wait_for_memory(name, cfg)
+            else:
+                SO.tell(on_step, "start")
+                SO.make_room(self, name, cfg)
+            res = StartResult(self._launch(name, cfg, reason=reason), evicted=evicted, waited_for_memory_s=waited,
+                              slept=slept, stopped_cold=cold)
         if evict_slot:
-            S.journal("switch", name, "ok", evicted=evicted, launch_dir=rec.launch_dir, waited_for_memory_s=waited)
-        return StartResult(rec, evicted=evicted, waited_for_memory_s=waited)
+            S.journal("switch", name, "ok", evicted=evicted, launch_dir=res.record.launch_dir, waited_for_memory_s=waited,
+                      slept=slept, stopped_cold=cold, woke=res.woke)
+        return res
 
     def _launch(self, name: str, cfg: Config, *, reason: str, settings: dict | None = None) -> LiveRecord:
         from servedeck.gpu.fit import refuse_unless_fits
@@ -343,6 +411,8 @@ class DeckOps:
                         engine_pid=live.engine_pid)
         S.set_desired(name, settings or settings_of(name, cfg))
         S.journal(reason, name, "ready", launch_dir=str(d), ready_s=ready.answered_after_s, boot=boot)
+        if spec.sleep_levels:  # what the first wake's answers are compared with (deck/sleep.py)
+            Z.take_reference(live)
         return live
 
     def _spawn_failed(self, live: LiveRecord, err: BaseException) -> None:

@@ -4,6 +4,9 @@ live record of an engine servedeck started, and the endpoint a client talks to.
 States of a launch (launch.json "state", mirrored in the live record):
     starting  being spawned (recorded before the spawn: no pid yet) or spawned; not yet healthy-and-answering
     ready     alive, healthy, and one real completion was answered
+    asleep    alive, its GPU memory given back (weights in host memory at level 1, discarded at 2);
+              answers nothing until the deck wakes it (recorded before the engine is told to sleep,
+              so a servedeck killed mid-sleep leaves it asleep to every reader, and waking is idempotent)
     stopping  a stop is under way (SIGTERM sent to the group)
     stopped   ended by `stop` or `switch`          (terminal)
     failed    died or timed out while starting    (terminal)
@@ -23,6 +26,7 @@ from servedeck.engines.base import Endpoint, LaunchSpec
 class LaunchState(str, Enum):
     STARTING = "starting"
     READY = "ready"
+    ASLEEP = "asleep"
     STOPPING = "stopping"
     STOPPED = "stopped"
     FAILED = "failed"
@@ -84,6 +88,16 @@ class LiveRecord:
     readiness: dict[str, Any] = field(default_factory=dict)
     spec: dict[str, Any] = field(default_factory=dict)  # the rendered LaunchSpec (redacted)
     owner_create_time: Optional[float] = None  # with owner_pid: tells a reused pid from the owner
+    # sleep (deck/sleep.py): the level it sleeps at now, since when (wall clock), how often this launch
+    # slept; what its processes held per GPU ("0": bytes) just before and just after sleeping, and the
+    # host memory it pins asleep (its weights at level 1); the first wake's output check
+    sleep_level: Optional[int] = None
+    asleep_since: Optional[float] = None
+    sleeps: int = 0
+    awake_gpu_bytes: dict[str, int] = field(default_factory=dict)
+    asleep_gpu_bytes: dict[str, int] = field(default_factory=dict)
+    asleep_host_bytes: Optional[int] = None
+    wake_check: Optional[str] = None  # identical | differs | not comparable: (why) | None before the first wake
     schema: int = 1
 
     @property
@@ -124,6 +138,9 @@ class StartResult:
     evicted: list[str] = field(default_factory=list)
     waited_for_memory_s: Optional[float] = None  # a switch that waited for the GPU to free the old model's memory
     replicas: list[LiveRecord] = field(default_factory=list)  # a replicated entry: replicas 2…N (`record` is 1)
+    slept: dict[str, dict] = field(default_factory=dict)  # holders put to sleep instead of stopped: {model: what}
+    stopped_cold: dict[str, str] = field(default_factory=dict)  # holders stopped: {model: why not asleep}
+    woke: Optional[dict] = None  # the target was asleep and was woken (level, took_s, check), or restarted cold
 
     @property
     def records(self) -> list[LiveRecord]:
@@ -131,7 +148,8 @@ class StartResult:
 
     def to_json(self) -> dict[str, Any]:
         out = {**self.record.to_json(), "already_running": self.already_running, "evicted": self.evicted,
-               "waited_for_memory_s": self.waited_for_memory_s}
+               "waited_for_memory_s": self.waited_for_memory_s, "slept": self.slept,
+               "stopped_cold": self.stopped_cold, "woke": self.woke}
         if self.replicas:
             out["replicas"] = [r.to_json() for r in self.records]
         return out

@@ -15,6 +15,8 @@ from typing import Any, Optional
 from servedeck.deck import launch as L
 from servedeck.deck import state as S
 from servedeck.deck.records import LaunchState, LiveRecord
+from servedeck.deck.sleep import gpu_held
+from servedeck.deck.sleepops import describe_asleep
 from servedeck.supervisor import process as P
 from servedeck.supervisor import ready as R
 
@@ -155,6 +157,7 @@ class Status:
     evidence: Any = None
     liveness: Optional[dict] = None
     exit: Optional[dict] = None
+    asleep_gpu: Optional[dict] = None  # asleep: what it holds per GPU, measured now (NVML by pid)
 
     def to_json(self) -> dict:
         rec = self.record
@@ -169,7 +172,14 @@ class Status:
                 "boot": rec.boot if rec else {}, "detail": self.detail, "cause": self.cause,
                 "evidence": self.evidence, "liveness": self.liveness,
                 "vision": bool(rec.spec.get("vision")) if rec else False,
-                "max_output_tokens": rec.spec.get("max_output_tokens") if rec else None}
+                "max_output_tokens": rec.spec.get("max_output_tokens") if rec else None,
+                "sleep_levels": rec.spec.get("sleep_levels") or [] if rec else [],
+                "sleep_level": rec.sleep_level if rec else None,
+                "asleep_since": rec.asleep_since if rec else None,
+                "asleep_gpu_bytes": (self.asleep_gpu if self.asleep_gpu is not None else rec.asleep_gpu_bytes)
+                if rec and rec.state == LaunchState.ASLEEP else {},
+                "asleep_host_bytes": rec.asleep_host_bytes if rec else None,
+                "wake_check": rec.wake_check if rec else None}
 
 
 def statuses(ended: dict[str, tuple[LiveRecord, Ending]]) -> list[Status]:
@@ -198,6 +208,10 @@ def statuses(ended: dict[str, tuple[LiveRecord, Ending]]) -> list[Status]:
         if rec.state == LaunchState.STARTING and rec.owner_pid and not owner_alive(rec):
             detail = (f"the servedeck process that started it (pid {rec.owner_pid}) is gone; "
                       "this engine is not in desired state: `servedeck stop` it or `servedeck start` it again")
+        elif rec.state == LaunchState.ASLEEP:
+            held = gpu_held(rec) or None  # measured now; the record's figure when there is no GPU to read
+            out.append(Status(model, state, rec, model in desired, describe_asleep(rec, held), asleep_gpu=held))
+            continue
         elif rec.state == LaunchState.READY:
             ok, why = R.health_ok(rec.probe_spec(), timeout_s=2.0)
             if not ok:

@@ -176,17 +176,23 @@ def check_gpu(cfg: "Config", name: str, inv: Inventory, holdings: list[Holding],
 
 
 # ---------------------------------------------------------------- host RAM
-def check_host_ram(name: str, model: "Model", available: int | None = None) -> Row:
+def check_host_ram(name: str, model: "Model", available: int | None = None,
+                   asleep: dict[str, int] | None = None) -> Row:
+    """`asleep`: pinned host memory of the models asleep at level 1 (already out of what is available),
+    named so that the row says what `servedeck stop` would give back."""
+    pinned = {m: b for m, b in (asleep or {}).items() if b and m != name}
+    held = ("; asleep at level 1, pinning host memory: " + ", ".join(f"{m} {gib(b)}" for m, b in pinned.items())
+            + f" (`servedeck stop {' '.join(pinned)}` frees it)") if pinned else ""
     if model.host_ram_gib is None:
-        return Row("host-ram", name, SKIP, "the model sets no host_ram_gib, so there is nothing to check against",
+        return Row("host-ram", name, SKIP, "the model sets no host_ram_gib, so there is nothing to check against" + held,
                    "measure its resident host memory and set host_ram_gib if it pins real RAM")
     avail = psutil.virtual_memory().available if available is None else available
     need = model.host_ram_gib * GiB
     if avail >= need:
-        return Row("host-ram", name, OK, f"needs {model.host_ram_gib:g} GiB, {gib(avail)} available")
-    return Row("host-ram", name, FAIL, f"needs {model.host_ram_gib:g} GiB of host RAM, only {gib(avail)} available",
+        return Row("host-ram", name, OK, f"needs {model.host_ram_gib:g} GiB, {gib(avail)} available" + held)
+    return Row("host-ram", name, FAIL, f"needs {model.host_ram_gib:g} GiB of host RAM, only {gib(avail)} available" + held,
                "stop what holds host memory (`servedeck status`, `ps aux --sort=-rss | head`)",
-               {"need": need, "available": avail})
+               {"need": need, "available": avail, "asleep_pinned": pinned})
 
 
 # ---------------------------------------------------------------- power
@@ -292,6 +298,7 @@ def run_doctor(load: Callable[[], "Config"], model: str | None = None, *, inv: I
         rows += build_rows(b, verify_build(cfg.deck.builds[b], b, cfg, integrity=integrity))
     records = live_records()
     holdings = holders(inv, records) if inv.available else []
+    asleep_pins = {str(r.get("model")): int(r.get("asleep_host_bytes") or 0) for r in records if r.get("state") == "asleep"}
 
     def plan_for(n: str):
         from servedeck.gpu.modelplan import plan_model
@@ -304,7 +311,7 @@ def run_doctor(load: Callable[[], "Config"], model: str | None = None, *, inv: I
     for n in names:
         m = cfg.models[n]
         rows += [check_weights(cfg, n), check_port(cfg, n, records), check_gpu(cfg, n, inv, holdings, plan_for),
-                 check_host_ram(n, m)]
+                 check_host_ram(n, m, asleep=asleep_pins)]
     rows += [check_power(cfg.deck.host, inv, _draw_now(inv)), check_kernel(klog)]
     return rows
 

@@ -8,7 +8,9 @@ public `Deck.start`, `Deck.switch` and `Deck.stop`, each with a bounded wait for
 
 One task per slot (`_slot_worker`) serialises the boots and switches of that slot; it exists
 while some request waits for a model of the slot. A sync task reads the live records every
-second so that what the CLI, the watch loop or a crash did is seen; a ttl task unloads idle models.
+second so that what the CLI, the watch loop or a crash did is seen; a ttl task puts idle models to
+sleep (ttl_sleep) and unloads them (ttl). While a deck call runs, the deck says what each phase is
+(`on_step`: sleep, wake, switch, cold restart): the words waiting requests report in x-servedeck-waited.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class ModelRuntime:
     served_name: str
     aliases: list[str]
     ttl_s: float | None = None
+    ttl_sleep_s: float | None = None  # put to sleep after this long without requests
     managed: bool = True  # False: an outside server given by --upstream; never started or stopped
     # models.toml's `embeddings`: True answers /v1/embeddings only, False everything else; None (an
     # --upstream server) unknown, everything is sent
@@ -78,6 +81,7 @@ class ModelRuntime:
     members: tuple[str, ...] = ()  # the deck's models behind this name: itself, or a replicated entry's replicas
     waiting_for: str = ""  # why its waiting requests wait now (a policy WHY_ word; set by the slot worker)
     records: dict[str, LiveRecord] = field(default_factory=dict)  # replica url → the launch behind it
+    sleep_refused: str | None = None  # ttl_sleep was refused for this launch (why): not asked again until it restarts
     policy: Pol.ReplicaPolicy = field(default_factory=Pol.replica_policy)  # which replica takes a request
 
     def view(self) -> Pol.View:
@@ -108,10 +112,10 @@ class Manager:
             if cfg.group_of(name):
                 continue  # a replica is served under its entry's name (below)
             self.models[name] = ModelRuntime(name, m.slot, m.served_name or name, list(m.aliases), m.ttl,
-                                             port=m.port, members=(name,))
+                                             m.ttl_sleep, port=m.port, members=(name,))
         for g in (cfg.groups.values() if cfg else []):
             self.models[g.name] = ModelRuntime(g.name, g.slot, g.served_name, list(g.aliases), g.ttl,
-                                               members=g.members)
+                                               g.ttl_sleep, members=g.members)
         for name, urls in (external or {}).items():
             self.models[name] = ModelRuntime(name, f"external:{name}", name, [], managed=False, state=Pol.READY,
                                              ready_since=clock(), replicas=[Pol.Replica(u.rstrip("/")) for u in urls])
@@ -315,19 +319,37 @@ class Manager:
             rt.waiting_for = why
             self.cond.notify_all()
 
+    def _told(self, rt: ModelRuntime) -> Callable[[str], None]:
+        """What the deck, in its worker thread, calls with the word for each phase of a boot or switch
+        (sleep, wake, switch, cold restart): waiting requests then count the time so far and go on under it."""
+        loop = asyncio.get_running_loop()
+
+        async def phase(word: str) -> None:
+            async with self.cond:
+                rt.detail = word
+                self._waiting(rt, word)
+
+        def told(word: str) -> None:
+            asyncio.run_coroutine_threadsafe(phase(word), loop)
+
+        return told
+
     async def _boot(self, target: ModelRuntime, act: Pol.Action) -> None:
         t0 = self.clock()
         evict = list(act.evict)
-        kind = "switch" if evict else "start"
+        kind = "switch" if evict else "wake" if act.kind == "wake" else "start"
         self.notify(f"door-{kind}", target.name, f"{kind} to {target.name}" +
                     (f", evicting {', '.join(evict)}" if evict else "") + f" ({act.reason})")
         err: Refusal | None = None
         recs: list[LiveRecord] = []
+        res = None
+        told = self._told(target)
         try:
             if evict:
-                res = await asyncio.to_thread(self.deck.switch, target.name, wait_s=DECK_LOCK_WAIT_S)
+                res = await asyncio.to_thread(self.deck.switch, target.name, wait_s=DECK_LOCK_WAIT_S, on_step=told)
             else:
-                res = await asyncio.to_thread(self.deck.start, target.name, wait_s=DECK_LOCK_WAIT_S, reason="door")
+                res = await asyncio.to_thread(self.deck.start, target.name, wait_s=DECK_LOCK_WAIT_S, reason="door",
+                                              on_step=told)
             recs = res.records
         except LaunchError as e:
             cause = e.cause or {}
@@ -359,10 +381,14 @@ class Manager:
                 if evict:
                     self.metrics.swaps.labels(target.name, "ok").inc()
                     self.metrics.swap_seconds.labels(target.name).observe(took)
+                how = _how(res)
                 self.swaps.append({"model": target.name, "kind": kind, "evicted": evict, "took_s": round(took, 3),
-                                   "at": S.now_iso(), "outcome": "ok"})
-                self.notify(f"door-{kind}-ok", target.name, f"{target.name} ready after {took:.1f} s ({kind})",
-                            took_s=round(took, 3), evicted=evict)
+                                   "at": S.now_iso(), "outcome": "ok", "slept": res.slept,
+                                   "stopped_cold": res.stopped_cold, "woke": _woke_brief(res.woke)})
+                target.sleep_refused = None
+                self.notify(f"door-{kind}-ok", target.name, f"{target.name} ready after {took:.1f} s ({kind}"
+                            + (f"; {how}" if how else "") + ")", took_s=round(took, 3), evicted=evict,
+                            slept=res.slept, stopped_cold=res.stopped_cold, woke=_woke_brief(res.woke))
             else:
                 assert err is not None
                 target.refusal = err if err.until else None
@@ -447,6 +473,11 @@ class Manager:
                     self._set_state(rt, Pol.READY)
                     rt.refusal = None
                     changed = True
+            elif all(r.state == LaunchState.ASLEEP for r in recs):
+                if rt.state != Pol.ASLEEP:
+                    level = recs[0].sleep_level
+                    self._set_state(rt, Pol.ASLEEP, f"asleep (level {level})")
+                    changed = True
             else:
                 rec = recs[0]
                 if rec.state in (LaunchState.STARTING, LaunchState.STOPPING) and rt.state != rec.state.value:
@@ -474,12 +505,42 @@ class Manager:
             await asyncio.sleep(every_s)
             now = self.clock()
             for rt in list(self.models.values()):
-                if rt.managed and not rt.busy and Pol.idle_expired(rt.view(), rt.ttl_s, now):
+                if not rt.managed or rt.busy:
+                    continue
+                if Pol.idle_expired(rt.view(), rt.ttl_s, now):
                     await self._unload(rt, f"idle for ttl ({rt.ttl_s:g} s)")
+                elif rt.sleep_refused is None and Pol.sleep_due(rt.view(), rt.ttl_sleep_s, now):
+                    await self._sleep_idle(rt, f"idle for ttl_sleep ({rt.ttl_sleep_s:g} s)")
+
+    async def _sleep_idle(self, rt: ModelRuntime, why: str) -> None:
+        """ttl_sleep: put an idle model to sleep (every replica), at the level the host allows. A refusal
+        (it cannot sleep, or host memory is short for its only level) is said once; ttl still stops it."""
+        async with self.cond:
+            if rt.busy or rt.inflight or rt.queued or rt.state != Pol.READY:
+                return
+            rt.busy = True
+            self._set_state(rt, Pol.STOPPING, f"going to sleep: {why}")
+        try:
+            results = await asyncio.to_thread(self.deck.sleep, rt.name, wait_s=DECK_LOCK_WAIT_S, reason="ttl_sleep")
+            self.metrics.ttl_sleeps.labels(rt.name).inc()
+            levels = ", ".join(f"{r['model']} {r.get('outcome')}" + (f" at level {r['level']}" if r.get("level") else "")
+                               for r in results)
+            self.notify("door-sleep", rt.name, f"{rt.name} put to sleep: {why} ({levels})", results=results)
+        except ServedeckError as e:
+            rt.sleep_refused = e.message
+            self.notify("door-sleep-refused", rt.name, f"could not put {rt.name} to sleep ({why}): {e.message}")
+        finally:
+            live = await asyncio.to_thread(self._read_live)
+            async with self.cond:
+                rt.busy = False
+                if rt.state == Pol.STOPPING:
+                    self._set_state(rt, Pol.STOPPED, why)  # corrected from the live records just below
+                self._apply_live(live)
+                self.cond.notify_all()
 
     async def _unload(self, rt: ModelRuntime, why: str) -> None:
         async with self.cond:
-            if rt.busy or rt.inflight or rt.queued or rt.state != Pol.READY:
+            if rt.busy or rt.inflight or rt.queued or rt.state not in (Pol.READY, Pol.ASLEEP):
                 return
             rt.busy = True
             self._set_state(rt, Pol.STOPPING, why)
@@ -505,9 +566,32 @@ class Manager:
         for rt in self.models.values():
             out.append({"model": rt.name, "aliases": rt.aliases, "served_name": rt.served_name, "slot": rt.slot,
                         "state": rt.state, "detail": rt.detail, "inflight": rt.inflight, "queued": rt.queued,
-                        "port": rt.port, "managed": rt.managed, "ttl_s": rt.ttl_s,
+                        "port": rt.port, "managed": rt.managed, "ttl_s": rt.ttl_s, "ttl_sleep_s": rt.ttl_sleep_s,
                         "members": list(rt.members) if len(rt.members) > 1 else None,
                         "ready_for_s": round(now - rt.ready_since, 1) if rt.state == Pol.READY and rt.ready_since else None,
                         "replicas": [{"url": r.url, "outstanding": r.outstanding} for r in rt.replicas],
                         "refusal": {"status": rt.refusal.status, "message": rt.refusal.message} if rt.refusal else None})
         return out
+
+
+def _woke_brief(woke: dict | None) -> dict | None:
+    """What a wake did, for the door's swap list: level, time, the first wake's verdict, a cold restart."""
+    if not woke:
+        return None
+    check = woke.get("check") or {}
+    return {"level": woke.get("level"), "took_s": woke.get("took_s"), "check": check.get("verdict"),
+            **({"cold_restart": woke["cold_restart"]} if woke.get("cold_restart") else {})}
+
+
+def _how(res: Any) -> str:
+    """`smol asleep at level 1; woken from level 1`: what a switch did with the holder and the target."""
+    if res is None:
+        return ""
+    parts = [f"{m} asleep at level {w['level']}" for m, w in (res.slept or {}).items()]
+    parts += [f"{m} stopped cold: {why}" for m, why in (res.stopped_cold or {}).items()]
+    woke = res.woke or {}
+    if woke.get("cold_restart"):
+        parts.append(f"restarted cold: {woke['cold_restart']}")
+    elif woke:
+        parts.append(f"woken from level {woke.get('level')} in {woke.get('took_s')} s")
+    return "; ".join(parts)

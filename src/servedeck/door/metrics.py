@@ -10,9 +10,9 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
-from servedeck.door.policy import DRAINING, FAILED, READY, STARTING, STOPPED, STOPPING
+from servedeck.door.policy import ASLEEP, DRAINING, FAILED, READY, STARTING, STOPPED, STOPPING
 
-STATES = (STOPPED, STARTING, READY, DRAINING, STOPPING, FAILED)
+STATES = (STOPPED, ASLEEP, STARTING, READY, DRAINING, STOPPING, FAILED)
 # TTFT at the door reaches from sub-millisecond (a warm engine) to minutes (a boot behind it).
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900)
 SWAP_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 900)
@@ -78,6 +78,8 @@ class DoorMetrics:
                              ["model", "outcome"], registry=r)
         self.unloads = Counter("servedeck_door_ttl_unloads", "models stopped after ttl without requests", ["model"],
                                registry=r)
+        self.ttl_sleeps = Counter("servedeck_door_ttl_sleeps", "models put to sleep after ttl_sleep without requests",
+                                  ["model"], registry=r)
         self.state = Gauge("servedeck_door_model_state", "1 for the model's current door state", ["model", "state"],
                            registry=r)
         self._children: dict[str, ModelMetrics] = {}

@@ -10,7 +10,9 @@ door/manager.py, which asks again after every change.
 
 Door states of a model (manager.py is their one owner):
     stopped    not running (as far as the door and the deck know)
-    starting   a deck start/switch for it is under way
+    asleep     its engine sleeps (deck state asleep): it holds no slot and takes no request; a request
+               for it wakes it (its slot's awake holder moved out of the way first, as for a start)
+    starting   a deck start/switch (or wake) for it is under way
     ready      answering; requests are proxied
     draining   ready, but a switch will evict it: in-flight requests finish, new ones queue
     stopping   a deck stop/switch is taking it down
@@ -28,7 +30,8 @@ from typing import Any, NamedTuple
 from servedeck.errors import UsageError
 
 STOPPED, STARTING, READY, DRAINING, STOPPING, FAILED = "stopped", "starting", "ready", "draining", "stopping", "failed"
-HOLDING = {STARTING, READY, DRAINING, STOPPING}  # states that occupy a slot
+ASLEEP = "asleep"
+HOLDING = {STARTING, READY, DRAINING, STOPPING}  # states that occupy a slot (a sleeping model holds none)
 
 # Why a request waited for its model, in the words of the x-servedeck-waited header and the page.
 WHY_START = "start"  # its model was booting, in a free slot (or started outside the door)
@@ -36,6 +39,10 @@ WHY_SWITCH = "switch"  # the slot's holder was being stopped and its model boote
 WHY_DRAIN = "drain"  # the holder's in-flight requests were finishing before the switch
 WHY_RESIDENCY = "min-residency"  # the holder was in use and had held the slot for less than min_residency_s
 WHY_SLOT = "slot-busy"  # another model's start, stop or switch in the slot came first
+WHY_WAKE = "wake"  # its model was asleep and was woken (the deck says `wake (level 2)` for a level-2 wake)
+# While the deck works, it says what each phase is (deck/sleepops.py): `sleep` / `sleep (level 2)` (the
+# holder put to sleep), `switch (cold: WHY)` (a holder whose entry asked to sleep stopped instead),
+# `cold restart (WHY)` (a wake that failed, or answers that differed after it).
 
 
 @dataclass(frozen=True)
@@ -65,6 +72,7 @@ class Action:
     serve    proxy the request (target is ready)
     wait     nothing to do yet; look again at `until` or on the next change (`reason` says why)
     start    boot the target; nothing holds its slot
+    wake     wake the target from sleep; nothing awake holds its slot
     switch   evict `evict` (none has requests in flight, or the drain deadline passed), boot the target
     drain    mark `evict` draining; look again when their in-flight count reaches 0 or at `until`
     fail     answer the waiting requests with `status` (502: last boot failed) until `until`
@@ -108,6 +116,8 @@ def decide(target: str, views: dict[str, View], now: float, settings: Settings,
                       reason=f"the deck refused to start {target}; the next try is not before the refusal's Retry-After")
     holders = holders_of(t, views)
     if not holders:
+        if t.state == ASLEEP:
+            return Action("wake", reason=f"{target} is asleep and slot {t.slot!r} is free", why=WHY_WAKE)
         return Action("start", reason=f"slot {t.slot!r} is free", why=WHY_START)
     busy = [h for h in holders if h.state in (STARTING, STOPPING)]
     if busy:  # another start or stop in this slot is under way: its outcome changes the picture
@@ -142,7 +152,9 @@ class Waited:
 
     The waiting request calls `note(now, why)` at every look (each wake-up, and once at the end with
     whatever held then); the time since its previous look goes to the reason that held at that look,
-    and the time before the first reason was known goes to the first one."""
+    and the time before the first reason was known goes to the first one. A reason that names the one
+    before it more closely (the deck's `switch (cold: …)` after the door's `switch`, `wake (level 2)`
+    after `wake`) takes over its time: it is the same phase, now better said."""
 
     since: float
     why: str = ""
@@ -157,11 +169,16 @@ class Waited:
             else:
                 self.parts.append((held, spent))
             self.since = now
+        if why and self.parts and why.startswith(self.parts[-1][0] + " ("):
+            self.parts[-1] = (why, self.parts[-1][1])
         self.why = why or self.why
 
     def text(self) -> str:
-        """`28.2s min-residency, 2.0s switch`: the x-servedeck-waited header and the page's column."""
-        return ", ".join(f"{s:.1f}s {why}" for why, s in self.parts)
+        """`28.2s min-residency, 2.0s switch`: the x-servedeck-waited header and the page's column. A
+        reason that held for under 0.05 s (the door's word before the deck named the phase) is left
+        out, unless it is the only one."""
+        parts = [(why, s) for why, s in self.parts if s >= 0.05] or self.parts[-1:]
+        return ", ".join(f"{s:.1f}s {why}" for why, s in parts)
 
 
 RECENT_PER_REPLICA = 64
@@ -394,8 +411,15 @@ def replica_policy(policy: str | None = None, **knobs: Any) -> ReplicaPolicy:
 
 
 def idle_expired(v: View, ttl_s: float | None, now: float) -> bool:
-    """ttl: a ready model with nothing running or waiting, and no request for `ttl_s`, is unloaded."""
-    if ttl_s is None or v.state != READY or v.inflight or v.queued:
+    """ttl: a ready (or sleeping) model with nothing running or waiting, and no request for `ttl_s`, is
+    unloaded."""
+    if ttl_s is None or v.state not in (READY, ASLEEP) or v.inflight or v.queued:
         return False
     times = [x for x in (v.last_request, v.ready_since) if x is not None]
     return bool(times) and now - max(times) >= ttl_s
+
+
+def sleep_due(v: View, ttl_sleep_s: float | None, now: float) -> bool:
+    """ttl_sleep: a ready model with nothing running or waiting, and no request for `ttl_sleep_s`, is put
+    to sleep (its ttl, longer, then stops it)."""
+    return ttl_sleep_s is not None and v.state == READY and idle_expired(v, ttl_sleep_s, now)

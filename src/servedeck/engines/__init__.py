@@ -58,6 +58,7 @@ def check_deck(deck: "ModelsToml") -> list[str]:
         b = deck.builds.get(m.build)
         if b is not None and b.engine in engines:
             problems += engines[b.engine].check_model(f"models.{mname}", m)
+            problems += engines[b.engine].check_sleep(f"models.{mname}", m, b)  # the install is looked at by render
     return problems
 
 

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Optional
 
+from servedeck.engines.sleepmode import Call, ExpandPath, levels_wanted, sleep_key_text
 from servedeck.redact import redact_argv, redact_env
 
 if TYPE_CHECKING:
@@ -53,6 +54,9 @@ class LaunchSpec:
     max_output_tokens: int | None = None  # models.toml's cap on what servedeck's own requests ask for
     vision: bool = False
     embeddings: bool = False  # an embedding model: it answers /v1/embeddings only (probed there)
+    # the levels this launch can sleep at (sleep mode rendered); empty: a switch stops it cold
+    sleep_levels: list[int] = field(default_factory=list)
+    sleep_note: str = ""  # why it cannot sleep, when its entry asked for sleeping (`sleep = "auto"`)
 
     def output_cap(self, wanted: int) -> int:
         """`wanted` output tokens, held to the model's max_output_tokens."""
@@ -86,6 +90,9 @@ class LaunchSpec:
             "max_output_tokens": self.max_output_tokens,
             "vision": self.vision,
             "embeddings": self.embeddings,
+            "sleep_levels": self.sleep_levels,
+            "sleep_note": self.sleep_note,
+            "ready_timeout_s": self.ready_timeout_s,
         }
 
 
@@ -239,6 +246,11 @@ class Engine:
     # /v1/completions with `logprobs: N` answers in the chat API's shape (logprobs.content[]) instead of
     # the completions API's tokens / token_logprobs / top_logprobs / text_offset: the door converts it
     completion_logprobs_chat_shaped: bool = False
+    # Sleep (engines/sleepmode.py): the levels at which the engine can keep its process and give its
+    # GPU memory back; empty: it cannot sleep, and a switch stops it. `asleep_call` asks a running
+    # server whether it sleeps (None: the engine has no such question).
+    sleep_levels: tuple[int, ...] = ()
+    asleep_call: Optional[Call] = None
 
     # --- identity ---------------------------------------------------------------------
     @property
@@ -367,6 +379,62 @@ class Engine:
                     f"family, e.g. {self.tool_parsers_hint}"]
         return []
 
+    # --- sleep ------------------------------------------------------------------------------
+    def sleep_unavailable(self, model: "Model", build: "Build", expand: ExpandPath | None = None) -> str | None:
+        """Why a launch of `model` on `build` cannot sleep at all, when it positively cannot; None when it
+        can (or it cannot be told from here). `expand` turns the build's paths into real ones: with it an
+        adapter may look at the install (its distributions); without it, only the file's own words."""
+        if not self.sleep_levels:
+            return f"engine {self.name!r} has no sleep mode"
+        return None
+
+    def check_sleep(self, key: str, model: "Model", build: "Build", expand: ExpandPath | None = None) -> list[str]:
+        """`sleep = 1` or `2` that this engine or build cannot honour: refused (at load without `expand`,
+        at render with it). `sleep = "auto"` is never refused: it sleeps where it can."""
+        if model.sleep in (False, "auto"):
+            return []
+        said = sleep_key_text(model.sleep)
+        blocked = self.sleep_unavailable(model, build, expand)
+        if blocked:
+            return [f"{key}.sleep: {said}, but {blocked}; a switch would stop it cold. Set sleep = false "
+                    f'(or "auto", which sleeps where the engine can)']
+        if not levels_wanted(model.sleep, self.sleep_levels):
+            levels = ", ".join(str(lv) for lv in self.sleep_levels)
+            return [f"{key}.sleep: {said}, but engine {self.name!r} sleeps at level {levels} only; "
+                    f'set sleep = {self.sleep_levels[0]} or "auto"']
+        return []
+
+    def sleep_launch(self, levels: tuple[int, ...]) -> tuple[dict[str, Any], dict[str, str]]:
+        """(args, env) a launch needs to be able to sleep at `levels`."""
+        return {}, {}
+
+    def sleep_calls(self, level: int) -> list[Call]:
+        """The requests that put a running server to sleep at `level`, in order."""
+        return []
+
+    def wake_calls(self, level: int) -> list[Call]:
+        """The requests that wake a server asleep at `level` until it serves as before, in order."""
+        return []
+
+    def is_asleep(self, doc: Any) -> bool | None:
+        """The answer to `asleep_call`: whether the server sleeps; None when it does not say."""
+        return None
+
+    def sleep_plan(self, name: str, model: "Model", build: "Build", expand: ExpandPath) -> tuple[tuple[int, ...], str]:
+        """(the levels a launch of `name` will be able to sleep at, why it cannot when its entry asked).
+        Raises ConfigError for `sleep = 1`/`2` that this engine or build cannot honour."""
+        from servedeck.errors import ConfigError
+
+        if model.sleep is False:
+            return (), ""
+        problems = self.check_sleep(f"models.{name}", model, build, expand)
+        if problems:
+            raise ConfigError(problems[0], hint="docs/config.md#sleep says which engines and builds can sleep")
+        blocked = self.sleep_unavailable(model, build, expand)
+        if blocked:
+            return (), blocked
+        return levels_wanted(model.sleep, self.sleep_levels), ""
+
     # --- memory -----------------------------------------------------------------------------
     def default_gpus(self, model: "Model", visible: list[int]) -> list[int]:
         """The GPUs a launch would use: `gpus` when set; else what the engine takes by default."""
@@ -425,6 +493,10 @@ class Engine:
     def render(self, name: str, cfg: "Config") -> LaunchSpec:
         model = cfg.models[name]
         build = cfg.deck.builds[model.build]
+        levels, sleep_note = self.sleep_plan(name, model, build, cfg.expand)
+        if levels:  # what sleeping needs travels as the model's own args and env (a container gets it by -e)
+            extra_args, extra_env = self.sleep_launch(levels)
+            model = model.model_copy(update={"args": {**model.args, **extra_args}, "env": {**model.env, **extra_env}})
         argv, env = self.command(name, model, build, cfg)
         return LaunchSpec(
             model=name,
@@ -444,6 +516,8 @@ class Engine:
             max_output_tokens=model.max_output_tokens,
             vision=model.vision,
             embeddings=model.embeddings,
+            sleep_levels=list(levels),
+            sleep_note=sleep_note,
         )
 
     # --- shared by adapters ----------------------------------------------------------

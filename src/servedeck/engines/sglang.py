@@ -1,11 +1,13 @@
 """SGLang. No build runs on servedeck's CI machines: this adapter is argv rendering and log parsing,
-tested on log text written from the facts in ENGINES.md, not on a real server."""
+tested on log text written from the facts in ENGINES.md, not on a real server. Its sleep (memory saver)
+is likewise rendered and described from SGLang's documented server arguments and endpoints only."""
 
 from __future__ import annotations
 
 import re
 
 from servedeck.engines.base import BootPattern, Engine, MemoryModel, num
+from servedeck.engines.sleepmode import Call
 
 
 class SGLang(Engine):
@@ -24,6 +26,7 @@ class SGLang(Engine):
         "--mem-fraction-static": "gpu_memory_utilization",
         "--tp-size": "tp", "--dp-size": "dp", "--pp-size": "pp",
         "--tool-call-parser": "tools", "--chat-template": "chat_template", "--is-embedding": "embeddings",
+        "--enable-memory-saver": "sleep", "--enable-weights-cpu-backup": "sleep",
     }
     tool_parsers_hint = ('tools = "qwen25" (Qwen 2.5 and 3), "llama3", "mistral", "deepseekv3", "pythonic"; '
                          "`python -m sglang.launch_server --help` lists them under --tool-call-parser (from SGLang's "
@@ -39,6 +42,21 @@ class SGLang(Engine):
         # (documented only: no SGLang runs here). It documents no preemption (retraction) counter.
         "kv_usage": "sglang:token_usage",
     }
+    # Sleep: `--enable-memory-saver` lets /release_memory_occupation hand the GPU memory back and
+    # /resume_memory_occupation take it again; `--enable-weights-cpu-backup` (SGLang 0.5.3 and later)
+    # keeps the weights in host memory meanwhile, which is vLLM's level 1. A level 2 (weights discarded,
+    # reloaded with /update_weights_from_disk) is not offered: nothing here could check it.
+    sleep_levels = (1,)
+
+    def sleep_launch(self, levels):
+        return {"--enable-memory-saver": True, "--enable-weights-cpu-backup": True}, {}
+
+    def sleep_calls(self, level):
+        return [Call("POST", "/release_memory_occupation", json={})]
+
+    def wake_calls(self, level):
+        return [Call("POST", "/resume_memory_occupation", json={})]
+
     boot_patterns = [
         BootPattern("kv_alloc",
                     re.compile(r"KV Cache is allocated\. #tokens:\s*([\d,]+), K size:\s*([\d.]+) GB, V size:\s*([\d.]+) GB"),

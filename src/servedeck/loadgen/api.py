@@ -7,6 +7,7 @@ same RequestRecord), so there is one HTTP client path in servedeck, not one per 
         reply = await api.chat({..., "stream": True})       # streamed: the text is joined from the events
         reply.ok, reply.text, reply.reasoning, reply.usage, reply.finish_reason, reply.error
         reply.http_error                                    # "HTTP 503: <body>" for an error status, else None
+        reply.headers["x-servedeck-waited"]                 # the response head (lower-case names)
         reply.record                                        # timings: t_send, t_first_token, chunk_t, t_end
         doc = (await api.post("/tokenize", {"content": "..."})).doc     # any JSON POST
         models = (await api.get("/v1/models")).doc
@@ -44,6 +45,7 @@ class Reply:
     doc: Any = None  # the decoded JSON answer of a request that was not streamed (None: not JSON)
     body: str = ""  # the raw answer of a request that was not streamed
     chunks: int = 0  # streamed: content chunks (reasoning included)
+    headers: dict[str, str] | None = None  # the response head's headers (lower-case names), when one came
 
     @property
     def ok(self) -> bool:
@@ -116,6 +118,7 @@ class ApiClient:
         reply = Reply(record=record)
         if response is None:
             return reply
+        reply.headers = dict(response.headers)
         if stream:
             f = response.facts()
             reply.text, reply.reasoning, reply.usage = f.text, f.reasoning, f.usage

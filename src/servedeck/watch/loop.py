@@ -9,7 +9,9 @@ Each tick:
        - adopt running engines that desired state wants (a restarted loop starts no duplicate)
        - reap engines nothing wants: not in desired state, or orphaned while `starting`
        - relaunch wanted-but-absent models, give up, or wait, as watch/policy.py decides (try 1 at
-         once, then `relaunch_spacing_s` after each failure, up to `relaunch_tries`)
+         once, then `relaunch_spacing_s` after each failure, up to `relaunch_tries`); a model asleep
+         runs, so it is not relaunched, and one that died asleep left desired state (the deck's
+         settle_dead: another model holds its slot), so it is not relaunched either
   3. liveness of ready engines: every `liveness_interval_s` a probe (health + 1-token completion,
      `stall_after_s` to answer) runs in a worker thread; verdict changes are notices.
 
@@ -164,6 +166,8 @@ class Watcher:
             with self.deck.locked("watch: reconcile") as ops:
                 for name, (rec, end) in ops.settle_dead().items():  # crash recorded with its cause
                     self._ended(name, rec, end)
+                    if rec.state == LaunchState.ASLEEP:  # the deck took it out of desired state: not relaunched
+                        desired.pop(name, None)
                 running = ops.running()
                 for name, rec in list(running.items()):
                     if is_orphan(rec):
