@@ -97,7 +97,7 @@ def test_sleep_auto_on_llamacpp_renders_nothing_and_says_why():
 def test_vllm_gpu_build_renders_sleep_mode_and_dev_mode(tmp_path):
     py = fake_venv(tmp_path / "venv", "vllm-0.26.0", "torch-2.11.0")
     spec = Deck(parse_cfg(f'engine = "vllm"\npython = "{py}"', 'sleep = "auto"')).render("m")
-    assert spec.argv[-1] == "--enable-sleep-mode" and spec.env["VLLM_SERVER_DEV_MODE"] == "1"
+    assert spec.argv.count("--enable-sleep-mode") == 1 and spec.env["VLLM_SERVER_DEV_MODE"] == "1"
     assert spec.sleep_levels == [1, 2] and spec.sleep_note == ""
     one = Deck(parse_cfg(f'engine = "vllm"\npython = "{py}"', "sleep = 1")).render("m")
     assert one.sleep_levels == [1] and "--enable-sleep-mode" in one.argv
@@ -108,7 +108,8 @@ def test_vllm_gpu_build_renders_sleep_mode_and_dev_mode(tmp_path):
 def test_vllm_image_build_passes_dev_mode_by_name_into_the_container():
     spec = Deck(parse_cfg('engine = "vllm"\nimage = "vllm/vllm-openai:v0.26.0"', "sleep = 2")).render("m")
     i = spec.argv.index("VLLM_SERVER_DEV_MODE")
-    assert spec.argv[i - 1] == "-e" and spec.argv[-1] == "--enable-sleep-mode" and spec.sleep_levels == [2]
+    assert spec.argv[i - 1] == "-e" and spec.argv.count("--enable-sleep-mode") == 1 and spec.sleep_levels == [2]
+    assert spec.argv.index("--enable-sleep-mode") > spec.argv.index("vllm/vllm-openai:v0.26.0")  # vllm serve's flag
 
 
 def test_vllm_cpu_backend_by_its_env_is_refused_at_load():

@@ -238,6 +238,8 @@ class Model(_Strict):
         if self.embeddings and self.tools:
             raise ValueError("embeddings = true serves /v1/embeddings only, where tools do nothing; "
                              "remove tools, or serve the model for chat in an entry of its own")
+        return self
+
     @model_validator(mode="after")
     def _sleep_times(self) -> "Model":
         if self.ttl_sleep is not None and self.sleep is False:
