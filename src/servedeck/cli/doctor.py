@@ -32,11 +32,18 @@ def doctor(
     model: Optional[str] = typer.Argument(None, help="model or alias (default: every model)"),
     json_out: bool = typer.Option(False, "--json", help="machine-readable rows"),
     no_integrity: bool = typer.Option(False, "--no-integrity", help="skip hashing the build's files (fast)"),
+    ack_kernel: bool = typer.Option(False, "--ack-kernel", help="acknowledge the kernel events seen now (recorded "
+                                    "with who and when): still shown, they no longer fail the kernel row; "
+                                    "later ones do"),
 ) -> None:
     """Check config, builds, weights, ports, GPU memory, host RAM, power and kernel events before a launch."""
     from servedeck.doctor.checks import FAIL, run_doctor, worst
+    from servedeck.doctor.kernel import read_kernel_events
 
-    rows = run_doctor(load_config, model, integrity=not no_integrity)
+    klog = read_kernel_events()
+    if ack_kernel:
+        _ack_kernel(klog, quiet=json_out)
+    rows = run_doctor(load_config, model, integrity=not no_integrity, klog=klog)
     if json_out:
         print_json({"worst": worst(rows), "rows": [r.to_json() for r in rows]})
     else:
@@ -48,6 +55,25 @@ def doctor(
         console.print(t)
     if worst(rows) == FAIL:
         raise typer.Exit(1)
+
+
+def _ack_kernel(klog: Any, quiet: bool) -> None:
+    from servedeck.doctor.kernel_ack import acknowledge, acks_file, read_acks, split
+
+    if not klog.readable:
+        raise UsageError(f"--ack-kernel: the kernel log is not readable here ({klog.reason}), so there is "
+                         "nothing servedeck could say was acknowledged",
+                         hint="run as a user who may read it (journalctl -k needs systemd-journal or root)")
+    new = split(klog.events, read_acks()).new
+    if not new:
+        if not quiet:
+            console.print("--ack-kernel: no kernel events that are not acknowledged already")
+        return
+    ack = acknowledge(new)
+    if not quiet:
+        console.print(f"acknowledged {ack['what']} (through {ack['through_at'] or 'events without a time'}) as "
+                      f"{ack['by']} at {ack['acknowledged_at']}, in {acks_file()}; a later event fails the kernel "
+                      "row again")
 
 
 def _n(v: Any) -> str:
