@@ -289,3 +289,17 @@ def test_a_very_large_log_is_read_head_and_tail(tmp_path):
     assert text.startswith("vLLM API server version 0.32.0\n") and text.endswith("the end\n")
     assert "bytes of this log left out here]" in text and len(text) < 4200
     assert read_log(tmp_path / "none.log") == ""
+
+
+@pytest.mark.parametrize("line", [
+    # captured on this machine: podman 4.3 and the docker 28.2 client (no daemon), each exiting 125
+    "Error: running container create option: names must match [a-zA-Z0-9][a-zA-Z0-9_.-]*: invalid argument",
+    "Error: invalid config provided: cannot set shmsize when running in the {host } IPC Namespace",
+    "Error: crun: setrlimit `RLIMIT_NOFILE`: Operation not permitted: OCI permission denied",
+    "docker: Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?",
+    # written from the issue: what docker's daemon says of seed 000's cell names
+    "docker: Error response from daemon: Invalid container name (servedeck-qwen38_27b@tp4), only [a-zA-Z0-9][a-zA-Z0-9_.-] are allowed.",
+])
+def test_the_container_cli_refusing_to_run_is_named(line):
+    r = classify(line + "\n", {"returncode": 125}, [], engine="vllm")
+    assert r["id"] == "container-run-refused" and r["matched_line"] == line

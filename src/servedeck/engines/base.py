@@ -7,11 +7,14 @@ the supervisor does that.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Optional
 
+from servedeck import paths
 from servedeck.redact import redact_argv, redact_env
 
 if TYPE_CHECKING:
@@ -109,6 +112,22 @@ def render_args(args: dict[str, Any]) -> list[str]:
         else:
             out += [flag_, str(value)]
     return out
+
+
+# Container names docker and podman accept (`names must match [a-zA-Z0-9][a-zA-Z0-9_.-]*`, podman 4.3; docker's
+# daemon says the same): a model name may hold anything TOML allows, a campaign cell an `@` (`qwen38_27b@tp4`).
+_NOT_IN_CONTAINER_NAMES = re.compile(r"[^a-zA-Z0-9_.-]+")
+
+
+def container_name(model: str) -> str:
+    """The container a launch of `model` runs in: `servedeck-<model, cleaned>-<8 hex>`. Cleaned: accents
+    dropped, every run of other characters one `-`, at most 48 of them. The hex (sha256 of this
+    SERVEDECK_HOME and the model's exact name) keeps it unique where cleaning alone would not: `a@b` and
+    `a+b`, or one model under two homes on one container engine, where `rm -f` of one would end the other."""
+    ascii_name = unicodedata.normalize("NFKD", model).encode("ascii", "ignore").decode()
+    clean = _NOT_IN_CONTAINER_NAMES.sub("-", ascii_name).strip("-._")[:48].rstrip("-._") or "model"
+    tag = hashlib.sha256(f"{paths.home().resolve()}\0{model}".encode()).hexdigest()[:8]
+    return f"servedeck-{clean}-{tag}"
 
 
 Post = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]  # POST path+JSON → JSON, errors raised by the caller
@@ -437,8 +456,11 @@ class Engine:
         import os
 
         gpus = "all" if not model.gpus else '"device=' + ",".join(str(g) for g in model.gpus) + '"'
-        argv = [build.docker, "run", "--rm", "--name", f"servedeck-{name}", "--gpus", gpus,
-                "--ipc=host", "--network=host", f"--shm-size={build.shm_size}"]
+        argv = [build.docker, "run", "--rm", "--name", container_name(name), "--gpus", gpus, "--ipc=host", "--network=host"]
+        if "podman" not in os.path.basename(build.docker):
+            # podman refuses --shm-size beside --ipc=host ("cannot set shmsize when running in the host IPC
+            # namespace", 4.3); docker accepts it, as the seed's cmd.sh has both. /dev/shm is the host's either way.
+            argv.append(f"--shm-size={build.shm_size}")
         if model.cpus:
             from servedeck.hostcpu import numa_nodes_of
 
