@@ -115,6 +115,10 @@ def plan(
         ("weights basis", p.weights_basis, ""),
         ("KV bytes/token (model / per GPU)", f"{p.kv_bytes_per_token:,} / {p.kv_bytes_per_token_per_gpu:,}", ""),
     ]
+    if p.draft:  # speculative decoding's draft: already inside the KV and weights figures above
+        rows.append(("speculative draft (included above)", f"{p.draft}: +{p.draft_kv_bytes_per_token_per_gpu:,} B/token "
+                     f"per GPU, +{gib(p.draft_weights_bytes)} weights", ""))
+        rows.append(("draft basis", p.draft_basis, ""))
     if p.sliding_bytes_per_token_per_gpu:
         rows.append(("sliding layers: bytes/token, hold", f"{p.sliding_bytes_per_token_per_gpu:,} B × {p.sliding_hold_tokens:,} tokens", ""))
     if p.state_bytes_per_seq_per_gpu:

@@ -369,6 +369,29 @@ class Engine:
         n = model.tp * model.pp * model.dp
         return visible[:n] if len(visible) >= n else list(range(n))
 
+    # the flag whose JSON the engine merges into the model's config.json (vLLM --hf-overrides); None: none
+    config_override_flag: Optional[str] = None
+
+    def config_overrides(self, model: "Model") -> dict[str, Any]:
+        """What this launch overrides in the model's config.json (a models.toml table, or the JSON string the
+        flag takes), so that a plan reads the config the engine will: seed 000's 1M run set its YaRN rope
+        scaling this way. {} when it overrides nothing. A value that is not a JSON object is a user mistake."""
+        from servedeck.errors import UsageError
+
+        raw = self.arg(model, self.config_override_flag) if self.config_override_flag else None
+        if raw is None or raw is False:
+            return {}
+        if isinstance(raw, str):
+            try:
+                raw = json.loads(raw)
+            except ValueError as e:
+                raise UsageError(f"args.{self.config_override_flag.lstrip('-')}: not JSON ({e})",
+                                 hint="write it as a TOML table, or as a JSON object in a string") from None
+        if not isinstance(raw, dict):
+            raise UsageError(f"args.{self.config_override_flag.lstrip('-')}: expected a JSON object, got {raw!r}",
+                             hint='e.g. { text_config = { rope_parameters = { rope_type = "yarn", factor = 4.0 } } }')
+        return raw
+
     def plan_knobs(self, model: "Model", env: dict[str, str]) -> dict[str, Any]:
         """What the memory planner needs from this launch's flags and env (PlanInputs fields)."""
         kvmem = self.arg(model, "kv_cache_memory_bytes")

@@ -123,6 +123,8 @@ class VLLM(Engine):
         return [cfg.expand(build.python), "-m", self.module, "--model", source] + flags, env
 
 
+    config_override_flag = "--hf-overrides"
+
     def plan_knobs(self, model, env) -> dict[str, Any]:
         knobs = super().plan_knobs(model, env)
         if "VLLM_CPU_KVCACHE_SPACE" in env:  # the CPU backend: a fixed pool of whole GiB
