@@ -274,6 +274,9 @@ class Engine:
     # Per-response `timings` fields saying the same for one request (servedeck name → field).
     spec_timings: dict[str, str] = {}
     spec_note: str = ""  # how this engine's counters are to be read, shown beside its figures
+    # Said when the server returns no logprobs of the prompt's own tokens, which loglikelihood and
+    # multiple-choice evaluations (lm-eval) score by: "" when it returns them.
+    no_prompt_logprobs: str = ""
     # Where the engine reports a request's own tokens, so two launches' outputs compare token by
     # token: extra body keys for a non-streamed chat request, read back by `output_token_ids`.
     output_tokens_request: dict[str, Any] = {}
