@@ -88,11 +88,22 @@ class Catalogue:
     user_text: tuple[tuple[tuple[str, ...], re.Pattern], ...] = ()  # (engines, lines echoing requests/answers)
 
     def without_user_text(self, log: str, kin: set[str]) -> str:
-        """`log` with every line that echoes a request or an answer blanked (line numbers kept)."""
+        """`log` with every line that echoes a request or an answer blanked (line numbers kept). The lines
+        are found by their marker and cut by position: a `^.*marker.*$` regex backtracks on every line."""
+        spans = []
         for engines, pattern in self.user_text:
             if not kin or not engines or kin & set(engines):
-                log = pattern.sub("", log)
-        return log
+                for m in pattern.finditer(log):
+                    end = log.find("\n", m.end())
+                    spans.append((log.rfind("\n", 0, m.start()) + 1, end if end >= 0 else len(log)))
+        if not spans:
+            return log
+        out, at = [], 0
+        for start, end in sorted(spans):
+            if start >= at:
+                out.append(log[at:start])
+                at = end
+        return "".join(out) + log[at:]
 
 
 def _sig(d: dict[str, Any]) -> LogSignature:
@@ -111,8 +122,8 @@ def parse_catalogue(text: str) -> Catalogue:
         kernel=tuple(_sig(d) for d in raw.get("kernel", [])),
         xids={int(d["code"]): d for d in raw.get("xid", [])},
         exits=tuple(raw.get("exit", [])),
-        user_text=tuple((tuple(d.get("engines", ())), re.compile(
-            "^.*(?:" + "|".join(f"(?:{p})" for p in d["patterns"]) + ").*$", re.M)) for d in raw.get("user_text", [])),
+        user_text=tuple((tuple(d.get("engines", ())), re.compile(p, re.M))
+                        for d in raw.get("user_text", []) for p in d["patterns"]),
     )
 
 

@@ -50,7 +50,10 @@ def read_acks() -> list[dict[str, Any]]:
 def who() -> str:
     """The person acknowledging: the login behind sudo when there is one, and the host."""
     user = os.environ.get("SUDO_USER")
-    me = getpass.getuser()
+    try:
+        me = getpass.getuser()
+    except (KeyError, OSError):  # no login name and no passwd entry (some containers)
+        me = f"uid {os.getuid()}"
     return f"{user} (as {me} via sudo)@{socket.gethostname()}" if user and user != me else f"{me}@{socket.gethostname()}"
 
 
