@@ -127,6 +127,32 @@ def test_an_xid_naming_the_engines_own_pid_is_its_cause(deck_config, tmp_path, m
 
 @pytest.mark.engine
 @pytest.mark.llamacpp
+def test_an_xid_naming_no_process_is_placed_by_the_gpu_it_names(deck_config, tmp_path, monkeypatch):
+    """Xid 79 names no process (pid '<unknown>'): its GPU decides. The launch records its GPUs' PCI bus ids
+    from NVML at the start; NVML is the one thing here standing in (one H200 at 0000:01:00, seed 004's
+    card), the engine and everything after it are real."""
+    import servedeck.gpu as G
+    from servedeck.gpu.nvml import Gpu, Inventory
+
+    card = Inventory(True, (Gpu(0, "NVIDIA H200", "GPU-0", "00000000:01:00.0", 141 * 2**30, 0, 141 * 2**30),),
+                     driver_version="580.159.04")
+    monkeypatch.setattr(G, "inventory", lambda: card)
+    kernel = KernelJournal(tmp_path / "kernel", monkeypatch)
+    rec = Deck(deck_config).start("smollm2").record
+    assert json.loads((Path(rec.launch_dir) / "launch.json").read_text())["gpus_pci"] == {"0": "00000000:01:00.0"}
+    lost = "79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+    kernel.add(f"NVRM: Xid (PCI:0000:41:00): {lost}", time.time() - 30)  # another card of the host
+    kernel.add(f"NVRM: Xid (PCI:0000:01:00): {lost}", time.time() - 1)
+    crash(rec, signal.SIGKILL)
+    [c], _ = settle_and_read(deck_config.path, kernel)
+    assert c["cause"]["id"] == "xid-79" and c["cause"]["whose"] == "this model's: on its GPU 0000:01:00"
+    other, ours = c["cause"]["kernel"]
+    assert (other["ours"], other["matched_by"]) == (False, "gpu") and "0000:41:00 is not one of its GPUs" in other["whose"]
+    assert (ours["ours"], ours["matched_by"]) == (True, "gpu")
+
+
+@pytest.mark.engine
+@pytest.mark.llamacpp
 def test_a_crash_record_says_its_build_and_engine_version(deck_config, tmp_path, monkeypatch):
     """Item 4: the journal's crash line and launch.json's end carry `build` and `engine_version`."""
     kernel = KernelJournal(tmp_path / "kernel", monkeypatch)
