@@ -174,7 +174,7 @@ def test_a_crash_record_says_its_build_and_engine_version(deck_config, tmp_path,
 def attempt1(tmp_path_factory, engines_ready):
     """Seed 000, 1M attempt 1, on a real vLLM (CPU) launch: ready, then the DeepGEMM panic and 30
     EngineDeadError pairs in its log, an Xid 31 of pid 4242 14 s before it, and its processes killed."""
-    from conftest import stop_everything
+    from tests.conftest import stop_everything
     from ports import starter_toml
     from servedeck.modelsfile import load
 
