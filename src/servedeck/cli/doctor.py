@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any, Optional
 
 import typer
@@ -30,11 +32,18 @@ def doctor(
     model: Optional[str] = typer.Argument(None, help="model or alias (default: every model)"),
     json_out: bool = typer.Option(False, "--json", help="machine-readable rows"),
     no_integrity: bool = typer.Option(False, "--no-integrity", help="skip hashing the build's files (fast)"),
+    ack_kernel: bool = typer.Option(False, "--ack-kernel", help="acknowledge the kernel events seen now (recorded "
+                                    "with who and when): still shown, they no longer fail the kernel row; "
+                                    "later ones do"),
 ) -> None:
     """Check config, builds, weights, ports, GPU memory, host RAM, power and kernel events before a launch."""
     from servedeck.doctor.checks import FAIL, run_doctor, worst
+    from servedeck.doctor.kernel import read_kernel_events
 
-    rows = run_doctor(load_config, model, integrity=not no_integrity)
+    klog = read_kernel_events()
+    if ack_kernel:
+        _ack_kernel(klog, quiet=json_out)
+    rows = run_doctor(load_config, model, integrity=not no_integrity, klog=klog)
     if json_out:
         print_json({"worst": worst(rows), "rows": [r.to_json() for r in rows]})
     else:
@@ -46,6 +55,25 @@ def doctor(
         console.print(t)
     if worst(rows) == FAIL:
         raise typer.Exit(1)
+
+
+def _ack_kernel(klog: Any, quiet: bool) -> None:
+    from servedeck.doctor.kernel_ack import acknowledge, acks_file, read_acks, split
+
+    if not klog.readable:
+        raise UsageError(f"--ack-kernel: the kernel log is not readable here ({klog.reason}), so there is "
+                         "nothing servedeck could say was acknowledged",
+                         hint="run as a user who may read it (journalctl -k needs systemd-journal or root)")
+    new = split(klog.events, read_acks()).new
+    if not new:
+        if not quiet:
+            console.print("--ack-kernel: no kernel events that are not acknowledged already")
+        return
+    ack = acknowledge(new)
+    if not quiet:
+        console.print(f"acknowledged {ack['what']} (through {ack['through_at'] or 'events without a time'}) as "
+                      f"{ack['by']} at {ack['acknowledged_at']}, in {acks_file()}; a later event fails the kernel "
+                      "row again")
 
 
 def _n(v: Any) -> str:
@@ -87,6 +115,10 @@ def plan(
         ("weights basis", p.weights_basis, ""),
         ("KV bytes/token (model / per GPU)", f"{p.kv_bytes_per_token:,} / {p.kv_bytes_per_token_per_gpu:,}", ""),
     ]
+    if p.draft:  # speculative decoding's draft: already inside the KV and weights figures above
+        rows.append(("speculative draft (included above)", f"{p.draft}: +{p.draft_kv_bytes_per_token_per_gpu:,} B/token "
+                     f"per GPU, +{gib(p.draft_weights_bytes)} weights", ""))
+        rows.append(("draft basis", p.draft_basis, ""))
     if p.sliding_bytes_per_token_per_gpu:
         rows.append(("sliding layers: bytes/token, hold", f"{p.sliding_bytes_per_token_per_gpu:,} B × {p.sliding_hold_tokens:,} tokens", ""))
     if p.state_bytes_per_seq_per_gpu:
@@ -166,12 +198,38 @@ def gpu(json_out: bool = typer.Option(False, "--json"),
         console.print("no compute processes on any GPU")
 
 
+def _identified(r: dict) -> dict:
+    """A crash record with its build and engine version; a record from before they were kept is given
+    them from its launch folder (launch.json's build, the boot log's version) where that folder is left."""
+    if r.get("build") and r.get("engine_version"):
+        return r
+    out = dict(r)
+    d = Path(r["launch_dir"]) if r.get("launch_dir") else None
+    for name, key in (("launch.json", "build"), ("launch.json", "engine_version"), ("boot.json", "engine_version")):
+        if d is None or out.get(key):
+            continue
+        try:
+            out[key] = json.loads((d / name).read_text()).get(key)
+        except (OSError, ValueError, AttributeError):
+            pass
+    return out
+
+
+def _kernel_words(c: dict) -> str:
+    parts = []
+    for k in c.get("kernel") or []:
+        whose = k.get("whose") or "not this model's"
+        mark = "" if k.get("ours") is not False else f" ({whose})"
+        parts.append(f"Xid {k.get('code')}{mark}")
+    return ", ".join(parts)
+
+
 @app.command()
 def crashes(
     model: Optional[str] = typer.Argument(None, help="model or alias (default: all)"),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Crash history from the journal, with classified causes."""
+    """Crash history from the journal, with classified causes, grouped by build and engine version."""
     name = None
     if model:
         try:
@@ -181,7 +239,7 @@ def crashes(
     # a crash while serving, or a start that died before it was ready: both ended other than by `stop`
     journal = read_jsonl(paths.journal_file())
     warn_unreadable(journal, paths.journal_file())
-    recs = [r for r in journal
+    recs = [_identified(r) for r in journal
             if (r.get("event") == "crash" or (r.get("event") == "start" and r.get("outcome") == "failed"
                                               and r.get("cause")))
             and (name is None or r.get("model") == name)]
@@ -191,17 +249,21 @@ def crashes(
     if not recs:
         console.print(f"no crashes recorded{' for ' + name if name else ''} ({paths.journal_file()})")
         return
-    t = Table(title="crashes")
-    for col in ("when", "model", "build", "cause", "family", "evidence", "to do"):
-        t.add_column(col, overflow="fold")
-    for r in recs:
-        c = r.get("cause") or {}
-        xids = ", ".join(f"Xid {k.get('code')}" for k in c.get("kernel") or [])
-        ev = c.get("matched_line", "")[:120] + (f" [{xids}]" if xids else "")
-        t.add_row(str(r.get("at") or r.get("ts") or r.get("time") or "?"), str(r.get("model", "?")),
-                  str(r.get("build", "")), f"{c.get('id', '?')}: {c.get('summary', '')}", c.get("family", ""),
-                  ev, c.get("action", ""))
-    console.print(t)
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in recs:  # "must not be counted against 0.29.0": each build and version is counted apart
+        groups.setdefault((str(r.get("build") or "build not recorded"),
+                           str(r.get("engine_version") or "version not recorded")), []).append(r)
+    for (build, version), rows in groups.items():
+        t = Table(title=f"crashes of build {build}, engine {version}: {len(rows)}")
+        for col in ("when", "model", "cause", "family", "evidence", "to do"):
+            t.add_column(col, overflow="fold")
+        for r in rows:
+            c = r.get("cause") or {}
+            xids = _kernel_words(c)
+            ev = c.get("matched_line", "")[:120] + (f" [{xids}]" if xids else "")
+            t.add_row(str(r.get("at") or r.get("ts") or r.get("time") or "?"), str(r.get("model", "?")),
+                      f"{c.get('id', '?')}: {c.get('summary', '')}", c.get("family", ""), ev, c.get("action", ""))
+        console.print(t)
 
 
 @app.command("verify-build")

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from servedeck.config import Config
+from servedeck.config.schema import Build
 from servedeck.deck import launch as L
 from servedeck.deck import sleep as Z
 from servedeck.deck import sleepops as SO
@@ -38,9 +39,9 @@ from servedeck.deck.memwait import wait_for_memory, wait_gpu_released
 from servedeck.deck.records import LaunchState, LiveRecord, StartResult
 from servedeck.deck.slots import Running, decide
 from servedeck.deck.status import (Ending, Status, alive, classify, describe_exit, engine_named, engine_record,
-                                   ending_of, is_orphan, left_behind, statuses, with_spawned)
+                                   ending_of, footprint_of, is_orphan, left_behind, statuses, with_spawned)
 from servedeck.engines import get_engine
-from servedeck.engines.base import LaunchSpec
+from servedeck.engines.base import Engine, LaunchSpec
 from servedeck.errors import BusyError, LaunchError, RefusedError, UnknownModelError
 from servedeck.fsio import atomic_write_json
 from servedeck.supervisor import process as P
@@ -48,7 +49,7 @@ from servedeck.supervisor import ready as R
 
 # Names other rooms import from here (watch, soak, the door, campaigns): the deck's public surface.
 __all__ = ["Deck", "DeckOps", "Ending", "Status", "alive", "classify", "config_from_settings", "describe_exit",
-           "ending_of", "is_orphan", "settings_of"]
+           "ending_of", "footprint_of", "is_orphan", "settings_of"]
 
 
 class Deck:
@@ -228,14 +229,16 @@ class DeckOps:
             if left and not stop_left_behind:
                 continue
             end = ending_of(rec, self._stop_left_behind(rec, left) if left else None)
+            remove_container(rec)  # the `docker run` client died: its container may not have
+            what = L.crash_identity(Path(rec.launch_dir), rec.build)
             L.update_launch(Path(rec.launch_dir), state=end.state.value, ended_at=S.now_iso(), exit=end.exit,
-                            cause=end.cause, end_detail=end.detail,
+                            cause=end.cause, end_detail=end.detail, **what,
                             **({"left_behind": end.left_behind} if end.left_behind else {}))
             S.clear_live(model)
             if end.state != LaunchState.STOPPED:
                 event = "start" if end.state == LaunchState.FAILED else "crash"
                 S.journal(event, model, end.state.value, launch_dir=rec.launch_dir, exit=end.exit, cause=end.cause,
-                          detail=end.detail, log_tail=end.tail.splitlines()[-10:], was=rec.state.value,
+                          detail=end.detail, log_tail=end.tail.splitlines()[-10:], was=rec.state.value, **what,
                           **({"left_behind": end.left_behind} if end.left_behind else {}))
             if rec.state == LaunchState.ASLEEP:
                 # Not relaunched: another model holds its slot, so a cold start would be refused (the
@@ -350,7 +353,10 @@ class DeckOps:
         return res
 
     def _launch(self, name: str, cfg: Config, *, reason: str, settings: dict | None = None) -> LiveRecord:
+        from servedeck.doctor.build import build_version
+        from servedeck.gpu import inventory
         from servedeck.gpu.fit import refuse_unless_fits
+        from servedeck.gpu.modelplan import model_gpus
 
         spec = self.deck.render(name, cfg)
         model = cfg.models[name]
@@ -368,14 +374,22 @@ class DeckOps:
                                hint="stop that process, or give the model another port in models.toml")
         siblings = cfg.siblings(name)  # a replica's siblings stay: their memory counts
         mates = [m for m, r in self.running().items() if r.slot == model.slot and m not in siblings]
+        inv = inventory()
         try:
-            refuse_unless_fits(cfg, name, slot_mates=mates)
+            refuse_unless_fits(cfg, name, slot_mates=mates, inv=inv)
         except RefusedError as e:
             S.journal(reason, name, "refused", reason="gpu memory", detail=e.message)
             raise
-        d = L.new_launch_dir(name)  # a servedeck killed from here to the live record leaves only this folder
-        lrec = L.write_start(d, spec, model.build, str(cfg.path), reason)
         build = cfg.deck.builds[model.build]
+        engine = get_engine(spec.engine)
+        # what a crash record must say it was a crash of (the build's version: the engine may die before
+        # it says its own), and the GPUs' PCI addresses, by which a kernel Xid names the card it is about
+        version, version_source = build_version(build, cfg)
+        pci = {str(i): inv.gpu(i).pci_bus_id for i in model_gpus(model, engine, inv)
+               if inv.available and inv.gpu(i) is not None and inv.gpu(i).pci_bus_id}
+        d = L.new_launch_dir(name)  # a servedeck killed from here to the live record leaves only this folder
+        lrec = L.write_start(d, spec, model.build, str(cfg.path), reason, engine_version=version,
+                             engine_version_source=version_source, gpus_pci=pci or None)
         # Recorded before the spawn, pid not yet known: a servedeck killed at any point of the spawn
         # leaves a record whose owner is gone, and the next one reaps the shim it finds by the launch
         # folder (status.with_spawned), or settles the start as cut short when none was spawned.
@@ -398,10 +412,11 @@ class DeckOps:
         try:
             ready = R.wait_ready(spec, lambda: P.alive(proc.pid, proc.create_time), model.ready_timeout_s)
         except (R.Died, R.TimedOut, KeyboardInterrupt) as e:
-            self._failed_start(live, e)
+            self._failed_start(live, e, build)
             raise  # _failed_start raises LaunchError for Died/TimedOut; Ctrl-C propagates after cleanup
-        boot = get_engine(spec.engine).parse_boot(L.log_tail(d, 4000))
+        boot = engine.parse_boot(L.log_tail(d, 4000))
         atomic_write_json(d / "boot.json", boot)
+        _engine_said(d, engine, build, boot.get("engine_version"))
         self._record_plan(name, cfg, boot, d)
         eng = engine_record(d)
         live.state, live.ready_at, live.ready_t = LaunchState.READY, S.now_iso(), time.time()
@@ -424,11 +439,12 @@ class DeckOps:
             P.stop_group(shim.pgid, 5.0)
         why = "interrupted" if isinstance(err, KeyboardInterrupt) else \
             f"could not spawn its supervisor: {type(err).__name__}: {err}"
-        L.update_launch(d, state=LaunchState.FAILED.value, ended_at=S.now_iso(), end_detail=why)
+        what = L.crash_identity(d, live.build)
+        L.update_launch(d, state=LaunchState.FAILED.value, ended_at=S.now_iso(), end_detail=why, **what)
         S.clear_live(live.model)
-        S.journal("start", live.model, "failed", launch_dir=str(d), detail=why)
+        S.journal("start", live.model, "failed", launch_dir=str(d), detail=why, **what)
 
-    def _failed_start(self, live: LiveRecord, err: BaseException) -> None:
+    def _failed_start(self, live: LiveRecord, err: BaseException, build: Build | None = None) -> None:
         d = Path(live.launch_dir)
         timed_out = isinstance(err, R.TimedOut)
         interrupted = isinstance(err, KeyboardInterrupt)
@@ -442,13 +458,18 @@ class DeckOps:
         remove_container(live)
         exit_info = R.read_exit(d)
         tail = L.log_tail(d, 40)
-        cause = classify(tail, exit_info, time.time(), live.engine)
+        log = L.log_for_causes(d)
+        mine = footprint_of(d, live.image, live.pid, engine_record(d).get("engine_pid"))
+        cause = classify(log, exit_info, time.time(), live.engine, mine)
+        engine = get_engine(live.engine)
+        _engine_said(d, engine, build, engine.parse_boot(log).get("engine_version"))
+        what = L.crash_identity(d, live.build)
         why = "interrupted" if interrupted else str(err) if timed_out else describe_exit(exit_info, d)
         L.update_launch(d, state=LaunchState.FAILED.value, ended_at=S.now_iso(), exit=exit_info, cause=cause,
-                        end_detail=why)
+                        end_detail=why, **what)
         S.clear_live(live.model)
         S.journal("start", live.model, "failed", launch_dir=str(d), exit=exit_info, cause=cause, detail=why,
-                  log_tail=tail.splitlines()[-10:])
+                  log_tail=tail.splitlines()[-10:], **what)
         if interrupted:
             return
         raise LaunchError(
@@ -478,10 +499,11 @@ class DeckOps:
         why = f"orphaned: the servedeck process that started it (pid {rec.owner_pid}) is gone"
         if stored is not None and stored.pid is None:
             why += f" before recording its shim's pid (the shim, pid {rec.pid}, was found by its launch folder)"
+        what = L.crash_identity(d, rec.build)
         L.update_launch(d, state=LaunchState.FAILED.value, ended_at=S.now_iso(), exit=R.read_exit(d), stop=result,
-                        end_detail=why)
+                        end_detail=why, **what)
         S.clear_live(name)
-        S.journal("start", name, "orphan-reaped", launch_dir=str(d), detail=why, killed=result.get("killed"))
+        S.journal("start", name, "orphan-reaped", launch_dir=str(d), detail=why, killed=result.get("killed"), **what)
         return {"model": name, "outcome": "orphan-reaped", **result}
 
     # --- stop -------------------------------------------------------------------------------
@@ -502,6 +524,15 @@ class DeckOps:
         S.journal("stop", name, "stopped", reason=reason, launch_dir=str(d), killed=result.get("killed"),
                   took_s=result.get("took_s"), port_free=ended["port_free"], gpu_released=ended["gpu_released"])
         return {"model": name, "outcome": "stopped", **ended}
+
+
+def _engine_said(d: Path, engine: Engine, build: Build | None, stated: str | None) -> None:
+    """The engine's own word on its version (its boot log), through its adapter (llama.cpp from the sdist
+    says b0), replaces the build's in launch.json; nothing said, the build's stays."""
+    said = engine.version(build, stated) if stated else None
+    if said:
+        L.update_launch(d, engine_version=said, engine_version_source="the engine's boot log"
+                        if said == stated else "the boot log, read by its adapter")
 
 
 def _end_group(rec: LiveRecord, grace_s: float) -> dict:

@@ -6,6 +6,8 @@
         launch.json  servedeck's record: spec, state, readiness, end and classified cause
         boot.json    facts parsed from the boot log (KV tokens, load times, slots, ...)
         engine.json  the engine's own pid (written by the shim)
+        pids.json    every pid the engine's process group had (written by the shim as they appear): a
+                     kernel Xid names the process that faulted, and after a crash they are gone
         exit.json    how the engine ended: return code or signal (written by the shim)
 """
 
@@ -19,6 +21,7 @@ from pathlib import Path
 from servedeck import __version__, paths
 from servedeck.deck.state import now_iso
 from servedeck.engines.base import LaunchSpec
+from servedeck.doctor.forensics import read_log
 from servedeck.fsio import atomic_write_json, atomic_write_text, tail_text
 
 
@@ -62,11 +65,13 @@ def shell_lines(argv: list[str]) -> list[str]:
     return out
 
 
-def write_start(d: Path, spec: LaunchSpec, build_name: str, config_path: str, reason: str) -> dict:
+def write_start(d: Path, spec: LaunchSpec, build_name: str, config_path: str, reason: str, **facts) -> dict:
+    """launch.json at the start; `facts`: what else is known before the spawn (the build's engine version,
+    the GPUs' PCI addresses)."""
     atomic_write_text(d / "cmd.sh", cmd_sh(spec, build_name, config_path), mode=0o755)
     rec = {"schema": 1, "model": spec.model, "engine": spec.engine, "build": build_name, "slot": spec.slot,
            "port": spec.port, "spec": spec.to_json(), "config_path": config_path, "reason": reason,
-           "state": "starting", "started_at": now_iso(), "launch_dir": str(d)}
+           "state": "starting", "started_at": now_iso(), "launch_dir": str(d), **facts}
     atomic_write_json(d / "launch.json", rec)
     return rec
 
@@ -87,6 +92,29 @@ def update_launch(d: Path, **changes) -> dict:
 
 def log_tail(d: Path, lines: int = 30) -> str:
     return tail_text(Path(d) / "engine.log", lines)
+
+
+def log_for_causes(d: Path) -> str:
+    """engine.log whole, or its head and tail when very large (forensics.read_log): what a cause is looked for in."""
+    return read_log(Path(d) / "engine.log")
+
+
+def pids_seen(d: Path) -> list[int] | None:
+    """Every pid the launch's process group had, as its shim noted them; None when it noted none (a
+    launch from before the shim kept them: then the engine's own children are not known)."""
+    try:
+        pids = json.loads((Path(d) / "pids.json").read_text()).get("pids")
+    except (FileNotFoundError, json.JSONDecodeError, AttributeError):
+        return None
+    return [int(p) for p in pids] if isinstance(pids, list) else None
+
+
+def crash_identity(d: Path, build_name: str) -> dict:
+    """What a crash record says it was a crash of: the build, and the engine version the launch ran
+    (servedeck `crashes` groups by both; "must not be counted against 0.29.0" is read from them)."""
+    rec = read_launch(d)
+    return {"build": rec.get("build") or build_name, "engine_version": rec.get("engine_version"),
+            "engine_version_source": rec.get("engine_version_source")}
 
 
 def past_launches(model: str) -> list[Path]:

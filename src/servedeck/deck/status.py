@@ -10,7 +10,7 @@ import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from servedeck.deck import launch as L
 from servedeck.deck import state as S
@@ -20,14 +20,32 @@ from servedeck.deck.sleepops import describe_asleep
 from servedeck.supervisor import process as P
 from servedeck.supervisor import ready as R
 
+if TYPE_CHECKING:
+    from servedeck.doctor.forensics import Footprint
 
-def classify(log_tail: str, exit_info: dict | None, when: float | None, engine: str) -> dict:
+
+def classify(log: str, exit_info: dict | None, when: float | None, engine: str,
+             footprint: "Footprint | None" = None) -> dict:
     """The classified cause of an ending, from the forensic catalogue (doctor/forensics), among the
-    signatures that apply to the engine that wrote the log."""
+    signatures that apply to the engine that wrote the log; the kernel's events around `when` are
+    weighed only when `footprint` (`footprint_of`) does not say they are another process's."""
     from servedeck.doctor.forensics import classify as catalogue_classify
     from servedeck.doctor.kernel import events_near
 
-    return catalogue_classify(log_tail, exit_info, events_near(when) if when else [], engine=engine)
+    return catalogue_classify(log, exit_info, events_near(when) if when else [], engine=engine, footprint=footprint)
+
+
+def footprint_of(launch_dir: str | Path, image: str | None, *pids: int | None) -> "Footprint":
+    """The launch's processes and GPUs as its folder records them (doctor.forensics.Footprint). Its pids
+    are known only when its shim noted them (pids.json) and it ran outside a container: a container's
+    processes are not in servedeck's process group, so its kernel events are told by GPU alone."""
+    from servedeck.doctor.forensics import Footprint
+
+    d = Path(launch_dir)
+    seen = None if image else L.pids_seen(d)
+    known = None if seen is None else frozenset([*seen, *(p for p in pids if p)])
+    gpus = L.read_launch(d).get("gpus_pci")
+    return Footprint(pids=known, gpus=tuple(gpus.values()) if isinstance(gpus, dict) and gpus else None)
 
 
 def describe_exit(exit_info: dict | None, launch_dir: str | Path | None = None) -> str:
@@ -80,7 +98,10 @@ def ending_of(rec: LiveRecord, left_behind: dict | None = None) -> Ending:
     tail = L.log_tail(d, 40)
     state = LaunchState.after_death(rec.state)
     ended = (exit_info or {}).get("ended_at") or time.time()
-    cause = classify(tail, exit_info, ended, rec.engine) if state != LaunchState.STOPPED else None
+    cause = None
+    if state != LaunchState.STOPPED:
+        mine = footprint_of(d, rec.image, rec.pid, rec.engine_pid, engine_record(d).get("engine_pid"))
+        cause = classify(L.log_for_causes(d), exit_info, ended, rec.engine, mine)
     if left_behind and not exit_info and cause and cause.get("id") == "unknown":  # nothing in the log or the kernel's: say what is known
         cause = {**cause, "id": "supervisor-killed", "family": "supervisor",
                  "summary": "the supervisor shim was killed from outside (a SIGKILL, or the OOM killer)",

@@ -272,3 +272,13 @@ def verify_build(build: "Build", name: str = "", cfg: "Config | None" = None, in
     else:
         rep.integrity_skip = "not asked for"
     return rep
+
+
+def build_version(build: "Build", cfg: "Config | None" = None) -> tuple[str | None, str]:
+    """(engine version, where it was read) of a build as installed, without hashing anything: what a launch
+    records at its start, so its crash record says what ran even when the engine died before saying it.
+    A container image states no version outside itself: its reference (the tag) is recorded."""
+    if build.kind == "image":
+        return build.image, "image reference"
+    rep = verify_build(build, cfg=cfg, integrity=False)
+    return rep.engine_version, rep.version_source

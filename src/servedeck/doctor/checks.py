@@ -16,6 +16,7 @@ import psutil
 
 from servedeck.doctor.build import BuildReport, verify_build
 from servedeck.doctor.kernel import KernelLog, read_kernel_events
+from servedeck.doctor.kernel_ack import read_acks, split
 from servedeck.doctor.weights import check_source
 from servedeck.errors import ServedeckError
 from servedeck.gpu.fit import FITS, NO_ROOM, RUNNING, fit_of, needs_plan
@@ -250,34 +251,51 @@ def _draw_now(inv: Inventory) -> "dict[int, dict] | str | None":
 
 
 # ---------------------------------------------------------------- kernel
-def check_kernel(klog: KernelLog) -> Row:
+def _events_text(events: list) -> list[str]:
+    by_code: dict[int, list] = {}
+    for e in events:
+        if e.kind == "xid":
+            by_code.setdefault(int(e.code or 0), []).append(e)
+
+    def boots_of(es: list) -> str:
+        return ", ".join(dict.fromkeys(e.boot_label for e in es))
+
+    parts = [f"Xid {c} ×{len(es)} ({es[0].meaning}; last {es[-1].line[:19] if es[-1].at else 'time unknown'}; "
+             f"in {boots_of(es)})" for c, es in sorted(by_code.items())]
+    ooms = [e for e in events if e.kind == "oom-kill"]
+    if ooms:
+        parts.append(f"OOM killer ×{len(ooms)} ({', '.join(sorted({e.process or '?' for e in ooms}))}; "
+                     f"in {boots_of(ooms)})")
+    return parts
+
+
+def check_kernel(klog: KernelLog, acks: list[dict] | None = None) -> Row:
+    """Xid and OOM-killer events in every boot the journal keeps. Events a user acknowledged
+    (`servedeck doctor --ack-kernel`, doctor/kernel_ack.py) are shown but judge nothing; newer ones do."""
     if not klog.readable:
         return Row("kernel", "", SKIP, f"kernel log not readable: {klog.reason}",
                    "run as a user who may read it (journalctl -k needs systemd-journal or root; dmesg needs "
                    "kernel.dmesg_restrict=0)")
-    xids = klog.xids
-    ooms = [e for e in klog.events if e.kind == "oom-kill"]
     over = f"{klog.lines_read:,} kernel lines, {klog.boots_read} boot{'s' if klog.boots_read != 1 else ''}"
-    if not xids and not ooms:
+    if not klog.events:
         return Row("kernel", "", OK, f"no NVRM Xid events ({over} from {klog.source})")
-    by_code: dict[int, list] = {}
-    for e in xids:
-        by_code.setdefault(int(e.code or 0), []).append(e)
-
-    def boots_of(es: list) -> str:
-        labels = list(dict.fromkeys(e.boot_label for e in es))
-        return ", ".join(labels)
-
-    parts = [f"Xid {c} ×{len(es)} ({es[0].meaning}; last {es[-1].line[:19] if es[-1].at else 'time unknown'}; "
-             f"in {boots_of(es)})" for c, es in sorted(by_code.items())]
-    if ooms:
-        parts.append(f"OOM killer ×{len(ooms)} ({', '.join(sorted({e.process or '?' for e in ooms}))}; "
-                     f"in {boots_of(ooms)})")
+    seen = split(klog.events, acks or [])
+    data = {"events": [e.to_json() for e in klog.events], "acknowledged": len(seen.acked)}
+    acked = ""
+    if seen.acked:
+        a = seen.last_ack or {}
+        acked = (f"acknowledged by {a.get('by', '?')} on {a.get('acknowledged_at', '?')}: "
+                 + "; ".join(_events_text(seen.acked)))
+    if not seen.new:
+        return Row("kernel", "", OK, f"no NVRM Xid events since the acknowledged ones ({acked}; read {over} "
+                                     f"from {klog.source})", data=data)
+    xids = [e for e in seen.new if e.kind == "xid"]
+    parts = _events_text(seen.new) + ([acked] if acked else []) + [f"read {over} from {klog.source}"]
     severe = any(e.severity in ("device", "node") for e in xids)
     actions = sorted({e.action for e in xids if e.severity in ("device", "node")}) or sorted({e.action for e in xids})
-    parts.append(f"read {over} from {klog.source}")
-    return Row("kernel", "", FAIL if severe else WARN, "; ".join(parts),
-               " | ".join(actions) or "see host RAM", {"events": [e.to_json() for e in klog.events]})
+    action = " | ".join(actions) or "see host RAM"
+    action += "; once read, `servedeck doctor --ack-kernel` acknowledges them (shown, no longer failing this row)"
+    return Row("kernel", "", FAIL if severe else WARN, "; ".join(parts), action, data)
 
 
 # ---------------------------------------------------------------- all of it
@@ -289,8 +307,9 @@ def run_doctor(load: Callable[[], "Config"], model: str | None = None, *, inv: I
     rows.append(cfg_row)
     inv = inv if inv is not None else inventory()
     klog = klog if klog is not None else read_kernel_events()
+    acks = read_acks()
     if cfg is None:
-        rows += [check_power(None, inv, _draw_now(inv)), check_kernel(klog)]
+        rows += [check_power(None, inv, _draw_now(inv)), check_kernel(klog, acks)]
         return rows
     names = [cfg.resolve(model)] if model else sorted(cfg.models)
     builds = sorted({cfg.models[n].build for n in names if cfg.models[n].build in cfg.deck.builds})
@@ -312,7 +331,7 @@ def run_doctor(load: Callable[[], "Config"], model: str | None = None, *, inv: I
         m = cfg.models[n]
         rows += [check_weights(cfg, n), check_port(cfg, n, records), check_gpu(cfg, n, inv, holdings, plan_for),
                  check_host_ram(n, m, asleep=asleep_pins)]
-    rows += [check_power(cfg.deck.host, inv, _draw_now(inv)), check_kernel(klog)]
+    rows += [check_power(cfg.deck.host, inv, _draw_now(inv)), check_kernel(klog, acks)]
     return rows
 
 

@@ -7,11 +7,14 @@ the supervisor does that.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Optional
 
+from servedeck import paths
 from servedeck.engines.sleepmode import Call, ExpandPath, levels_wanted, sleep_key_text
 from servedeck.redact import redact_argv, redact_env
 
@@ -118,6 +121,22 @@ def render_args(args: dict[str, Any]) -> list[str]:
         else:
             out += [flag_, str(value)]
     return out
+
+
+# Container names docker and podman accept (`names must match [a-zA-Z0-9][a-zA-Z0-9_.-]*`, podman 4.3; docker's
+# daemon says the same): a model name may hold anything TOML allows, a campaign cell an `@` (`qwen38_27b@tp4`).
+_NOT_IN_CONTAINER_NAMES = re.compile(r"[^a-zA-Z0-9_.-]+")
+
+
+def container_name(model: str) -> str:
+    """The container a launch of `model` runs in: `servedeck-<model, cleaned>-<8 hex>`. Cleaned: accents
+    dropped, every run of other characters one `-`, at most 48 of them. The hex (sha256 of this
+    SERVEDECK_HOME and the model's exact name) keeps it unique where cleaning alone would not: `a@b` and
+    `a+b`, or one model under two homes on one container engine, where `rm -f` of one would end the other."""
+    ascii_name = unicodedata.normalize("NFKD", model).encode("ascii", "ignore").decode()
+    clean = _NOT_IN_CONTAINER_NAMES.sub("-", ascii_name).strip("-._")[:48].rstrip("-._") or "model"
+    tag = hashlib.sha256(f"{paths.home().resolve()}\0{model}".encode()).hexdigest()[:8]
+    return f"servedeck-{clean}-{tag}"
 
 
 Post = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]  # POST path+JSON → JSON, errors raised by the caller
@@ -282,6 +301,9 @@ class Engine:
     # Per-response `timings` fields saying the same for one request (servedeck name → field).
     spec_timings: dict[str, str] = {}
     spec_note: str = ""  # how this engine's counters are to be read, shown beside its figures
+    # Said when the server returns no logprobs of the prompt's own tokens, which loglikelihood and
+    # multiple-choice evaluations (lm-eval) score by: "" when it returns them.
+    no_prompt_logprobs: str = ""
     # Where the engine reports a request's own tokens, so two launches' outputs compare token by
     # token: extra body keys for a non-streamed chat request, read back by `output_token_ids`.
     output_tokens_request: dict[str, Any] = {}
@@ -445,6 +467,29 @@ class Engine:
         n = model.tp * model.pp * model.dp
         return visible[:n] if len(visible) >= n else list(range(n))
 
+    # the flag whose JSON the engine merges into the model's config.json (vLLM --hf-overrides); None: none
+    config_override_flag: Optional[str] = None
+
+    def config_overrides(self, model: "Model") -> dict[str, Any]:
+        """What this launch overrides in the model's config.json (a models.toml table, or the JSON string the
+        flag takes), so that a plan reads the config the engine will: seed 000's 1M run set its YaRN rope
+        scaling this way. {} when it overrides nothing. A value that is not a JSON object is a user mistake."""
+        from servedeck.errors import UsageError
+
+        raw = self.arg(model, self.config_override_flag) if self.config_override_flag else None
+        if raw is None or raw is False:
+            return {}
+        if isinstance(raw, str):
+            try:
+                raw = json.loads(raw)
+            except ValueError as e:
+                raise UsageError(f"args.{self.config_override_flag.lstrip('-')}: not JSON ({e})",
+                                 hint="write it as a TOML table, or as a JSON object in a string") from None
+        if not isinstance(raw, dict):
+            raise UsageError(f"args.{self.config_override_flag.lstrip('-')}: expected a JSON object, got {raw!r}",
+                             hint='e.g. { text_config = { rope_parameters = { rope_type = "yarn", factor = 4.0 } } }')
+        return raw
+
     def plan_knobs(self, model: "Model", env: dict[str, str]) -> dict[str, Any]:
         """What the memory planner needs from this launch's flags and env (PlanInputs fields)."""
         kvmem = self.arg(model, "kv_cache_memory_bytes")
@@ -539,8 +584,11 @@ class Engine:
         import os
 
         gpus = "all" if not model.gpus else '"device=' + ",".join(str(g) for g in model.gpus) + '"'
-        argv = [build.docker, "run", "--rm", "--name", f"servedeck-{name}", "--gpus", gpus,
-                "--ipc=host", "--network=host", f"--shm-size={build.shm_size}"]
+        argv = [build.docker, "run", "--rm", "--name", container_name(name), "--gpus", gpus, "--ipc=host", "--network=host"]
+        if "podman" not in os.path.basename(build.docker):
+            # podman refuses --shm-size beside --ipc=host ("cannot set shmsize when running in the host IPC
+            # namespace", 4.3); docker accepts it, as the seed's cmd.sh has both. /dev/shm is the host's either way.
+            argv.append(f"--shm-size={build.shm_size}")
         if model.cpus:
             from servedeck.hostcpu import numa_nodes_of
 

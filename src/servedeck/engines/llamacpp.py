@@ -72,6 +72,8 @@ class LlamaCpp(Engine):
                  "build 11434), so its mean acceptance length is per request, as its log's 'mean len'; "
                  "tokens per step is the figure comparable across engines")
     spec_timings = {"draft_tokens": "draft_n", "accepted_tokens": "draft_n_accepted"}
+    # it scores only what it generates (n_probs / logprobs of the answer), never the prompt's tokens
+    no_prompt_logprobs = "llama-server returns no prompt logprobs"
     # logprobs make each token's id and bytes part of the answer
     output_tokens_request = {"logprobs": True, "top_logprobs": 1}
 

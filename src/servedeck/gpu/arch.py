@@ -71,6 +71,14 @@ class Arch:
     kv_dtype_hint_why: str = ""
     quantization: str | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # the trained window (max_position_embeddings) when rope scaling stretches it: max_context is then
+    # the scaled one (YaRN factor × original_max_position_embeddings), and rope_scaling says how
+    trained_context: int | None = None
+    rope_scaling: str = ""
+    # multi-token-prediction layers the checkpoint carries (mtp_num_hidden_layers, num_nextn_predict_layers):
+    # a speculative config naming MTP runs them as a draft, with their own KV cache and weights
+    mtp_layers: int = 0
+    mtp_weights_bytes: int = 0  # estimated from config.json (what they add when weights are estimated too)
 
     def count(self, kind: str) -> int:
         return sum(1 for k in self.layer_kinds if k == kind)
@@ -87,6 +95,33 @@ def _text_config(cfg: dict[str, Any]) -> dict[str, Any]:
         merged.setdefault("model_type", cfg.get("model_type", ""))
         return merged
     return cfg
+
+
+# RoPE types whose `factor` stretches the trained window (transformers' modeling_rope_utils); "default"
+# and the rest leave it as trained. YaRN-like types stretch original_max_position_embeddings.
+_STRETCHING = {"yarn", "deepseek_yarn", "dynamic", "linear", "longrope", "llama3"}
+
+
+def rope_limit(c: dict[str, Any]) -> tuple[int | None, int | None, str]:
+    """(the longest context the rope scaling allows, the trained window, how) from `rope_parameters`
+    (transformers 5) or `rope_scaling` (4.x), flat or one dict per layer type. No stretching scaling:
+    (max_position_embeddings, None, "")."""
+    trained = c.get("max_position_embeddings")
+    rp = c.get("rope_parameters") or c.get("rope_scaling")
+    if isinstance(rp, dict) and rp and all(isinstance(v, dict) for v in rp.values()):
+        rp = next((v for v in rp.values() if v.get("factor")), {})  # per layer type: one factor for all
+    if not isinstance(rp, dict):
+        return trained, None, ""
+    kind = str(rp.get("rope_type") or rp.get("type") or "default")
+    factor = rp.get("factor")
+    if kind not in _STRETCHING or not isinstance(factor, (int, float)) or factor <= 1:
+        return trained, None, ""
+    original = rp.get("original_max_position_embeddings") or c.get("original_max_position_embeddings") or trained
+    if not original:
+        return trained, None, ""
+    scaled = int(original * factor)
+    how = f"{kind} ×{factor:g} of {int(original):,} trained positions"
+    return max(scaled, int(trained or 0)), int(original), how
 
 
 def _layer_kinds(c: dict[str, Any], layers: int) -> tuple[str, ...]:
@@ -177,6 +212,27 @@ def estimate_params(c: dict[str, Any]) -> tuple[int, int]:
     return linear, embed
 
 
+def mtp_layers(c: dict[str, Any]) -> int:
+    """How many multi-token-prediction layers config.json declares (vLLM reads mtp_num_hidden_layers
+    for Qwen3.5-style checkpoints and num_nextn_predict_layers for DeepSeek, GLM, Qwen3-Next, MiMo ...)."""
+    n = c.get("mtp_num_hidden_layers") or c.get("num_nextn_predict_layers") or 0
+    return int(n) if isinstance(n, (int, float)) and n > 0 else 0
+
+
+def estimate_mtp_params(c: dict[str, Any]) -> int:
+    """Parameters of the MTP layers: each is one decoder layer of the model's own kind (full attention or
+    MLA; MoE where the model is) plus the projection that joins the embedding to the hidden state (2h × h)
+    and its norms. Estimated like estimate_params: a checkpoint's files hold the exact figure."""
+    n = mtp_layers(c)
+    if not n:
+        return 0
+    one = dict(c, num_hidden_layers=1, layer_types=None, full_attention_interval=None, sliding_window=None,
+               first_k_dense_replace=0, mlp_only_layers=[], vocab_size=0)
+    layer, _ = estimate_params(one)
+    h = int(c["hidden_size"])
+    return n * (layer + 2 * h * h + 2 * h)
+
+
 def linear_attn(c: dict[str, Any]) -> LinearAttn | None:
     if not c.get("linear_num_value_heads"):
         return None
@@ -189,14 +245,28 @@ def linear_attn(c: dict[str, Any]) -> LinearAttn | None:
     )
 
 
+def with_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """config.json as the engine sees it after its overrides (vLLM's --hf-overrides): a nested config
+    (`text_config`, any `*_config` table) is updated key by key, any other value is replaced whole, as
+    vLLM 0.32's `_apply_dict_overrides` does (so `rope_parameters` is the override's, not a merge)."""
+    out = dict(raw)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and key.endswith("_config") and isinstance(out.get(key), dict):
+            out[key] = with_overrides(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
 def from_hf_config(
     raw: dict[str, Any],
     source: str,
     weights_bytes: int | None = None,
     extra_quant: dict[str, Any] | None = None,
 ) -> Arch:
-    """`raw` is config.json as loaded; `weights_bytes` the weight files' size when known;
-    `extra_quant` an hf_quant_config.json (ModelOpt) when the snapshot has one."""
+    """`raw` is config.json as loaded (with the launch's overrides applied: `with_overrides`);
+    `weights_bytes` the weight files' size when known; `extra_quant` an hf_quant_config.json (ModelOpt)
+    when the snapshot has one."""
     c = _text_config(raw)
     try:
         L, h, heads = int(c["num_hidden_layers"]), int(c["hidden_size"]), int(c["num_attention_heads"])
@@ -222,12 +292,16 @@ def from_hf_config(
         if qmethod:
             notes.append("weights estimated for a quantised checkpoint without its files: treat as rough")
     window = c.get("sliding_window") if "sliding" in kinds else None
+    longest, trained, how = rope_limit(c)
+    mtp_bytes = int(estimate_mtp_params(c) * ((_quant_bits(q) / 8) if qmethod else dtype_bytes(dtype))) \
+        if mtp_layers(c) else 0
     return Arch(
         source=source,
         model_type=str(c.get("model_type", "")),
         layers=L, hidden=h, heads=heads, kv_heads=kv, head_dim=hd, dtype=dtype, layer_kinds=kinds,
         vocab=int(c.get("vocab_size", 0)), intermediate=int(c.get("intermediate_size", 0)),
-        max_context=c.get("max_position_embeddings"),
+        max_context=longest, trained_context=trained, rope_scaling=how,
+        mtp_layers=mtp_layers(c), mtp_weights_bytes=mtp_bytes,
         sliding_window=int(window) if window else None,
         kv_lora_rank=c.get("kv_lora_rank"), qk_rope_head_dim=c.get("qk_rope_head_dim"),
         linear=linear_attn(c) if "linear" in kinds else None,

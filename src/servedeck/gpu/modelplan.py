@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from servedeck.engines import Engine, get_engine
 from servedeck.errors import PlanError, ServedeckError
 from servedeck.gpu import measured
-from servedeck.gpu.arch import Arch, from_gguf, from_hf_config
+from servedeck.gpu.arch import Arch, from_gguf, from_hf_config, with_overrides
 from servedeck.gpu.gguf_header import GGUFError, read_header
 from servedeck.gpu.nvml import Inventory
 from servedeck.gpu.plan import DEFAULT_MAX_BATCHED, DEFAULT_MAX_NUM_SEQS, Plan, PlanInputs, compute
@@ -33,7 +33,9 @@ def source_files(cfg: "Config", name: str) -> SourceFiles:
     return resolve(src, engine_env(model, build), str(rev) if rev else None, base=cfg.path.parent)
 
 
-def load_arch(sf: SourceFiles) -> Arch:
+def load_arch(sf: SourceFiles, overrides: dict[str, Any] | None = None) -> Arch:
+    """The model's shape from its files; `overrides` (the engine's config overrides, --hf-overrides)
+    applied to config.json first, as the engine applies them."""
     if sf.problem:
         raise PlanError(f"cannot plan: {sf.problem}", hint="see `servedeck doctor MODEL`: its weights row says more")
     gguf = next((w for w in sf.weight_files if w.suffix == ".gguf"), None) if sf.config_path is None else None
@@ -46,6 +48,8 @@ def load_arch(sf: SourceFiles) -> Arch:
     raw = read_json(sf.config_path)
     if raw is None:
         raise PlanError(f"cannot plan: {sf.config_path} is missing or not valid JSON")
+    if overrides:
+        raw = with_overrides(raw, overrides)
     exact = safetensors_total(sf)
     weights = exact if exact is not None else sf.weights_bytes
     extra = read_json(sf.path / "hf_quant_config.json") if sf.path else None
@@ -61,8 +65,32 @@ def model_gpus(model: "Model", engine: Engine, inv: Inventory | None) -> list[in
     return engine.default_gpus(model, have)
 
 
+def draft_of(cfg: "Config", name: str) -> dict[str, Any]:
+    """The launch's speculative decoding as its adapter reads the rendered argv, and the draft model's shape
+    when it names one (PlanInputs fields: speculation, draft, draft_tp, draft_problem)."""
+    model = cfg.models[name]
+    build = cfg.deck.builds[model.build]
+    engine = get_engine(build.engine)
+    spec = engine.speculation(engine.render(name, cfg).argv)
+    if not spec:
+        return {}
+    conf = spec.get("config") if isinstance(spec.get("config"), dict) else {}
+    src = spec.get("draft_model") or conf.get("model")
+    out: dict[str, Any] = {"speculation": {k: v for k, v in spec.items() if k != "config"} | {"config": conf}}
+    if conf.get("draft_tensor_parallel_size"):
+        out["draft_tp"] = int(conf["draft_tensor_parallel_size"])
+    if src:
+        src = str(src)
+        local = cfg.expand(src) if src.startswith(("/", "~", ".", "$")) else src
+        try:
+            out["draft"] = load_arch(resolve(local, engine_env(model, build), None, base=cfg.path.parent))
+        except PlanError as e:
+            out["draft_problem"] = f"draft model {src}: {e.message}"
+    return out
+
+
 def inputs_for(model: "Model", build: "Build", gpu_total_bytes: int | None,
-               measured_floor: int | None = None) -> PlanInputs:
+               measured_floor: int | None = None, draft: dict[str, Any] | None = None) -> PlanInputs:
     engine = get_engine(build.engine)
     arg = engine.arg
     knobs = engine.plan_knobs(model, engine_env(model, build))
@@ -80,6 +108,7 @@ def inputs_for(model: "Model", build: "Build", gpu_total_bytes: int | None,
         enforce_eager=bool(arg(model, "enforce_eager")),
         measured_floor_bytes=measured_floor,
         **knobs,
+        **(draft or {}),
     )
 
 
@@ -92,7 +121,7 @@ def plan_model(cfg: "Config", name: str, inv: Inventory | None = None, gpus: lis
     mname = cfg.resolve(name)
     model = cfg.models[mname]
     build = cfg.deck.builds[model.build]
-    arch = load_arch(source_files(cfg, mname))
+    arch = load_arch(source_files(cfg, mname), get_engine(build.engine).config_overrides(model))
     if gpu_total_bytes is None and inv is not None and inv.available:
         use = gpus or model_gpus(model, get_engine(build.engine), inv)
         sizes = [g.memory_total for g in inv.gpus if g.index in use]
@@ -103,7 +132,7 @@ def plan_model(cfg: "Config", name: str, inv: Inventory | None = None, gpus: lis
     if last and (last.get("predicted", {}).get("gpu_total_bytes") not in (None, gpu_total_bytes)
                  or last.get("predicted", {}).get("tp", model.tp) != model.tp):
         floor = None
-    plan = compute(arch, inputs_for(model, build, gpu_total_bytes, floor))
+    plan = compute(arch, inputs_for(model, build, gpu_total_bytes, floor, draft_of(cfg, mname)))
     return plan, last
 
 

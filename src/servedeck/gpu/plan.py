@@ -62,6 +62,12 @@ class PlanInputs:
     enforce_eager: bool = False
     parallel: int = 1  # an allocating engine's slots (llama.cpp -np)
     measured_floor_bytes: int | None = None  # per GPU, from the last boot of this model+build
+    # speculative decoding, as the launch's argv says it (the adapter's `speculation`): its method,
+    # and for a separate draft model (vLLM `model`, llama.cpp -md) that model's shape and TP degree
+    speculation: dict[str, Any] | None = None
+    draft: Arch | None = None
+    draft_tp: int | None = None
+    draft_problem: str = ""  # why a named draft model could not be read (then it is not planned, and said so)
 
 
 @dataclass
@@ -101,6 +107,12 @@ class Plan:
     need_basis: str = ""
     calibrated: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    # what speculative decoding adds (included in the figures above): the draft's KV per token on one GPU
+    # and its weights; `draft` says which draft it is (an MTP head of the checkpoint, a draft model)
+    draft: str = ""
+    draft_kv_bytes_per_token_per_gpu: int = 0
+    draft_weights_bytes: int = 0
+    draft_basis: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -167,6 +179,69 @@ def activation_estimate(arch: Arch, inp: PlanInputs, act_bytes: float) -> int:
     return int(t * per_token + logits)
 
 
+MTP_METHODS = ("mtp",)  # vLLM's method names end so: mtp, deepseek_mtp, qwen3_next_mtp, ...; SGLang's NEXTN
+
+
+@dataclass
+class _Draft:
+    """What a speculative draft adds, per token (whole model and one GPU) and in weights (whole, per GPU)."""
+
+    name: str = ""
+    grow_all: float = 0.0
+    grow: float = 0.0
+    slide_all: float = 0.0
+    slide: float = 0.0
+    weights: int = 0
+    weights_gpu: int = 0
+    basis: str = ""
+    notes: tuple[str, ...] = ()
+
+
+def _layer_kv(arch: Arch, k_dtype: str, v_dtype: str | None, tp: int) -> float:
+    """KV bytes per token of one full-attention (or MLA) layer of `arch` on one GPU."""
+    if arch.count("mla"):
+        return (int(arch.kv_lora_rank or 0) + int(arch.qk_rope_head_dim or 0)) * dtype_bytes(k_dtype)
+    return max(1, arch.kv_heads // tp) * arch.head_dim * (dtype_bytes(k_dtype) + dtype_bytes(v_dtype or k_dtype))
+
+
+def speculative_draft(arch: Arch, inp: PlanInputs, k_dt: str, v_dt: str | None) -> _Draft:
+    """The draft a speculative config runs beside the model. An MTP method runs the checkpoint's own MTP
+    layers: one decoder layer each, whose KV joins the pool (vLLM allocates the draft's attention layers in
+    the same KV cache); their weights are in the checkpoint's files (vLLM loads them only for MTP), so they
+    are added only when the weights were estimated from config.json. A draft model (vLLM `model`, EAGLE
+    heads, llama.cpp -md) adds its own weights and KV per token, on `draft_tp` GPUs. n-gram and suffix
+    methods draft from the text: nothing to add."""
+    spec = inp.speculation or {}
+    if not spec:
+        return _Draft()
+    method = str(spec.get("method") or "")
+    tp = inp.draft_tp or inp.tp
+    if inp.draft is not None:
+        d = inp.draft
+        g_all, s_all = kv_bytes(d, k_dt, v_dt)
+        g, sl = kv_bytes(d, k_dt, v_dt, tp)
+        w = int(d.weights_bytes or 0)
+        return _Draft(f"draft model {d.source} ({method or 'draft'}, tp {tp})", g_all, g, s_all, sl, w, _cdiv(w, tp),
+                      f"the draft's {d.weights_basis}; its KV per token from its config ({d.count('full') or d.layers} layers)")
+    if inp.draft_problem:
+        return _Draft(notes=(f"speculative {method or 'draft'}: {inp.draft_problem}; the draft's weights and KV "
+                             "are not in this plan",))
+    if method.lower().endswith(MTP_METHODS) or method.upper() == "NEXTN":
+        n = arch.mtp_layers
+        if not n:
+            return _Draft(notes=(f"speculative method {method!r}, but config.json declares no MTP layers "
+                                 "(mtp_num_hidden_layers / num_nextn_predict_layers): the draft is not planned",))
+        per_all, per = _layer_kv(arch, k_dt, v_dt, 1) * n, _layer_kv(arch, k_dt, v_dt, tp) * n
+        estimated = not arch.weights_basis.startswith(("weight files", "GGUF"))
+        w = arch.mtp_weights_bytes if estimated else 0
+        basis = (f"{n} MTP layer{'s' if n != 1 else ''} of the checkpoint: KV as one full-attention layer each"
+                 + (f"; weights estimated {w / GiB:.2f} GiB" if estimated else "; weights already in the files"))
+        return _Draft(f"MTP head ({n} layer{'s' if n != 1 else ''}, {spec.get('draft_max') or '?'} tokens a step)",
+                      per_all, per, 0.0, 0.0, w, _cdiv(w, inp.tp * inp.pp), basis)
+    return _Draft(notes=(f"speculative method {method!r} drafts without a model of its own: no memory added",)
+                  if method else ())
+
+
 def compute(arch: Arch, inp: PlanInputs) -> Plan:
     context = int(inp.context or arch.max_context or 0)
     if context <= 0:
@@ -175,6 +250,9 @@ def compute(arch: Arch, inp: PlanInputs) -> Plan:
     tp, pp, dp = inp.tp, inp.pp, inp.dp
     grow_all, slide_all = kv_bytes(arch, k_dt, v_dt)
     grow, slide = kv_bytes(arch, k_dt, v_dt, tp, pp)
+    draft = speculative_draft(arch, inp, k_dt, v_dt)
+    grow_all, slide_all, grow, slide = (grow_all + draft.grow_all, slide_all + draft.slide_all,
+                                        grow + draft.grow, slide + draft.slide)
     state = linear_state_bytes(arch, dtype, tp, pp)
     mem = inp.memory
     bs = inp.block_size or ((mem.cpu_block_size or mem.block_size) if inp.device == "cpu" else mem.block_size)
@@ -190,8 +268,8 @@ def compute(arch: Arch, inp: PlanInputs) -> Plan:
     grow_tokens = _cdiv(context, bs) * bs
     hold_tokens = (_cdiv(hold, bs) + 1) * bs if (hold and mem.whole_blocks_plus_one) else hold
     request = grow_tokens * grow + hold_tokens * slide + state
-    weights = int(arch.weights_bytes or 0)
-    weights_gpu = _cdiv(weights, tp * pp)
+    weights = int(arch.weights_bytes or 0) + draft.weights
+    weights_gpu = _cdiv(int(arch.weights_bytes or 0), tp * pp) + draft.weights_gpu
     counts = {k: arch.count(k) for k in ("full", "sliding", "mla", "linear") if arch.count(k)}
     plan = Plan(
         engine=inp.engine, model_type=arch.model_type, source=arch.source, layers=counts, context=context,
@@ -200,14 +278,21 @@ def compute(arch: Arch, inp: PlanInputs) -> Plan:
         kv_bytes_per_token=math.ceil(grow_all + slide_all), kv_bytes_per_token_per_gpu=math.ceil(grow),
         sliding_bytes_per_token_per_gpu=math.ceil(slide), sliding_hold_tokens=hold,
         state_bytes_per_seq_per_gpu=math.ceil(state), request_bytes_per_gpu=math.ceil(request), block_size=bs,
-        gpu_total_bytes=inp.gpu_total_bytes, notes=list(arch.notes),
+        gpu_total_bytes=inp.gpu_total_bytes, notes=list(arch.notes) + list(draft.notes), draft=draft.name,
+        draft_kv_bytes_per_token_per_gpu=math.ceil(draft.grow + draft.slide), draft_weights_bytes=draft.weights,
+        draft_basis=draft.basis,
     )
     if mem.kind == "allocate":
         _allocate(plan, arch, inp, grow, slide, state)
     else:
         _pool(plan, arch, inp, grow, slide, state, dtype)
     if arch.max_context and context > arch.max_context:
-        plan.notes.append(f"context {context:,} is above the model's max_position_embeddings {arch.max_context:,}")
+        plan.notes.append(f"context {context:,} is above the model's max_position_embeddings {arch.max_context:,}"
+                          + (f" even with its rope scaling ({arch.rope_scaling})" if arch.rope_scaling else ""))
+    elif arch.trained_context and context > arch.trained_context:
+        plan.notes.append(f"context {context:,} is past the {arch.trained_context:,} positions the model was trained "
+                          f"on, within its rope scaling ({arch.rope_scaling}, up to {arch.max_context:,}): "
+                          "a needle gate at this length says more than the plan can")
     return plan
 
 

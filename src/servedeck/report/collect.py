@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from servedeck.doctor.forensics import classify
+from servedeck.doctor.forensics import classify, read_log
 from servedeck.errors import RunError
 from servedeck.fsio import tail_text
 from servedeck.report.knobs import changed, config_knobs, knobs_of
@@ -119,7 +119,9 @@ def _read(path: Path) -> Run:
 def failure_of(run: Run) -> Failure:
     log = run.path / "server.log"
     tail = tail_text(log, 200) if log.exists() else ""
-    cause = classify(tail, None, [], engine=run.view.get("engine")) if tail else None
+    # the cause may be far above the end (a cascade follows it): looked for in the whole log, the excerpt is its end
+    whole = read_log(log) if tail else ""
+    cause = classify(whole, None, [], engine=run.view.get("engine")) if tail else None
     lines = tail.splitlines()[-EXCERPT_LINES:]
     return Failure(what=run.name, state=str(run.view.get("status")), reason=str(run.view.get("reason") or "-"),
                    cause=(cause or {}).get("summary") or "no engine log in the run folder",

@@ -31,7 +31,7 @@ from servedeck.config import Config
 from servedeck.config.schema import merge_request
 from servedeck.deck import state as S
 from servedeck.deck import launch as L
-from servedeck.deck.deck import Deck, classify, describe_exit, settings_of
+from servedeck.deck.deck import Deck, classify, describe_exit, footprint_of, settings_of
 from servedeck.deck.records import LaunchState, LiveRecord
 from servedeck.errors import RefusedError, RunError, UsageError
 from servedeck.fsio import atomic_write_json
@@ -284,7 +284,9 @@ class Soak:
             time.sleep(0.05)  # let the shim write exit.json
         exit_info = R.read_exit(d)
         tail = L.log_tail(d, 40)
-        return {"exit": exit_info, "detail": describe_exit(exit_info), "cause": classify(tail, exit_info, time.time(), self.rec.engine),
+        mine = footprint_of(d, self.rec.image, self.rec.pid, self.rec.engine_pid)
+        cause = classify(L.log_for_causes(d), exit_info, time.time(), self.rec.engine, mine)
+        return {"exit": exit_info, "detail": describe_exit(exit_info), "cause": cause,
                 "log_tail": tail.splitlines()[-15:], "launch_dir": str(d)}
 
     async def _sampler(self) -> None:

@@ -6,10 +6,12 @@ It leads the engine's process group (the spawner passes start_new_session), so a
 signal to one group. It outlives the engine on purpose: when the engine dies, by a signal or an
 exit code, the shim ends whatever the engine left in its group, then writes `exit.json` in the launch
 folder, which is how servedeck later says what an engine died of even though servedeck itself was not
-running. With --cpus it pins itself to that
-CPU set before it starts the engine, so the engine and every process it forks inherit the affinity.
+running. With --cpus it pins itself to that CPU set before it starts the engine, so the engine and every
+process it forks inherit the affinity.
 With --owner (a campaign cell on a Ray node: the worker that launched it) it stops its engine's group
-when that process is gone, so a lost worker leaves no engine behind.
+when that process is gone, so a lost worker leaves no engine behind. While the engine runs it notes
+every pid its group has had in `pids.json`: a kernel Xid names the process that faulted (vLLM's
+EngineCore, a worker), and when the crash is read those processes are gone.
 With --env-stdin it reads the engine's environment additions as one JSON object from stdin: the shim
 itself runs in servedeck's environment (a build's PYTHONPATH must not hide servedeck from it), the
 engine in that environment plus the launch's.
@@ -82,12 +84,18 @@ def main(argv: list[str]) -> int:
     orphaned: list[int] = []
     if owner:
         threading.Thread(target=_watch_owner, args=(owner, child, orphaned), daemon=True).start()
+    group = _Group(launch_dir, {os.getpid(), child.pid})
+    threading.Thread(target=group.watch, args=(child,), daemon=True).start()
     while True:
         try:
             rc = child.wait()
             break
         except InterruptedError:  # pragma: no cover - PEP 475 retries, kept for clarity
             continue
+    try:
+        group.note()  # what is left of the group as the engine ends (its helpers may outlive it a moment)
+    except OSError:
+        pass
     stragglers = _end_stragglers()
     record = {
         "returncode": rc if rc >= 0 else None,
@@ -161,6 +169,32 @@ def _watch_owner(owner: int, child: subprocess.Popen, orphaned: list[int]) -> No
         except PermissionError:
             pass  # alive, another user's
         time.sleep(1.0)
+
+
+class _Group:
+    """The pids of this process group, ever: read from /proc (stdlib only, as the rest of the shim)
+    each second, written to pids.json whenever a new one appears."""
+
+    def __init__(self, launch_dir: str, pids: set[int]):
+        self.launch_dir, self.pids, self.written = launch_dir, set(pids), None
+        self.lock = threading.Lock()
+
+    def note(self) -> None:
+        pgid = os.getpgrp()
+        found = set(_group_members(pgid))
+        with self.lock:
+            self.pids |= found
+            if self.pids != self.written:
+                _write(self.launch_dir, {"pgid": pgid, "pids": sorted(self.pids), "at": time.time()}, name="pids.json")
+                self.written = set(self.pids)
+
+    def watch(self, child: subprocess.Popen) -> None:
+        while child.poll() is None:
+            try:
+                self.note()
+            except OSError:
+                pass  # a full disk must not end the engine's supervision
+            time.sleep(1.0)
 
 
 def _write(launch_dir: str, record: dict, name: str = "exit.json") -> None:
