@@ -18,6 +18,11 @@ def serve(
     api_key: Optional[str] = typer.Option(None, "--api-key", envvar="SERVEDECK_API_KEY",
                                           help="required as a bearer key on every request (also models.toml host.api_keys)"),
     watch_interval: str = typer.Option("5s", "--watch-interval", help="the in-process watch loop's interval"),
+    watch: bool = typer.Option(True, "--watch/--no-watch",
+                               help="run the watch loop in the door (relaunches, liveness probes: one 1-token "
+                                    "completion per ready engine every host.liveness_interval_s); --no-watch: the "
+                                    "door alone, beside a `servedeck watch` of its own, or for a measurement whose "
+                                    "engines must see no request but the workload's"),
     upstream: List[str] = typer.Option([], "--upstream", help="NAME=URL: also route NAME to a server servedeck "
                                        "does not run (repeat a NAME for replicas)"),
     upstream_routing: List[str] = typer.Option([], "--upstream-routing", help="NAME=POLICY: how an --upstream "
@@ -30,7 +35,7 @@ def serve(
     from servedeck.door.admission import is_loopback
 
     cfg = load_config()
-    opts = ServeOptions(host=host, port=port, api_keys=[api_key] if api_key else [],
+    opts = ServeOptions(host=host, port=port, api_keys=[api_key] if api_key else [], watch=watch,
                         watch_interval_s=seconds(watch_interval, "--watch-interval"), log_bodies=log_bodies,
                         external=parse_upstreams(upstream))
     opts.external_routing = parse_upstream_routing(upstream_routing, opts.external)
