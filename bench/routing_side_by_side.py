@@ -75,6 +75,7 @@ import json
 import os
 import platform
 import random
+import shutil
 import signal
 import statistics
 import sys
@@ -207,6 +208,7 @@ class DeckSetup:
             cold = "replicas and router started afresh for every arm"
         return {"mode": "deck", "config": str(self.config), "model": self.entry, "members": list(self.members),
                 "engine": replicas.engine, "engine_version": _version(replicas), "between_arms": self.between,
+                "first_start_s": round(replicas.ready_s, 1),  # Deck.start of every replica, one after the other
                 "replicas": reps, "replica_argv": reps[0]["argv"],
                 "replica_cores": {r["model"]: r["cpus"] for r in reps},
                 "requests_per_replica_from": requests_source(replicas.adapter), "cold_caches": cold,
@@ -409,6 +411,26 @@ def _terminated(*_: Any) -> None:
     raise Terminated()
 
 
+def reps(a: argparse.Namespace, setup: Any, spec: ConversationsSpec, tx: Texts, budget: Optional[float],
+         result: dict[str, Any], rows: list[dict[str, Any]], work: Path, live: list[Any]) -> None:
+    """Every rep of every arm, the order rotated from rep to rep, the JSON saved after each arm; none
+    started that the time budget says will not fit."""
+    since, longest = time.monotonic(), 0.0
+    for rep in range(a.reps):
+        if rep and not budget_left(budget, since, longest, time.monotonic()):
+            result["stopped_by_budget"] = {"reps_done": rep, "elapsed_s": round(time.monotonic() - since, 1),
+                                           "longest_rep_s": round(longest, 1)}
+            console.log(f"time budget: {rep} rep(s) done in {time.monotonic() - since:.0f} s, the longest "
+                        f"{longest:.0f} s: no more fit in {budget:g} s")
+            return
+        t_rep = time.monotonic()
+        order = a.arms[rep % len(a.arms):] + a.arms[:rep % len(a.arms)]
+        for router, policy in order:
+            rows.append(arm(setup, spec, router, policy, tx, rep, work, live))
+            save(a.out, {**result, "rows": rows, "partial": True})  # an arm that fails later loses nothing
+        longest = max(longest, time.monotonic() - t_rep)
+
+
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--users", type=int, default=16)
@@ -484,57 +506,56 @@ def run(a: argparse.Namespace) -> None:
     budget = seconds(a.time_budget, "--time-budget") if a.time_budget else None
     live: list[Any] = []
     rows: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="routing-bench-") as tmp:
-        work = Path(tmp)
-        if a.config is not None:
-            os.environ["SERVEDECK_HOME"] = str(work / "home")  # the bench's own deck: the user's is not touched
-            setup: Any = DeckSetup(a.config.resolve(), a.model, a.between_arms, work / "home")
-            spec = dataclasses.replace(spec, max_context=setup.context())
-        else:
-            loc = default_locations() if not (a.llama_server and a.gguf) else {}
-            ENGINE.update(llama_server=a.llama_server or loc["llama_server"], gguf=a.gguf or loc["smollm2_gguf"],
-                          pin=not a.no_pin, extra_args=list(a.replica_arg))
-            setup = LlamaSetup(spec)
-            spec = dataclasses.replace(spec, max_context=slot_context(spec))
-        setup_spec = spec
-        spec.check(spec.max_context)  # what can be refused is refused before any boot
-        result: dict[str, Any] = {
-            "tool": "bench/routing_side_by_side.py", "argv": sys.argv[1:], "commit": git_commit(REPO),
-            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "platform": {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
-                         "load_avg_start": os.getloadavg()},
-            "vllm_router": vllm_router_version(),
-        }
-        try:
-            first = setup.start()
-            live.append(first)
-            spec = dataclasses.replace(setup_spec, max_context=setup.limit(first))
-            spec.check(spec.max_context)
-            tx = run_loop(calibrate(spec, first.urls[0], first.served_name, first.engine))
-            result.update(workload=spec.to_json(), **setup.describe(first), chars_per_token=tx.cpt,
-                          time_budget_s=budget)
-            if setup.between == "reset":
-                setup.kept = first  # booted once: emptied in place before every arm
+    # --config: the deck's state (each replica's launch folder: engine.log, and how it ended) outside the work
+    # folder, kept when the run fails, so that a replica that would not start or died can still be read
+    home = Path(tempfile.mkdtemp(prefix="routing-bench-home-")) if a.config is not None else None
+    finished = False
+    try:
+        with tempfile.TemporaryDirectory(prefix="routing-bench-") as tmp:
+            work = Path(tmp)
+            if a.config is not None:
+                os.environ["SERVEDECK_HOME"] = str(home)  # the bench's own deck: the user's is not touched
+                setup: Any = DeckSetup(a.config.resolve(), a.model, a.between_arms, home)
+                spec = dataclasses.replace(spec, max_context=setup.context())
             else:
-                first.stop()
-                live.remove(first)
-            since, longest = time.monotonic(), 0.0
-            for rep in range(a.reps):
-                if rep and not budget_left(budget, since, longest, time.monotonic()):
-                    result["stopped_by_budget"] = {"reps_done": rep, "elapsed_s": round(time.monotonic() - since, 1),
-                                                   "longest_rep_s": round(longest, 1)}
-                    console.log(f"time budget: {rep} rep(s) done in {time.monotonic() - since:.0f} s, the longest "
-                                f"{longest:.0f} s: no more fit in {budget:g} s")
-                    break
-                t_rep = time.monotonic()
-                order = a.arms[rep % len(a.arms):] + a.arms[:rep % len(a.arms)]
-                for router, policy in order:
-                    rows.append(arm(setup, spec, router, policy, tx, rep, work, live))
-                    save(a.out, {**result, "rows": rows, "partial": True})  # an arm that fails later loses nothing
-                longest = max(longest, time.monotonic() - t_rep)
-        finally:
-            for thing in reversed(live):
-                thing.stop()
+                loc = default_locations() if not (a.llama_server and a.gguf) else {}
+                ENGINE.update(llama_server=a.llama_server or loc["llama_server"], gguf=a.gguf or loc["smollm2_gguf"],
+                              pin=not a.no_pin, extra_args=list(a.replica_arg))
+                setup = LlamaSetup(spec)
+                spec = dataclasses.replace(spec, max_context=slot_context(spec))
+            setup_spec = spec
+            spec.check(spec.max_context)  # what can be refused is refused before any boot
+            result: dict[str, Any] = {
+                "tool": "bench/routing_side_by_side.py", "argv": sys.argv[1:], "commit": git_commit(REPO),
+                "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "platform": {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
+                             "load_avg_start": os.getloadavg()},
+                "vllm_router": vllm_router_version(),
+            }
+            try:
+                first = setup.start()
+                live.append(first)
+                spec = dataclasses.replace(setup_spec, max_context=setup.limit(first))
+                spec.check(spec.max_context)
+                tx = run_loop(calibrate(spec, first.urls[0], first.served_name, first.engine))
+                result.update(workload=spec.to_json(), **setup.describe(first), chars_per_token=tx.cpt,
+                              time_budget_s=budget)
+                if setup.between == "reset":
+                    setup.kept = first  # booted once: emptied in place before every arm
+                else:
+                    first.stop()
+                    live.remove(first)
+                reps(a, setup, spec, tx, budget, result, rows, work, live)
+            finally:
+                for thing in reversed(live):
+                    thing.stop()
+        finished = True
+    finally:
+        if home is not None and finished:
+            shutil.rmtree(home, ignore_errors=True)
+        elif home is not None:
+            console.print(f"the replicas' launch folders are kept in {home}/launches (`SERVEDECK_HOME={home} "
+                          "servedeck logs NAME` reads one)", highlight=False)
     result["platform"]["load_avg_end"] = os.getloadavg()
     result["rows"] = rows
     result["medians"] = medians(rows)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -98,6 +100,9 @@ def test_sigterm_while_the_deck_starts_the_replicas_leaves_nothing_running(tmp_p
             proc.kill()
     assert proc.returncode == 143, out[-3000:]
     assert "stopped by SIGTERM" in out and "Traceback" not in out, out[-3000:]
+    kept = re.search(r"launch folders are kept in (\S+)/launches", out)  # the evidence of the start cut short
+    assert kept and (Path(kept.group(1)) / "launches" / "smol.r1").is_dir(), out[-3000:]
+    shutil.rmtree(kept.group(1))
     left = [p.info for p in psutil.process_iter(["pid", "cmdline"])
             if any(f"--port {q} " in " ".join(p.info["cmdline"] or []) + " " for q in (port, port + 1))]
     assert not left, left
