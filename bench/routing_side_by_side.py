@@ -103,6 +103,7 @@ from servedeck.loadgen.loop import run as run_loop
 from servedeck.loadgen.prompts import seeded_nonce
 from servedeck.loadgen.stats import summarize
 from servedeck.modelsfile import load as load_config
+from servedeck.redact import redact_env, redact_settings_args
 from servedeck.runs.folder import RunFolder
 from servedeck.runs.turns import turn_figures
 from servedeck.timeparse import seconds
@@ -212,7 +213,18 @@ class DeckSetup:
                 "replicas": reps, "replica_argv": reps[0]["argv"],
                 "replica_cores": {r["model"]: r["cpus"] for r in reps},
                 "requests_per_replica_from": requests_source(replicas.adapter), "cold_caches": cold,
-                "models_toml_entry": tomllib.loads(self.config.read_text())["models"][self.entry]}
+                "models_toml_entry": self.entry_as_written()}
+
+    def entry_as_written(self) -> dict[str, Any]:
+        """models.NAME as the file has it, for the results: secret-named keys and token-shaped values of
+        its env, args and request hidden (servedeck.redact), as launch.json and desired.json keep them."""
+        entry = dict(tomllib.loads(self.config.read_text())["models"][self.entry])
+        if isinstance(entry.get("env"), dict):
+            entry["env"] = redact_env({k: str(v) for k, v in entry["env"].items()})
+        for key in ("args", "request"):
+            if isinstance(entry.get(key), dict):
+                entry[key] = redact_settings_args(entry[key])
+        return entry
 
     def title(self) -> str:
         return f"{len(self.members)} replicas of {self.entry} ({self.cfg.models[self.members[0]].build})"

@@ -149,3 +149,16 @@ def test_options_that_cannot_go_together_are_refused(argv, says, capsys):
     with pytest.raises(SystemExit) as e:
         bench.parse_args(argv)
     assert e.value.code == 2 and says in capsys.readouterr().err
+
+
+def test_the_entry_in_the_results_keeps_no_secret(tmp_path, engines_ready):
+    engines = dict(engines_ready)
+    path = tmp_path / "models.toml"
+    path.write_text(pair_toml(engines, env=', HF_TOKEN = "hf_abcdefghijklmnopqrstuvwxyz0123456789"')
+                    .replace('args = { enforce-eager = true, dtype = "float32" }',
+                             'args = { enforce-eager = true, api-key = "sk-live-door-key-1234567890" }'))
+    setup = bench.DeckSetup(path, "pair", "restart", tmp_path / "home")
+    entry = setup.entry_as_written()
+    assert entry["env"]["HF_TOKEN"] == "<redacted>" and entry["env"]["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    assert entry["args"] == {"enforce-eager": True, "api-key": "<redacted>"}
+    assert entry["replicas"] == 2 and entry["cpus"] == [[0], [1]]
