@@ -39,7 +39,7 @@ def version() -> Optional[str]:
         return None
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -51,7 +51,7 @@ class VllmRouter:
 
     def __init__(self, workers: list[str], policy: str, *extra: str,
                  preexec: Optional[Callable[[], None]] = None) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.policy = policy
         self.log = Path(tempfile.mkstemp(prefix=f"vllm-router-{policy}-", suffix=".log")[1])
@@ -62,7 +62,7 @@ class VllmRouter:
                                          start_new_session=True, preexec_fn=preexec)
         try:
             wait_healthy(self.proc, self.url, self.log, 60, "vllm-router")
-        except RuntimeError:
+        except BaseException:  # a Ctrl-C while it starts too: the caller never gets it to stop
             self.stop()
             raise
 

@@ -54,6 +54,23 @@ def test_api_key_is_required_on_every_request(door_home, config):
     assert "Traceback" not in err, err
 
 
+def test_no_watch_runs_the_door_alone_beside_another_watch_loop(door_home, config):
+    """--no-watch: a door without the watch loop (relaunches, liveness probes), so it starts where another
+    loop already watches the state dir, and serves."""
+    s = ServeProcess(door_home, config)
+    alone = ServeProcess(door_home, config, "--no-watch")
+    try:
+        s.wait_up()
+        alone.wait_up()
+        models = httpx.get(f"http://127.0.0.1:{alone.port}/v1/models").json()["data"]
+        assert "smollm2" in {m["id"] for m in models}
+    finally:
+        alone_code, alone_err = alone.stop()
+        code, err = s.stop()
+    assert "Traceback" not in alone_err and "already watches" not in alone_err, alone_err
+    assert "Traceback" not in err, err
+
+
 def non_loopback_ip() -> str | None:
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:

@@ -25,6 +25,11 @@ def serve(
     api_key_file: Optional[Path] = typer.Option(None, "--api-key-file", help="read the key from this file "
                                                 "(each non-blank line a key); not shown by `ps`"),
     watch_interval: str = typer.Option("5s", "--watch-interval", help="the in-process watch loop's interval"),
+    watch: bool = typer.Option(True, "--watch/--no-watch",
+                               help="run the watch loop in the door (relaunches, liveness probes: one 1-token "
+                                    "completion per ready engine every host.liveness_interval_s); --no-watch: the "
+                                    "door alone, beside a `servedeck watch` of its own, or for a measurement whose "
+                                    "engines must see no request but the workload's"),
     upstream: List[str] = typer.Option([], "--upstream", help="NAME=URL: also route NAME to a server servedeck "
                                        "does not run (repeat a NAME for replicas)"),
     upstream_routing: List[str] = typer.Option([], "--upstream-routing", help="NAME=POLICY: how an --upstream "
@@ -51,7 +56,7 @@ def serve(
     # deck runs) inherits the key, since every child gets a copy of this process's environment.
     os.environ.pop(ENV_KEY, None)
     cfg = load_config()
-    opts = ServeOptions(host=host, port=port, api_keys=keys,
+    opts = ServeOptions(host=host, port=port, api_keys=keys, watch=watch,
                         watch_interval_s=seconds(watch_interval, "--watch-interval"), log_bodies=log_bodies,
                         external=parse_upstreams(upstream))
     opts.external_routing = parse_upstream_routing(upstream_routing, opts.external)

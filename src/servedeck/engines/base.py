@@ -154,6 +154,17 @@ def token_count(doc: dict[str, Any]) -> int:
 
 
 @dataclass(frozen=True)
+class CacheReset:
+    """How a running server's prefix cache is emptied without a restart (so that each arm of a
+    comparison starts cold without paying a boot): POST `path`. `path` None: this launch cannot be;
+    `why_not` says why and `hint` what would let it."""
+
+    path: Optional[str] = None
+    why_not: str = ""
+    hint: str = ""
+
+
+@dataclass(frozen=True)
 class BootPattern:
     """One fact read from a boot log: a regex and how to turn its groups into fields."""
 
@@ -240,7 +251,11 @@ class Engine:
     #   prompt_tokens_cached                                   tokens reused (engines that count processed + cached)
     #   kv_usage                                               share of the KV cache in use now (0..1, a gauge)
     #   preemptions                                            requests preempted so far (a counter)
+    #   requests_finished                                      requests finished so far, every finish reason (a counter)
     metrics: dict[str, str] = {}
+    # A line the engine's log writes once per request it finished: how requests are counted where its
+    # /metrics keeps no such counter (llama.cpp)
+    finished_request_line: Optional[re.Pattern] = None
     # The engine's own latency histograms on /metrics (seconds), by servedeck's names, each the Prometheus
     # names to try in order (versions rename them): read before and after a measured point so the point's
     # figures set the client's TTFT/TPOT/E2E beside the engine's account of the same requests
@@ -523,6 +538,27 @@ class Engine:
         if done and cached and done in metrics and cached in metrics:
             return {"queries": metrics[done] + metrics[cached], "hits": metrics[cached]}
         return None
+
+    def requests_finished(self, metrics: Optional[dict[str, float]], log_text: Optional[str] = None) -> Optional[int]:
+        """Requests the server has finished since it started: its /metrics counter (`requests_finished`)
+        where it keeps one, else the lines its log writes per finished request (`finished_request_line`);
+        None when neither says."""
+        name = self.metrics.get("requests_finished")
+        if name and metrics and name in metrics:
+            return int(metrics[name])
+        if self.finished_request_line is not None and log_text is not None:
+            return len(self.finished_request_line.findall(log_text))
+        return None
+
+    def prefix_cache_reset(self, env: dict[str, str]) -> CacheReset:
+        """How a server launched with this environment (the engine's whole environment: servedeck's own
+        plus the launch's) empties its prefix cache while it runs."""
+        return CacheReset(None, f"servedeck knows no way to empty {self.name}'s prefix cache while it runs",
+                          "restart the server")
+
+    def prefix_cache_reset_done(self, status: int, text: str) -> bool:
+        """Whether the answer to the reset POST says the cache was emptied."""
+        return 200 <= status < 300
 
     def command(self, name: str, model: "Model", build: "Build", cfg: "Config") -> tuple[list[str], dict[str, str]]:
         raise NotImplementedError

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from typing import Any
 
-from servedeck.engines.base import BootPattern, Engine, MemoryModel, Post, num, parse_with, token_count
+from servedeck.engines.base import BootPattern, CacheReset, Engine, MemoryModel, Post, num, parse_with, token_count
 from servedeck.engines.llamacpp_placement import PLACEMENT_LOG_VERBOSITY, placement_facts
 
 
@@ -56,6 +56,8 @@ class LlamaCpp(Engine):
         "running": "llamacpp:requests_processing",
         "waiting": "llamacpp:requests_deferred",
     }
+    # its /metrics counts no requests; each finished task logs "slot release: id N | task M | stop processing"
+    finished_request_line = re.compile(r"slot\s+release:")
     dists = ("llama-cpp-python",)
     package = "llama_cpp"
     version_path = ("/props", "build_info")
@@ -128,6 +130,11 @@ class LlamaCpp(Engine):
             if written:
                 return written
         return stated
+
+    def prefix_cache_reset(self, env):
+        return CacheReset(None, "llama-server keeps prompts in its slots and in its host-memory prompt cache "
+                                "(--cache-ram); erasing a slot (POST /slots/ID?action=erase) leaves the second",
+                          "restart the server: that empties both")
 
     def parallel(self, model) -> int:
         return int(self.arg(model, "--parallel") or 1)

@@ -7,7 +7,7 @@ import re
 
 from typing import Any
 
-from servedeck.engines.base import BootPattern, Engine, MemoryModel, num
+from servedeck.engines.base import BootPattern, CacheReset, Engine, MemoryModel, num
 from servedeck.engines.sleepmode import Call, build_python, launch_env, visible_dists
 
 _S = r"([\d.]+)\s*s(?:ec(?:ond)?s?)?"
@@ -51,6 +51,7 @@ class VLLM(Engine):
         "prefix_hits": "vllm:prefix_cache_hits_total",
         "kv_usage": "vllm:kv_cache_usage_perc",  # a fraction 0..1 despite the name (vLLM 0.32)
         "preemptions": "vllm:num_preemptions_total",
+        "requests_finished": "vllm:request_success_total",  # labelled by finished_reason: stop, length, abort, ...
     }
     # Timed by vLLM from the request's arrival at its engine client (after the API server parsed it and
     # rendered and tokenized the prompt) to its first token, last token, etc.: vllm/v1/metrics/stats.py.
@@ -195,8 +196,35 @@ class VLLM(Engine):
             return [cfg.expand(build.binary), "serve", source] + flags, env
         return [cfg.expand(build.python), "-m", self.module, "--model", source] + flags, env
 
-
     config_override_flag = "--hf-overrides"
+
+    def prefix_cache_reset(self, env):
+        # vLLM registers POST /reset_prefix_cache only among its development routes, which
+        # VLLM_SERVER_DEV_MODE=1 turns on (vllm/envs.py reads it as bool(int(value)))
+        raw = env.get("VLLM_SERVER_DEV_MODE", "0").strip()
+        try:
+            on = bool(int(raw or "0"))
+        except ValueError:
+            on = False
+        if on:
+            return CacheReset("/reset_prefix_cache")
+        return CacheReset(None, "vLLM serves POST /reset_prefix_cache only with VLLM_SERVER_DEV_MODE=1 in its "
+                                "environment (here it is "
+                                + (f"{env['VLLM_SERVER_DEV_MODE']!r})" if "VLLM_SERVER_DEV_MODE" in env else "unset)"),
+                          'add VLLM_SERVER_DEV_MODE = "1" to the model\'s env in models.toml (it turns on vLLM\'s '
+                          "development routes, /sleep and /collective_rpc among them: keep that server off networks "
+                          "others reach)")
+
+    def prefix_cache_reset_done(self, status, text):
+        # 0.32 answers {"success": false} while blocks are still held (running requests); older releases
+        # answer 200 with no body, having checked nothing
+        if not 200 <= status < 300:
+            return False
+        try:
+            doc = json.loads(text) if text.strip() else {}
+        except ValueError:
+            return True
+        return not (isinstance(doc, dict) and doc.get("success") is False)
 
     def plan_knobs(self, model, env) -> dict[str, Any]:
         knobs = super().plan_knobs(model, env)
