@@ -10,6 +10,8 @@
 #   OUT=/some/dir TOKENIZER=/path/to/smollm2-hf RANDOM_MODELS=3 bash scripts/gpu-sleep.sh
 # Knobs (defaults): PYTHON=python3 SITE=/tmp/site CONTEXT=8192 UTIL=0.9 MAX_NUM_SEQS=64 ALTERNATIONS=20
 #   COLD_REPS=2 ROTATION_ROUNDS=1 PHASES=sleep,rotation,cold SLEEP_RAM_GIB=(1.5 x the weights) WORK=/tmp/sleep-gpu
+#   ARGS_1, ARGS_2, ARGS_3: more of model i's args, as TOML (ARGS_2='kv-cache-dtype = "fp8"'), so that each
+#   model's first boot also checks the planner against another KV layout
 # Writes $OUT/sleep_switch.json (after every phase), $OUT/sleep.log, the doors' logs and the deck's journal.
 # Wall time with two 8B models: two first boots (~140 s, then ~70 s once vLLM's compile cache is warm),
 # 20 sleep switches (~1 s each), 2 cold switches (~80 s each); the rotation adds a third boot. Split it
@@ -43,7 +45,7 @@ elif [ -n "${RANDOM_MODELS:-}" ]; then
   [ -d "${TOKENIZER:-}" ] || { echo "set TOKENIZER to a folder with tokenizer.json (SmolLM2's HF folder)"; exit 2; }
   for i in $(seq 1 "$RANDOM_MODELS"); do
     d=$work/random-llama3-8b-$i
-    [ -f "$d/config.json" ] || "$py" "$repo/scripts/make-random-llama.py" "$d" --tokenizer "$TOKENIZER" --seed "$i" \
+    [ -f "$d/config.json" ] || "$py" "$repo/scripts/make-random-hf.py" "$d" --tokenizer-from "$TOKENIZER" --seed "$i" \
       --context "${CONTEXT:-8192}" || { echo "cannot write $d"; exit 2; }
     models+=("$d")
   done
@@ -77,7 +79,7 @@ slot = "main"
 context = ${CONTEXT:-8192}
 gpus = [0]
 gpu_memory_utilization = ${UTIL:-0.9}
-args = { max-num-seqs = ${MAX_NUM_SEQS:-64} }
+args = { max-num-seqs = ${MAX_NUM_SEQS:-64}$(v=ARGS_$((i + 1)); [ -n "${!v:-}" ] && echo ", ${!v}") }
 TOML
 done
 cat "$config"

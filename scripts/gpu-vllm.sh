@@ -129,14 +129,23 @@ core)
   ;;
 sleep)
   sd stop --all >/dev/null 2>&1
-  step "sleep-mode switches (scripts/gpu-sleep.sh)"
-  MODELS=$models BASE=$base OUT_DIR=$out PY=$py timeout -s INT "$(left 560)" bash "$here/gpu-sleep.sh" \
-    | tee "$OUT/sleep.txt"
-  step "the planner against each boot of this phase (bf16, fp8 KV, --kv-cache-memory-bytes)"
-  for m in $(sd status --json | "$py" -c 'import json,sys; print(" ".join(r["model"] for r in json.load(sys.stdin)))'); do
-    sd plan "$m" --json >"$out/plan-$m.json" 2>/dev/null
+  # Three models of r8b's weights under three names (what a swap moves is their size, not their values):
+  # m1 as core's r8b (vLLM's compile cache is warm for it), m2 with a fixed 20 GiB KV pool, m3 with fp8 KV,
+  # so each first boot also checks the planner against another KV layout. SLEEP_PHASES splits the bench
+  # over calls: "sleep" (20 alternations) in one, "rotation,cold" in the next.
+  step "sleep-mode switches through the door (scripts/gpu-sleep.sh, phases ${SLEEP_PHASES:-sleep})"
+  MODELS="$models/r8b $models/r8b $models/r8b" MAX_NUM_SEQS=256 ARGS_2='kv-cache-memory-bytes = 21474836480' \
+    ARGS_3='kv-cache-dtype = "fp8"' PHASES=${SLEEP_PHASES:-sleep} PYTHON=$engine_py WORK=$base/sleep OUT=$out \
+    timeout -s INT "$(left 540)" bash "$here/gpu-sleep.sh"
+  cp "$out/sleep_switch.json" "$OUT/sleep_switch_${SLEEP_PHASES:-sleep}.json" 2>/dev/null
+  step "the planner against each boot of this phase (bf16, a fixed KV pool, fp8 KV)"
+  for m in m1 m2 m3; do
+    SERVEDECK_HOME=$base/sleep/home sd --config "$base/sleep/models.toml" plan "$m" | tee -a "$out/plans.txt"
+    SERVEDECK_HOME=$base/sleep/home sd --config "$base/sleep/models.toml" plan "$m" --json >"$out/plan-$m.json"
   done
-  sd stop --all
+  case "${SLEEP_PHASES:-sleep}" in  # the models stay up for the next call's phases, until the cold one
+    *cold*) SERVEDECK_HOME=$base/sleep/home sd --config "$base/sleep/models.toml" stop --all ;;
+  esac
   ;;
 smol)
   sd stop --all >/dev/null 2>&1
@@ -170,13 +179,13 @@ duration = "6s"
 kind = "capacity"
 find = "max-concurrency"
 slo = ["interactive"]
-max = 128
+max = 32
 input_tokens = 512
 output_tokens = 128
-duration = "5s"
+duration = "4s"
 TOML
   step "campaign: plain against n-gram speculation, gate, reference outputs, capacity"
-  timeout -s INT "$(left 330)" "$py" -m servedeck campaign run "$base/smol-campaign.toml"
+  timeout -s INT "$(left 380)" "$py" -m servedeck campaign run "$base/smol-campaign.toml"
   echo "(campaign exit $?)"
   folder=$(ls -d "$SERVEDECK_RESULTS"/campaigns/h200-smol-spec__* 2>/dev/null | tail -1)
   if [ -n "$folder" ]; then

@@ -1,13 +1,14 @@
 """Writes a random-weight Llama model in Hugging Face layout (bf16 safetensors) that vLLM can serve.
 
-Usage: python make-random-hf.py OUT_DIR --tokenizer-from DIR [--layers 32 --hidden 4096 --heads 32 --kv-heads 8
-       --ffn 14336 --context 8192] [--device cuda]
+Usage: python make-random-hf.py OUT_DIR --tokenizer-from DIR [--seed 0] [--layers 32 --hidden 4096 --heads 32
+       --kv-heads 8 --ffn 14336 --context 8192] [--device cuda]
 
 Defaults are Llama-3-8B's shape with SmolLM2's vocabulary (49,152 tokens, so SmolLM2's tokenizer files serve
 it): 7.4 B parameters, 13.8 GiB. Its answers are noise: figures from it are speeds and memory, never answers
 (a gate fails on it, as it must). Why random: no hub is reachable on the device and 15 GB of real weights do
 not fit through its calls. Made on the GPU when there is one (about 20 s), the tensors filled by torch's own
-initialisation. OUT_DIR/.complete marks a finished folder; one that has it is left as it is.
+initialisation. Greedy answers of such a model are still deterministic, so "identical after a wake" is a real
+check. OUT_DIR/.complete marks a finished folder; one that has it is left as it is.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ def main() -> None:
     p.add_argument("--vocab", type=int, default=49152)
     p.add_argument("--context", type=int, default=8192)
     p.add_argument("--device", default=None, help="where the tensors are made (default: cuda when available)")
+    p.add_argument("--seed", type=int, default=0, help="different seeds: different models of one shape")
     args = p.parse_args()
     if (args.out / ".complete").is_file():
         return
@@ -49,7 +51,7 @@ def main() -> None:
                          rope_theta=500000.0, rms_norm_eps=1e-5, tie_word_embeddings=False, bos_token_id=1,
                          eos_token_id=2)
     config.architectures = ["LlamaForCausalLM"]
-    torch.manual_seed(0)
+    torch.manual_seed(args.seed)
     torch.set_default_dtype(torch.bfloat16)
     with torch.device(device):
         model = LlamaForCausalLM(config)
@@ -63,7 +65,7 @@ def main() -> None:
             if (args.tokenizer_from / f).is_file():
                 shutil.copy(args.tokenizer_from / f, tmp / f)
         n = sum(t.numel() for t in model.parameters())
-        (tmp / ".complete").write_text(f"random weights, {n} parameters, seed 0\n")
+        (tmp / ".complete").write_text(f"random weights, {n} parameters, seed {args.seed}\n")
         for f in tmp.iterdir():
             f.chmod(0o644)  # safetensors writes 0600
         tmp.chmod(0o755)  # mkdtemp makes it 0700
