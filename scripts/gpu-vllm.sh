@@ -214,14 +214,15 @@ build = "vllm-cuda"
 port = 8300
 slot = "pair"
 context = 8192
-gpus = [0]
-replicas = 2
-gpu_memory_utilization = 0.2
+replicas = 2                    # no gpus key: both replicas on GPU 0 (the seed's DP on one card)
+gpu_memory_utilization = 0.35
 args = { dtype = "bfloat16", max-num-seqs = 64 }
+env = { VLLM_SERVER_DEV_MODE = "1" }  # POST /reset_prefix_cache between arms instead of two boots per arm
 TOML
   step "replicas = 2 on one GPU: the door's prefix against vllm-router's cache_aware"
   timeout -s INT "$(left 560)" "$py" "$repo/bench/routing_side_by_side.py" --config "$SERVEDECK_CONFIG" --model smol2 \
-    ${ROUTING_ARGS:-} --routers door:prefix vllm-router:cache_aware --out "$out/routing_side_by_side_h200_vllm.json" \
+    ${ROUTING_ARGS:---between-arms reset --users 64 --turns 8 --system-prompt-tokens 2048 --turn-tokens 256 --answer-tokens 128 --reps 12 --time-budget 4m} \
+    --routers door:prefix vllm-router:cache_aware --out "$out/routing_side_by_side_h200_vllm.json" \
     | tee "$OUT/routing.txt"
   sd stop --all
   ;;
