@@ -94,8 +94,12 @@ TOML
 case "$phase" in
 core)
   step "doctor: the build row finds vLLM through the build's PYTHONPATH (issue 32, 2b)"
-  sd doctor r8b | tee "$out/doctor-r8b.txt"
   sd doctor r8b --json >"$out/doctor-r8b.json"
+  "$py" - "$out/doctor-r8b.json" <<'PY' | tee "$out/doctor-r8b.txt"
+import json, sys
+for r in json.load(open(sys.argv[1]))["rows"]:
+    print(r["check"], r.get("subject") or "", r["status"], r.get("saw") or "", sep=" | ")
+PY
   step "plan (nothing starts)"
   sd plan r8b | tee "$out/plan-r8b.txt"
   sd plan r8b --json >"$out/plan-r8b.json"
@@ -114,7 +118,7 @@ core)
     sd start smol 2>&1 | tee "$out/refused-smol.txt"
   fi
   step "servedeck's bench beside vllm bench serve, vLLM's histograms deciding (issue 32, 2c)"
-  timeout -s INT "$(left 470)" "$py" "$repo/bench/vllm_side_by_side.py" --config "$SERVEDECK_CONFIG" --model r8b \
+  timeout -s INT "$(left 555)" "$py" "$repo/bench/vllm_side_by_side.py" --config "$SERVEDECK_CONFIG" --model r8b \
     --concurrency "${CONCURRENCY:-1,16,64,256}" --duration "${DURATION:-10s}" --prompts-per-stream 3 \
     --arms servedeck,vllm-bench --vllm-python "$engine_py" --out "$out/vllm_side_by_side_h200.json" \
     | tee "$OUT/vllm_side_by_side.txt"
