@@ -100,14 +100,19 @@ def vllm_cli(python: str) -> list[str]:
 
 
 def records_of_vllm_bench(result: dict[str, Any]) -> list[RequestRecord]:
-    """vllm bench serve's per-request results as servedeck's records (times relative to its start)."""
+    """vllm bench serve's per-request results (--save-detailed) as servedeck's records. 0.26 keeps ttfts,
+    itls, output_lens and errors per request but no start times or latencies: each request's end is then
+    its TTFT plus its inter-token gaps, from a start of 0 (only durations are compared)."""
+    n = len(result["ttfts"])
+    starts = result.get("start_times") or [0.0] * n
+    lats = result.get("latencies") or [t + sum(g or []) if t else None for t, g in zip(result["ttfts"], result["itls"])]
     out = []
-    for i, (start, ttft, lat, n, err) in enumerate(zip(result["start_times"], result["ttfts"], result["latencies"],
-                                                       result["output_lens"], result["errors"])):
+    for i, (start, ttft, lat, n_out, err) in enumerate(zip(starts, result["ttfts"], lats, result["output_lens"],
+                                                           result["errors"])):
         ok = not err and lat and lat > 0
         out.append(RequestRecord(id=f"vb{i}", kind="measured", t_target=0.0, t_send=start,
                                  t_first_token=start + ttft if ok and ttft else None, t_end=start + lat if ok else None,
-                                 output_tokens=n if ok else None, status="ok" if ok else "error",
+                                 output_tokens=n_out if ok else None, status="ok" if ok else "error",
                                  error=err or None))
     return out
 
