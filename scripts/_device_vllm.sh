@@ -48,7 +48,7 @@ if [ ! -f "$models/r8b/.complete" ]; then
   step "random-weight model of Llama-3-8B's shape (bf16, SmolLM2's tokenizer): speeds and memory, never answers"
   "$engine_py" "$repo/scripts/make-random-hf.py" "$models/r8b" --tokenizer-from "$bundle/smollm2-tokenizer" ${r8b_shape:-} || exit 2
 fi
-if [ ! -f "$models/smollm2/.complete" ]; then
+if [ ! -f "$models/smollm2/.complete" ] && [ "${SKIP_SMOL:-0}" != 1 ]; then
   step "SmolLM2-135M-Instruct, real weights (GGUF dequantized; served in bf16)"
   "$engine_py" "$repo/scripts/gguf_to_hf.py" "$bundle/smollm2-135m-instruct-q4_1.gguf" "$models/smollm2" \
     --tokenizer-from "$bundle/smollm2-tokenizer" || exit 2

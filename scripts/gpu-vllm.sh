@@ -215,14 +215,14 @@ again)
   step "start r8b"
   sd start r8b || exit 2
   step "servedeck's bench beside vllm bench serve at ${CONCURRENCY:-64,256} streams"
-  timeout -s INT "$(left 300)" "$py" "$repo/bench/vllm_side_by_side.py" --config "$SERVEDECK_CONFIG" --model r8b \
-    --concurrency "${CONCURRENCY:-64,256}" --duration "${DURATION:-10s}" --prompts-per-stream 3 \
+  timeout -s INT "$(left 390)" "$py" "$repo/bench/vllm_side_by_side.py" --config "$SERVEDECK_CONFIG" --model r8b \
+    --concurrency "${CONCURRENCY:-64,256}" --duration "${DURATION:-8s}" --prompts-per-stream 2 \
     --arms servedeck,vllm-bench --vllm-python "$engine_py" --out "$out/vllm_side_by_side_h200.json" \
     | tee "$OUT/vllm_side_by_side.txt"
   sd stop --all
   step "sleep alternations again, the level-1 wake resetting the prefix cache"
   MODELS="$models/r8b $models/r8b" MAX_NUM_SEQS=256 ARGS_2='kv-cache-memory-bytes = 21474836480' \
-    PHASES=sleep ALTERNATIONS=${ALTERNATIONS:-8} PYTHON=$engine_py WORK=$base/sleep OUT=$out \
+    PHASES=sleep ALTERNATIONS=${ALTERNATIONS:-6} PYTHON=$engine_py WORK=$base/sleep OUT=$out \
     timeout -s INT "$(left 585)" bash "$here/gpu-sleep.sh"
   cp "$out/sleep_switch.json" "$OUT/sleep_switch_again.json" 2>/dev/null
   SERVEDECK_HOME=$base/sleep/home sd --config "$base/sleep/models.toml" stop --all
