@@ -301,7 +301,8 @@ class DeckOps:
             S.journal(reason, name, "refused", reason="gpu memory", detail=e.message)
             raise
         d = L.new_launch_dir(name)  # a servedeck killed from here to the live record leaves only this folder
-        lrec = L.write_start(d, spec, model.build, str(cfg.path), reason)
+        entry = {k: v for k, v in settings_of(name, cfg).items() if k != "since"}
+        lrec = L.write_start(d, spec, model.build, str(cfg.path), reason, entry=entry)
         build = cfg.deck.builds[model.build]
         # Recorded before the spawn, pid not yet known: a servedeck killed at any point of the spawn
         # leaves a record whose owner is gone, and the next one reaps the shim it finds by the launch

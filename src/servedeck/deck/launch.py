@@ -62,11 +62,15 @@ def shell_lines(argv: list[str]) -> list[str]:
     return out
 
 
-def write_start(d: Path, spec: LaunchSpec, build_name: str, config_path: str, reason: str) -> dict:
+def write_start(d: Path, spec: LaunchSpec, build_name: str, config_path: str, reason: str,
+                entry: dict | None = None) -> dict:
+    """`entry`: the models.toml entry launched, secrets redacted (desired.settings_of), so that what
+    changed in models.toml since this launch can be said later (`servedeck page`)."""
     atomic_write_text(d / "cmd.sh", cmd_sh(spec, build_name, config_path), mode=0o755)
     rec = {"schema": 1, "model": spec.model, "engine": spec.engine, "build": build_name, "slot": spec.slot,
            "port": spec.port, "spec": spec.to_json(), "config_path": config_path, "reason": reason,
-           "state": "starting", "started_at": now_iso(), "launch_dir": str(d)}
+           "state": "starting", "started_at": now_iso(), "launch_dir": str(d),
+           **({"entry": entry} if entry is not None else {})}
     atomic_write_json(d / "launch.json", rec)
     return rec
 
