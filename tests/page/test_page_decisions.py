@@ -4,6 +4,8 @@ state this servedeck does not name is shown."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -158,3 +160,45 @@ def test_a_build_and_version_on_the_crash_record_win_over_the_launch_folder():
 ])
 def test_a_state_this_servedeck_does_not_name_is_shown_as_it_is(row, running):
     assert is_running(row) is running
+
+
+H200 = Path(__file__).resolve().parents[2] / "docs/gpu-runs/campaign-h200-cache-ram-2026-12-01/results/campaigns"
+
+
+def test_a_recorded_h200_campaign_lists_its_refuted_variants_and_says_the_base_is_not_a_result():
+    """The campaign run on an H200 (2026-12-01, random 8B-shape weights: every gate failed). The page lists
+    both variants as failed their gate, keeps what they lost on (parallel 8 at 32 users: TTFT 418 % slower),
+    and a comparison against a base whose own gate failed is not called a result."""
+    from servedeck.page.stale import Basis
+    from servedeck.page.tried import tried
+
+    t = tried(sorted(H200.iterdir()), Basis())
+    [camp] = t["campaigns"]
+    assert (camp["name"], camp["base_variant"], camp["base_gate"]) == ("h200-cache-ram", "default", ["failed"])
+    refuted = {r["variant"]: r for r in t["refuted"]}
+    assert {v: r["verdict"] for v, r in refuted.items()} == {"cache-ram0": "failed its gate", "p8": "failed its gate"}
+    assert refuted["p8"]["knobs"] == "args.parallel=8"
+    assert any(x.startswith("c=32 TTFT p50: 874.0 ms (base) against 4,528.5 ms — B is 418 % slower")
+               for x in refuted["p8"]["lost"]), refuted["p8"]["lost"]
+
+
+def test_a_variant_that_only_lost_against_a_failed_base_is_no_result(tmp_path):
+    """The same campaign with the variants' gate records set aside: they would have 'lost' and 'won', but
+    against a base whose gate failed; the page says no comparison, and why."""
+    import shutil
+
+    from servedeck.page.stale import Basis
+    from servedeck.page.tried import tried
+
+    root = tmp_path / "results"
+    shutil.copytree(H200.parent, root)
+    for run in (root / "runs").iterdir():
+        if "__default__" not in run.name and (run / "niah.log").exists():
+            (run / "niah.log").unlink()  # the variant's own gate evidence gone: its gate reads "not run"
+            s = json.loads((run / "summary.json").read_text())
+            s["gate"] = {"status": "not run"}
+            (run / "summary.json").write_text(json.dumps(s))
+    [camp] = tried(sorted((root / "campaigns").iterdir()), Basis())["campaigns"]
+    p8 = next(v for v in camp["variants"] if v["variant"] == "p8")
+    assert p8["verdict"] == "no comparison" and not p8["refuted"] and p8["lost"]
+    assert "the base variant's gate: failed; a comparison with it is not a result" in p8["reasons"]

@@ -104,6 +104,12 @@ def judge_variant(doc: dict[str, Any], variant: str, runs: list[Any], base_runs:
                                f"({', '.join(n for n, _, _ in cmp.config_changes)}): {cmp.attribution}")
     if verdict == NO_RESULT:
         verdict = LOST if lost else WON if won else LEVEL if benches and base else NO_RESULT
+        base_gates = sorted({r.gate for r in base_runs if r.kind == "bench"})
+        if verdict != NO_RESULT and base_gates != ["passed"]:
+            # a figure of a server whose gate failed (or never ran) is not a result: nor is a comparison with it
+            reasons.append(f"the base variant's gate: {', '.join(base_gates) or 'not run'}; a comparison with it is "
+                           "not a result")
+            verdict = NO_RESULT
     return {"variant": variant, "knobs": _knobs(doc, variant), "verdict": verdict, "refuted": verdict in REFUTED,
             "lost": lost, "won": won, "reasons": reasons,
             "cells": [{"id": c.get("id"), "state": c.get("state"), "reason": c.get("reason")} for c in cells],
