@@ -342,7 +342,7 @@ def test_the_doors_live_page_links_the_models_page(hist):
     from servedeck.modelsfile import load
 
     door = DoorThread(load(hist.cfg), ServeOptions(port=0, watch_interval_s=60.0))
-    b = Browser(dict(os.environ))
+    b = None
     try:
         with httpx.Client(base_url=door.url, timeout=120) as c:
             r = c.get("/page", params={"model": NAME})
@@ -351,6 +351,7 @@ def test_the_doors_live_page_links_the_models_page(hist):
             assert r.status_code == 400 and "/page?model=NAME" in r.json()["error"]["message"]
             r = c.get("/page", params={"model": "nope"})
             assert r.status_code == 404 and "nope" in r.json()["error"]["message"]
+        b = Browser(dict(os.environ))
 
         async def run() -> tuple[str, str]:
             await b.open(door.url + "/")
@@ -379,4 +380,6 @@ def test_the_doors_live_page_links_the_models_page(hist):
         assert title == f"{NAME} (llamacpp, build next)", title
         assert not b.errors, b.errors
     finally:
+        if b is not None:
+            b.kill()  # stopped by its group whatever failed (close() already did it when main() ran)
         door.close()

@@ -56,8 +56,9 @@ def build_page(cfg: Config, model: str) -> dict[str, Any]:
     version_of = H.version_finder(views)
     crashes = H.crashes(journal, by_dir, version_of)
     has_history = bool(launches or views or camps or crashes["count"])
+    doctor = T.doctor_rows(cfg, name)
     sections = {
-        "what": T.what(cfg, name, rep, launches, len(views), len(camps)),
+        "what": T.what(cfg, name, rep, launches, len(views), len(camps), doctor[0]),
         "now": T.now_state(cfg, name),
         "launch": T.launch_config(cfg, name, spec, spec_err, launches, at_text),
         "memory": T.memory(cfg, name, now, launches, rep.engine, version_of),
@@ -66,7 +67,7 @@ def build_page(cfg: Config, model: str) -> dict[str, Any]:
         "uptime": H.uptime(launches, views, notices, by_dir, version_of, now, at),
         "build": T.build_section(cfg, name, rep, launches),
         "tried": tried(camps, now),
-        "next": T.next_launch(cfg, name, spec, launches),
+        "next": T.next_launch(cfg, name, spec, launches, doctor),
     }
     return {"schema": SCHEMA, "kind": "servedeck-page", "model": name, "asked_as": model,
             "generated_at": at_text, "servedeck": __version__, "config_path": str(cfg.path),

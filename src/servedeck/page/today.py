@@ -59,11 +59,20 @@ def launch_basis(la: Launch, engine_version: Optional[str], engine: str) -> Basi
 
 # --- What it is -----------------------------------------------------------------------------------------
 
-def what(cfg: Config, name: str, rep: BuildReport, launches: list[Launch], runs: int, campaigns: int) -> dict:
-    from servedeck.doctor.checks import check_weights
+def doctor_rows(cfg: Config, name: str) -> tuple[list[Any], Optional[str]]:
+    """doctor's rows for the model, read once for the page (the weights row serves What it is too: reading
+    a GGUF header skips ~100k tokenizer strings, seconds on a busy host). The build is not hashed here."""
+    from servedeck.doctor.checks import run_doctor
 
+    rows, err = guarded("doctor", lambda: run_doctor(lambda: cfg, name, integrity=False))
+    return rows or [], err
+
+
+def what(cfg: Config, name: str, rep: BuildReport, launches: list[Launch], runs: int, campaigns: int,
+         doctor: list[Any]) -> dict:
     m = cfg.models[name]
-    weights, werr = guarded("the weights", lambda: check_weights(cfg, name))
+    weights = next((r for r in doctor if r.check == "weights" and r.subject == name), None)
+    werr = None if weights else "doctor gave no weights row"
     last_boot = next((la for la in reversed(launches) if la.boot), None)
     ready = [la for la in launches if la.rec.get("ready_at")]
     return {
@@ -276,12 +285,13 @@ def entry_changes(then: dict, now: dict) -> list[dict]:
             for k in list(a) + [k for k in b if k not in a] if a.get(k) != b.get(k)]
 
 
-def next_launch(cfg: Config, name: str, spec: Optional[LaunchSpec], launches: list[Launch]) -> dict:
-    from servedeck.doctor.checks import OK, run_doctor
+def next_launch(cfg: Config, name: str, spec: Optional[LaunchSpec], launches: list[Launch],
+                doctor: tuple[list[Any], Optional[str]]) -> dict:
+    from servedeck.doctor.checks import OK
 
-    rows, err = guarded("doctor", lambda: run_doctor(lambda: cfg, name, integrity=False))
-    out: dict[str, Any] = {"doctor": [r.to_json() for r in rows or [] if r.status != OK], "doctor_error": err,
-                           "doctor_rows": len(rows or []), "since_last_launch": None}
+    rows, err = doctor
+    out: dict[str, Any] = {"doctor": [r.to_json() for r in rows if r.status != OK], "doctor_error": err,
+                           "doctor_rows": len(rows), "since_last_launch": None}
     last = launches[-1] if launches else None
     if last is None:
         return out
