@@ -10,9 +10,11 @@
               (a real segfault of the real engine): the watch loop records the crash (classified
               `segfault`) and relaunches it
     launch 3  the watch loop's relaunch: a 15 s soak with a burst, then stopped
-    campaign  variants of the model: base, ub16 (--ubatch-size 16: the prompt prefilled 16 tokens at a
-              time, loses on TTFT: with 8 at a time a 371-token prefill took 150-205 s here against 15-18 s),
-              rope (rope-freq-base 10: fails the gate), broken (a refused flag: fails to boot)
+    campaign  variants of the model at two users: base, p1 (--parallel 1: one slot, so the second user's
+              request waits for the first's whole answer and TTFT loses by a margin the load of this shared
+              box cannot hide; a prefill-side variant, --ubatch-size 16 on 64-token prompts, lost by 84 %
+              once and won once here), rope (rope-freq-base 10: fails the gate), broken (a refused flag:
+              fails to boot)
     verify    `servedeck verify-build next` (the CLI, so its verdict is kept)
 """
 
@@ -69,8 +71,8 @@ gate = {{ context = 320, depths = [0.5] }}
 name = "base"
 
 [[variants]]
-name = "ub16"
-args = {{ ubatch-size = 16 }}
+name = "p1"
+args = {{ parallel = 1 }}
 
 [[variants]]
 name = "rope"
@@ -82,10 +84,10 @@ args = {{ no-such-flag-at-all = true }}
 
 [[workloads]]
 kind = "chat"
-concurrency = [1]
-input_tokens = 64
-output_tokens = 4
-requests = 4
+concurrency = [2]
+input_tokens = 48
+output_tokens = 12
+requests = 6
 warmup = 0
 seed = {SEED}
 """

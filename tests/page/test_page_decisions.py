@@ -202,3 +202,17 @@ def test_a_variant_that_only_lost_against_a_failed_base_is_no_result(tmp_path):
     p8 = next(v for v in camp["variants"] if v["variant"] == "p8")
     assert p8["verdict"] == "no comparison" and not p8["refuted"] and p8["lost"]
     assert "the base variant's gate: failed; a comparison with it is not a result" in p8["reasons"]
+
+
+def test_the_command_refuses_two_forms_and_names_an_unknown_model(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from servedeck.cli.app import app
+    from servedeck.errors import UnknownModelError, UsageError
+
+    (tmp_path / "models.toml").write_text(TOML)
+    monkeypatch.setenv("SERVEDECK_CONFIG", str(tmp_path / "models.toml"))
+    r = CliRunner().invoke(app, ["page", "m", "--md", "--json"])
+    assert isinstance(r.exception, UsageError) and "--md and --json each choose the whole output" in r.exception.message
+    r = CliRunner().invoke(app, ["page", "nope"])
+    assert isinstance(r.exception, UnknownModelError) and "no model or alias named 'nope'" in r.exception.message

@@ -220,9 +220,9 @@ def test_tried_and_refuted_lists_the_campaigns_losing_variants(doc):
     [camp] = t["campaigns"]
     assert camp["base_variant"] == "base" and camp["base_gate"] == ["passed"]
     refuted = {r["variant"]: r for r in t["refuted"]}
-    assert set(refuted) == {"ub16", "rope", "broken"}, [(v["variant"], v["verdict"], v["reasons"]) for v in camp["variants"]]
-    assert refuted["ub16"]["verdict"] == "lost" and refuted["ub16"]["knobs"] == "args.ubatch-size=16"
-    assert any(line.startswith("c=1 TTFT p50: ") for line in refuted["ub16"]["lost"]), refuted["ub16"]
+    assert set(refuted) == {"p1", "rope", "broken"}, [(v["variant"], v["verdict"], v["reasons"]) for v in camp["variants"]]
+    assert refuted["p1"]["verdict"] == "lost" and refuted["p1"]["knobs"] == "args.parallel=1"
+    assert any(line.startswith("c=2 TTFT p50: ") for line in refuted["p1"]["lost"]), refuted["p1"]
     assert refuted["rope"]["verdict"] == "failed its gate"
     assert refuted["broken"]["verdict"] == "crashed"
     assert "no-such-flag-at-all" in " ".join(refuted["broken"]["reasons"]) or refuted["broken"]["reasons"]
@@ -330,7 +330,7 @@ def test_the_html_reads_in_chromium_with_its_stale_marks(hist, tmp_path):
     assert any(s.startswith("STALE: build stock → next; engine version") for s in got["stale"]), got["stale"]
     assert got["visible"] and got["bg"] not in (None, "rgba(0, 0, 0, 0)")
     assert Path(hist.bench_next).as_uri() in got["runLinks"]
-    assert "ub16 (args.ubatch-size=16): lost" in got["text"]
+    assert "p1 (args.parallel=1): lost" in got["text"]
 
 
 def test_the_doors_live_page_links_the_models_page(hist):

@@ -62,7 +62,7 @@ def _html(c: Cell) -> Markup:
 
 TEMPLATE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
-<title>{{ title }}</title>
+<title>{{ title }}</title><link rel="icon" href="data:,">
 <style>
 """ + STYLE + """
 pre { white-space: pre-wrap; } td { overflow-wrap: anywhere; }

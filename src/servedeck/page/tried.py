@@ -1,5 +1,5 @@
 """Tried and refuted: the variants of this model its campaigns measured, judged against the campaign's
-base variant with `compare`'s own statistics (report/compare.py), so "--ubatch-size 1: TTFT 4× slower"
+base variant with `compare`'s own statistics (report/compare.py), so "--parallel 1: TTFT 3× slower at two users"
 appears without anyone writing it. A variant is refuted when it failed to boot or crashed, failed its
 gate, or lost on a figure by a margin the comparison calls distinguishable from noise.
 """
