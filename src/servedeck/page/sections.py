@@ -45,6 +45,10 @@ def span(s: Optional[float]) -> str:
     return f"{h} h {rest // 60} min" if h else f"{int(s) // 60} min {int(s) % 60} s"
 
 
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "es" if word.endswith("h") else "s")
+
+
 def stale_cell(m: Optional[dict[str, Any]]) -> Cell:
     if not m:
         return "-"
@@ -82,9 +86,10 @@ def what(doc: dict[str, Any], link: MakeLink) -> list:
                                         f"times, {w['relaunch']['spacing_s']:g} s apart"])
     if w["max_output_tokens"]:
         rows.append(["max output tokens", f"{w['max_output_tokens']:,}"])
-    rows.append(["history", (f"{h['launches']} launches under servedeck ({h['ready_launches']} became ready), "
-                             f"first {day(h['first_launch'])}, last {day(h['last_launch'])}" if h["launches"]
-                             else "never launched under servedeck") + f"; {h['runs']} run folders, {h['campaigns']} campaigns"])
+    rows.append(["history", (f"{plural(h['launches'], 'launch')} under servedeck ({h['ready_launches']} became "
+                             f"ready), first {day(h['first_launch'])}, last {day(h['last_launch'])}" if h["launches"]
+                             else "never launched under servedeck")
+                 + f"; {plural(h['runs'], 'run folder')}, {plural(h['campaigns'], 'campaign')}"])
     out: list = [Table(["", ""], rows)]
     if w["notes"]:
         out.append(Para([f"Notes (models.toml): {w['notes']}"]))
@@ -203,7 +208,7 @@ def measured(doc: dict[str, Any], link: MakeLink) -> list:
     m = doc["sections"]["measured"]
     if not m["runs"]:
         return [Para(["No gate or benchmark run of this model yet: `servedeck gate` and `servedeck bench` make them."])]
-    out: list = [Para([f"{m['runs']} runs, newest first, grouped by engine version; {m['stale_runs']} measured "
+    out: list = [Para([f"{plural(m['runs'], 'run')}, newest first, grouped by engine version; {m['stale_runs']} measured "
                        "on something other than today's launch (marked)."])]
     for g in m["by_engine_version"]:
         rows = []
@@ -267,7 +272,7 @@ def uptime(doc: dict[str, Any], link: MakeLink) -> list:
     wt = u["watch"]
     if wt["notices"]:
         counts = ", ".join(f"{k} ×{n}" for k, n in sorted(wt["counts"].items()))
-        out.append(Para([f"The watch loop: {wt['relaunches']} relaunches ({counts}); its last notices:"]))
+        out.append(Para([f"The watch loop: {plural(wt['relaunches'], 'relaunch')} ({counts}); its last notices:"]))
         out.append(Table(["when", "kind", "message"], [[day(n["ts"]), n["kind"], n["message"]] for n in wt["notices"]]))
     else:
         out.append(Para(["The watch loop never relaunched or reported on this model."]))

@@ -99,9 +99,8 @@ def judge_variant(doc: dict[str, Any], variant: str, runs: list[Any], base_runs:
                         lost.append(figure_line(p.label, v))
                     elif better(v):
                         won.append(figure_line(p.label, v))
-            if len(cmp.config_changes) > 1:
-                reasons.append(f"{len(cmp.config_changes)} knobs differ from the base "
-                               f"({', '.join(n for n, _, _ in cmp.config_changes)}): {cmp.attribution}")
+            if len(cmp.att.knobs) > 1:  # several knobs at once: the loss cannot be credited to one of them
+                reasons.append(f"{len(cmp.att.knobs)} knobs differ from the base: {cmp.attribution}")
     if verdict == NO_RESULT:
         verdict = LOST if lost else WON if won else LEVEL if benches and base else NO_RESULT
         base_gates = sorted({r.gate for r in base_runs if r.kind == "bench"})
