@@ -216,3 +216,19 @@ def test_the_command_refuses_two_forms_and_names_an_unknown_model(tmp_path, monk
     assert isinstance(r.exception, UsageError) and "--md and --json each choose the whole output" in r.exception.message
     r = CliRunner().invoke(app, ["page", "nope"])
     assert isinstance(r.exception, UnknownModelError) and "no model or alias named 'nope'" in r.exception.message
+
+
+def test_a_secret_never_reaches_the_page(tmp_path, monkeypatch):
+    """A token in the model's env and an api key in its args: rendered redacted, and found nowhere in the
+    document, the Markdown or the HTML (a page is meant to be pasted and shared)."""
+    from servedeck.page import build_page, to_html, to_markdown
+
+    secret = "hf_SECRETvalue0123456789"
+    text = TOML.replace('env = { HF_HUB_OFFLINE = "1" }', f'env = {{ HF_HUB_OFFLINE = "1", HF_TOKEN = "{secret}" }}')
+    text = text.replace("args = { max_num_seqs = 16 }", 'args = { max_num_seqs = 16, api-key = "sk-verysecretkey0123456789" }')
+    monkeypatch.setenv("SERVEDECK_RESULTS", str(tmp_path / "results"))
+    doc = build_page(parse(text, tmp_path / "models.toml"), "m")
+    assert doc["history"] is False and doc["sections"]["launch"]["env"]["HF_TOKEN"] == "<redacted>"
+    for out in (json.dumps(doc), to_markdown(doc), to_html(doc)):
+        assert secret not in out and "sk-verysecretkey0123456789" not in out
+    assert "--api-key" in doc["sections"]["launch"]["argv"]
