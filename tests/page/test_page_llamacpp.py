@@ -130,7 +130,7 @@ def test_measured_is_newest_first_grouped_by_engine_version_with_provenance_and_
     assert one["single_stream"] and not two["single_stream"]
     for p in (one, two):
         assert p["output_tok_s"] > 0 and p["ttft_p50_ms"] > 0 and p["tpot_p50_ms"] > 0 and p["errors"] == 0
-    assert fresh["gate"]["status"] == "passed"  # inherited from launch 2's own gate? no: its bench ran one
+    assert fresh["gate"]["status"] == "passed"  # launch 2's first run: its bench ran the launch's gate
     gate = runs[str(hist.gate_run)]
     assert gate["kind"] == "gate" and gate["gate"]["status"] == "passed"
     cap = runs[str(hist.capacity_run)]["capacity"]
