@@ -135,6 +135,33 @@ def test_build_tampered_venv_names_changed_missing_and_untracked(venv, tmp_path)
     assert "verify-build stock" in row.action
 
 
+def test_verify_build_keeps_its_last_verdict_for_the_page(venv, tmp_path, monkeypatch):
+    """`servedeck verify-build` writes its verdict under $SERVEDECK_HOME (doctor/verified.py), replacing
+    the one before whole: the page reads when a build was last checked and what was found."""
+    from typer.testing import CliRunner
+
+    from servedeck.cli.app import app
+    from servedeck.doctor.verified import last_verification, verified_file
+
+    cfg = vllm_cfg(tmp_path, venv / "bin/python", extra_build=f'requires = ["{venv}/bin/python"]')
+    monkeypatch.setenv("SERVEDECK_CONFIG", str(cfg.path))
+    assert last_verification("stock") is None
+    r = CliRunner().invoke(app, ["verify-build", "stock"])
+    assert r.exit_code == 0, r.output
+    first = last_verification("stock")
+    assert first["verdict"] == "intact" and first["engine_version"] == "0.0.1" and first["at"]
+    assert first["files_matched"] == first["files_total"] >= 5 and first["changed"] == {"count": 0, "first": []}
+    assert first["requires"] == [{"path": f"{venv}/bin/python", "ok": True, "saw": first["requires"][0]["saw"]}]
+    site = next(venv.glob("lib/python3*/site-packages"))
+    (site / "vllm/core.py").write_text("def run():\n    return 2  # patched\n")
+    r = CliRunner().invoke(app, ["verify-build", "stock", "--json"])
+    assert r.exit_code == 1
+    second = last_verification("stock")
+    assert second["verdict"] == "changed" and second["changed"] == {"count": 1, "first": ["vllm/core.py"]}
+    assert second["files_matched"] == second["files_total"] - 1
+    assert [p.name for p in verified_file("stock").parent.iterdir()] == ["verified.json"]  # no temp file left
+
+
 def test_build_missing_and_requires(tmp_path, venv):
     target = tmp_path / "lib"
     target.mkdir()

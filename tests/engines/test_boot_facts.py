@@ -110,3 +110,16 @@ def test_vllm_032_states_its_version_in_its_banner_and_engine_config():
     assert get_engine("vllm").parse_boot(captured)["engine_version"] == "0.32.0"
     core = "(EngineCore pid=18117) INFO 11-29 18:40:30 [core.py:133] Initializing a V1 LLM engine (v0.32.0) with config: x"
     assert get_engine("vllm").parse_boot(core)["engine_version"] == "0.32.0"
+
+
+def test_llamacpp_kv_cells_are_per_stream():
+    """llama-server 11434 with --parallel 2 keeps one KV stream per slot and logs the cells of one stream,
+    then `seqs/streams`: the pool is cells × streams (the line below is from a real launch of SmolLM2 with
+    -c 2048 --parallel 2, 2026-12-03: 45 MiB = 2,048 tokens × 23,040 bytes). Read as 1,024, the planner's
+    2,048 looked 50 % off."""
+    line = ("0.01.063.460 I llama_kv_cache: size =   45.00 MiB (  1024 cells,  30 layers,  2/2 seqs), "
+            "K (f16):   22.50 MiB, V (f16):   22.50 MiB")
+    facts = get_engine("llamacpp").parse_boot(line)
+    assert (facts["kv_tokens"], facts["kv_cells_per_stream"], facts["kv_streams"]) == (2048, 1024, 2)
+    one = get_engine("llamacpp").parse_boot(line.replace("2/2 seqs", "1/1 seqs").replace("45.00", "22.50"))
+    assert one["kv_tokens"] == 1024

@@ -11,9 +11,9 @@ from servedeck.cli.app import app as root_app, err_console
 from servedeck.errors import ServedeckError
 
 # Importing a module registers its commands on `root_app`.
-from servedeck.cli import campaign, campaigns, cluster, deck, doctor, door, report, watch  # noqa: E402
+from servedeck.cli import campaign, campaigns, cluster, deck, doctor, door, page, report, watch  # noqa: E402
 
-__all__ = ["campaign", "campaigns", "cluster", "deck", "doctor", "door", "main", "report", "watch"]
+__all__ = ["campaign", "campaigns", "cluster", "deck", "doctor", "door", "main", "page", "report", "watch"]
 
 
 def main() -> None:

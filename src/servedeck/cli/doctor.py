@@ -8,9 +8,10 @@ from typing import Any, Optional
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from servedeck import paths
-from servedeck.cli.app import app, console, load_config, print_json, warn_unreadable
+from servedeck.cli.app import app, console, err_console, load_config, print_json, warn_unreadable
 from servedeck.errors import UnknownModelError, UsageError
 from servedeck.fsio import read_jsonl
 from servedeck.gpu.nvml import GiB, gib
@@ -279,6 +280,7 @@ def verify_build_cmd(
         known = ", ".join(sorted(cfg.deck.builds)) or "(none)"
         raise UnknownModelError(f"no build named {build!r}", hint=f"builds defined: {known}")
     rep = verify_build(cfg.deck.builds[build], build, cfg)
+    _keep_verdict(rep)
     if json_out:
         print_json(rep.to_json())
     else:
@@ -305,3 +307,17 @@ def verify_build_cmd(
             console.print(f"requires {r.path}: {'[green]' if r.ok else '[red]'}{r.saw}[/]")
     if not rep.exists or (rep.integrity_checked and not rep.intact) or any(not r.ok for r in rep.requires):
         raise typer.Exit(1)
+
+
+def _keep_verdict(rep: Any) -> None:
+    """The verdict is kept for `servedeck page` (doctor/verified.py); a state dir that cannot be written
+    is said, and the verification itself still reported."""
+    from servedeck.deck.state import now_iso
+    from servedeck.doctor.verified import record_verification, verified_file
+
+    try:
+        record_verification(rep, now_iso())
+    except OSError as e:
+        err_console.print(Text("warning: ", style="yellow") + Text(
+            f"the verdict could not be kept in {verified_file(rep.build)}: {e.strerror or e}; "
+            "`servedeck page` will not know of this verification"), highlight=False, soft_wrap=True)

@@ -186,6 +186,26 @@ class Model(_Strict):
     # e.g. { chat_template_kwargs = { enable_thinking = false } } for a reasoning model
     request: dict[str, Any] = Field(default_factory=dict)
     notes: str = ""
+    # the user's reason per flag, env var or key, shown beside it, or beside its absence, on `servedeck page`:
+    # why = { "kv-cache-dtype" = "on anyway: the checkpoint declares an fp8 KV scheme" }
+    why: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("why")
+    @classmethod
+    def _why(cls, v: dict[str, str]) -> dict[str, str]:
+        """Keys as the user names the thing (`kv-cache-dtype`, `--kv-cache-dtype`, `HF_HUB_OFFLINE`,
+        `gpu_memory_utilization`); a flag's dashes are dropped so both spellings are one key."""
+        out: dict[str, str] = {}
+        for key, reason in v.items():
+            name = key.strip().lstrip("-")
+            if not name:
+                raise ValueError(f"why: the key {key!r} names nothing; write the flag, env var or key the reason is for")
+            if not reason.strip():
+                raise ValueError(f"why.{key}: the reason is empty; say why, or remove the entry")
+            if name in out:
+                raise ValueError(f"why: {key!r} and another key name the same flag {name!r}; keep one")
+            out[name] = reason.strip()
+        return out
 
     @field_validator("request")
     @classmethod

@@ -388,7 +388,8 @@ class DeckOps:
         pci = {str(i): inv.gpu(i).pci_bus_id for i in model_gpus(model, engine, inv)
                if inv.available and inv.gpu(i) is not None and inv.gpu(i).pci_bus_id}
         d = L.new_launch_dir(name)  # a servedeck killed from here to the live record leaves only this folder
-        lrec = L.write_start(d, spec, model.build, str(cfg.path), reason, engine_version=version,
+        entry = {k: v for k, v in settings_of(name, cfg).items() if k != "since"}
+        lrec = L.write_start(d, spec, model.build, str(cfg.path), reason, entry=entry, engine_version=version,
                              engine_version_source=version_source, gpus_pci=pci or None)
         # Recorded before the spawn, pid not yet known: a servedeck killed at any point of the spawn
         # leaves a record whose owner is gone, and the next one reaps the shim it finds by the launch

@@ -65,13 +65,16 @@ def shell_lines(argv: list[str]) -> list[str]:
     return out
 
 
-def write_start(d: Path, spec: LaunchSpec, build_name: str, config_path: str, reason: str, **facts) -> dict:
-    """launch.json at the start; `facts`: what else is known before the spawn (the build's engine version,
-    the GPUs' PCI addresses)."""
+def write_start(d: Path, spec: LaunchSpec, build_name: str, config_path: str, reason: str,
+                entry: dict | None = None, **facts) -> dict:
+    """launch.json at the start. `entry`: the models.toml entry launched, secrets redacted (desired.settings_of),
+    so that what changed in models.toml since this launch can be said later (`servedeck page`); `facts`: what
+    else is known before the spawn (the build's engine version, the GPUs' PCI addresses)."""
     atomic_write_text(d / "cmd.sh", cmd_sh(spec, build_name, config_path), mode=0o755)
     rec = {"schema": 1, "model": spec.model, "engine": spec.engine, "build": build_name, "slot": spec.slot,
            "port": spec.port, "spec": spec.to_json(), "config_path": config_path, "reason": reason,
-           "state": "starting", "started_at": now_iso(), "launch_dir": str(d), **facts}
+           "state": "starting", "started_at": now_iso(), "launch_dir": str(d),
+           **({"entry": entry} if entry is not None else {}), **facts}
     atomic_write_json(d / "launch.json", rec)
     return rec
 

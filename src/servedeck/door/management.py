@@ -6,6 +6,7 @@
     GET  /                the live page (door/page.py)
     GET  /events          its server-sent events: a snapshot whenever it changed, checked every second
     GET  /door/status     the same snapshot as JSON (GPU power, limit and memory: door/gpu_watch.py)
+    GET  /page?model=M    model M's page (servedeck.page), the HTML `servedeck page M --html` prints
 
 HEAD is answered as GET without the body. Any other path outside /v1/ is 404 and another method on
 these paths 405, in the door's JSON error shape. Who may ask is decided before (door/admission.py).
@@ -41,7 +42,8 @@ class Management:
         self.gpu = GpuWatch()  # read in its own thread, once a second at most
         self.routes: dict[bytes, Callable[[Req], None]] = {
             b"/v1/models": self.models, b"/metrics": self.metrics_text, b"/door/status": self.status,
-            b"/": self.page, b"/events": self.events, **{p: self.health for p in HEALTH_PATHS}}
+            b"/": self.page, b"/events": self.events, b"/page": self.model_page,
+            **{p: self.health for p in HEALTH_PATHS}}
 
     def answer(self, r: Req) -> None:
         route = self.routes.get(r.path)
@@ -49,7 +51,7 @@ class Management:
             path = r.path.decode("latin-1")
             raise Answer(404, error_body(404, f"no route {path} at the door",
                                          "the door answers /v1/* (by the body's model), /v1/models, /health, "
-                                         "/v1/health, /metrics, /, /events and /door/status"))
+                                         "/v1/health, /metrics, /, /events, /door/status and /page?model=NAME"))
         if r.method not in (b"GET", b"HEAD"):
             raise Answer(405, error_body(405, f"{r.path.decode('latin-1')} answers GET and HEAD, "
                                               f"not {r.method.decode('latin-1')}"), {"Allow": "GET, HEAD"})
@@ -125,6 +127,29 @@ class Management:
 
     def page(self, r: Req) -> None:
         r.respond_body(200, b"text/html; charset=utf-8", PAGE.encode())
+
+    def model_page(self, r: Req) -> None:
+        """A model's page, rebuilt from the records on each request (file reads: in a thread)."""
+        from urllib.parse import parse_qs
+
+        from servedeck.errors import ServedeckError
+        from servedeck.page import build_page, to_html
+
+        query = r.url.split(b"?", 1)[1].decode("latin-1") if b"?" in r.url else ""
+        names = parse_qs(query).get("model")
+        if not names:
+            raise Answer(400, error_body(400, "/page needs the model: /page?model=NAME",
+                                         "the live page at / links each model's page"))
+
+        async def work() -> None:
+            try:
+                text = await asyncio.to_thread(lambda: to_html(build_page(self.manager.cfg, names[0])))
+            except ServedeckError as e:
+                r.respond(Answer(404, error_body(404, e.message, e.hint)))
+                return
+            r.respond_body(200, b"text/html; charset=utf-8", text.encode())
+
+        self._later(r, work)
 
     def events(self, r: Req) -> None:
         async def work() -> None:

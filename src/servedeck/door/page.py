@@ -80,7 +80,10 @@ function fill(id, rows, cols){const tb=document.querySelector("#"+id+" tbody"); 
   for(const r of rows){const tr=document.createElement("tr"); for(const c of cols){c(tr,r);} tb.appendChild(tr);}}
 function draw(s){
   fill("models", s.models, [
-    (t,m)=>cell(t,m.model), (t,m)=>cell(t,m.aliases.join(", ")), (t,m)=>cell(t,m.slot),
+    (t,m)=>{cell(t,m.model); if(m.managed){const a=document.createElement("a"); a.className="page-link";
+      a.href="/page?model="+encodeURIComponent((m.members||[m.model])[0])+(key?"&key="+encodeURIComponent(key):"");
+      a.textContent="page"; t.lastChild.append(" ", a);}},
+    (t,m)=>cell(t,m.aliases.join(", ")), (t,m)=>cell(t,m.slot),
     (t,m)=>{cell(t,m.state,"state state-"+m.state); t.lastChild.dataset.model=m.model; t.lastChild.id="state-"+m.model;},
     (t,m)=>cell(t,m.inflight), (t,m)=>cell(t,m.queued), (t,m)=>cell(t,m.port),
     (t,m)=>cell(t,m.refusal?m.refusal.status+": "+m.refusal.message:m.detail)]);

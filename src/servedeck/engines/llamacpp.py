@@ -107,8 +107,12 @@ class LlamaCpp(Engine):
         BootPattern("loaded", re.compile(r"(?:llama_server|main): model loaded"), lambda m: {"model_loaded": True}),
         BootPattern("build", re.compile(r"build:\s*(\d+)\s*\(([0-9a-f]+)\)"),
                     lambda m: {"engine_version": f"b{m.group(1)}", "engine_commit": m.group(2)}),
-        BootPattern("kv_cells", re.compile(r"llama_kv_cache: size\s*=\s*[\d.]+ MiB \(\s*(\d+) cells"),
-                    lambda m: {"kv_tokens": num(m.group(1))}),
+        # "(1024 cells, 30 layers, 2/2 seqs)": the cells of one KV stream, then sequences/streams (one stream
+        # per slot unless --kv-unified): the pool holds cells × streams tokens
+        BootPattern("kv_cells", re.compile(r"llama_kv_cache: size\s*=\s*[\d.]+ MiB \(\s*(\d+) cells"
+                                           r"(?:,\s*\d+ layers,\s*\d+/(\d+) seqs)?"),
+                    lambda m: {"kv_tokens": num(m.group(1)) * int(m.group(2) or 1),
+                               "kv_cells_per_stream": num(m.group(1)), "kv_streams": int(m.group(2) or 1)}),
     ]
 
     def parse_boot(self, text):

@@ -11,11 +11,8 @@ from markupsafe import Markup
 
 from servedeck.report.blocks import Figure, Moved, Para, Pre, Section, Table, html_cell
 
-TEMPLATE = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
-<title>{{ title }}</title>
-<style>
-body { font: 14px/1.45 system-ui, sans-serif; max-width: 1100px; margin: 1.5em auto; padding: 0 1em; color: #222; }
+# the look servedeck's HTML pages share (the report, a model's page: servedeck/page/render.py)
+STYLE = """body { font: 14px/1.45 system-ui, sans-serif; max-width: 1100px; margin: 1.5em auto; padding: 0 1em; color: #222; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; border-bottom: 1px solid #ccc; margin-top: 1.8em; }
 table { border-collapse: collapse; margin: .6em 0; font-size: 12.5px; display: block; overflow-x: auto; }
 th, td { border: 1px solid #ddd; padding: 3px 7px; text-align: left; vertical-align: top; overflow-wrap: break-word; }
@@ -23,11 +20,11 @@ th { background: #f4f4f4; } td.num { text-align: right; }
 figure { margin: 1em 0; } figure svg { max-width: 100%; height: auto; }
 figcaption { font-size: 12px; color: #555; }
 pre { background: #f7f7f7; padding: .6em; overflow-x: auto; font-size: 12px; }
-nav ul { columns: 2; }
-</style></head>
-<body>
-<h1>{{ title }}</h1>
-<nav><ul>{% for s in sections %}<li><a href="#{{ s.id }}">{{ s.title }}</a></li>{% endfor %}</ul></nav>
+nav ul { columns: 2; }"""
+
+# the sections and their blocks, each block a dict with its `kind` (para, table, figure, pre): shared with a
+# model's page, which draws its own cells into the same shapes
+SECTIONS = """<nav><ul>{% for s in sections %}<li><a href="#{{ s.id }}">{{ s.title }}</a></li>{% endfor %}</ul></nav>
 {% for s in sections %}
 <section id="{{ s.id }}"><h2>{{ s.title }}</h2>
 {% for b in s.blocks %}
@@ -40,7 +37,17 @@ nav ul { columns: 2; }
 {% endfor %}
 </section>
 {% endfor %}
-</body></html>
+"""
+
+TEMPLATE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<title>{{ title }}</title>
+<style>
+""" + STYLE + """
+</style></head>
+<body>
+<h1>{{ title }}</h1>
+""" + SECTIONS + """</body></html>
 """
 
 

@@ -1,0 +1,239 @@
+"""The page's sections about what happened to the model: what was measured, how it crashed, how long it
+stayed up. Each figure carries its provenance (run folder or launch, the command, the date, the engine
+version, the build) and a stale mark against today's launch (page/stale.py).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from servedeck.page.records import Launch, launch_dir_of, versions_by_launch, when
+from servedeck.page.stale import Basis, basis, mark
+
+VersionOf = Callable[[Launch], tuple[Optional[str], Optional[str]]]
+WATCH_KINDS = ("crashed", "relaunch", "relaunched", "relaunch-failed", "gave-up", "stable", "stalled", "slow",
+               "recovered", "reaped", "absent", "adopted", "resumed")
+
+
+def version_finder(views: list[dict[str, Any]]) -> VersionOf:
+    """A launch's engine version and where it was read: launch.json (a deck that records it), its boot
+    log, or a run measured on that launch (the run asked the engine: runs/inventory.py)."""
+    by_launch = versions_by_launch(views)
+
+    def of(la: Launch) -> tuple[Optional[str], Optional[str]]:
+        if la.rec.get("engine_version"):
+            return str(la.rec["engine_version"]), "launch.json"
+        if la.boot.get("engine_version"):
+            return str(la.boot["engine_version"]), "boot log"
+        v = by_launch.get(str(la.dir))
+        return (v, "a run measured on this launch") if v else (None, None)
+
+    return of
+
+
+# --- provenance of a run ----------------------------------------------------------------------------------
+
+def command_of(v: dict[str, Any]) -> str:
+    """The servedeck command that made a run, rebuilt from its summary.json (the summary keeps what was
+    asked, not the words typed)."""
+    model = v.get("model_entry") or v.get("model") or "?"
+    w = v.get("workload") or {}
+    camp = v.get("campaign") or {}
+    if camp:
+        return f"servedeck campaign run (campaign {camp.get('name')}, cell {camp.get('cell')}, variant {camp.get('variant')})"
+    kind = v.get("kind")
+    if kind == "gate":
+        spec = (v.get("gate") or {}).get("spec") or w.get("gate") or {}
+        depths = ",".join(f"{d:g}" for d in spec.get("depths") or [])
+        return f"servedeck gate {model} --context {spec.get('context', v.get('context'))}" + \
+            (f" --depths {depths}" if depths else "")
+    if kind == "soak":
+        return (f"servedeck soak {model} --duration {w.get('duration_s', 0):g}s --concurrency {w.get('concurrency')}"
+                + (f" --burst-every {w.get('burst_every_s', 0):g}s" if w.get("burst_every_s") else ""))
+    cap = w.get("capacity") or {}
+    if cap:
+        slo = (cap.get("slo") or {}).get("text") or (v.get("capacity") or {}).get("slo_text") or "?"
+        return f"servedeck bench {model} --workload {w.get('workload')} --find {cap.get('find')} --slo \"{slo}\""
+    points = ",".join(str(p).removeprefix("c=") for p in w.get("points") or [])
+    load = f" --concurrency {points}" if points and all(str(p).startswith("c=") for p in w.get("points") or []) \
+        else (f" (points {', '.join(w.get('points') or [])})" if points else "")
+    return f"servedeck bench {model} --workload {w.get('workload')}{load}" + \
+        (f" --seed {w['seed']}" if w.get("seed") is not None else "")
+
+
+def run_basis(v: dict[str, Any], version: Optional[str]) -> Basis:
+    from servedeck.report.knobs import launch_of
+
+    cfg = v.get("config") or {}
+    b = cfg.get("build") or {}
+    argv, env, _ = launch_of(Path(v["path"]), v)
+    context = v.get("configured_context") or (cfg.get("model") or {}).get("context")
+    return basis(build=cfg.get("build_name"), build_path=b.get("binary") or b.get("python") or b.get("image"),
+                 engine_version=version, argv=argv or None, env=env if argv else None, context=context,
+                 engine=str(v.get("engine") or ""))
+
+
+def provenance(v: dict[str, Any], version: Optional[str], version_from: Optional[str]) -> dict[str, Any]:
+    cfg = v.get("config") or {}
+    b = cfg.get("build") or {}
+    cmd = Path(v["path"]) / "cmd.sh"
+    return {"run": v["path"], "run_name": v.get("run"), "launch": launch_dir_of(v), "at": v.get("created_at"),
+            "command": command_of(v), "engine": v.get("engine"), "engine_version": version,
+            "engine_version_from": version_from, "build": cfg.get("build_name"),
+            "build_path": b.get("binary") or b.get("python") or b.get("image"),
+            "context": v.get("configured_context") or (cfg.get("model") or {}).get("context"),
+            "engine_command": str(cmd) if cmd.exists() else None}
+
+
+def run_version(v: dict[str, Any], launches: dict[str, Launch], version_of: VersionOf) -> tuple[Optional[str], Optional[str]]:
+    ver = (v.get("versions") or {}).get("engine_version")
+    if ver:
+        return str(ver), "the run (the engine asked when it began)"
+    la = launches.get(launch_dir_of(v) or "")
+    return version_of(la) if la else (None, None)
+
+
+# --- Measured ---------------------------------------------------------------------------------------------
+
+def _p50(fig: dict[str, Any], key: str) -> Optional[float]:
+    return (fig.get(key) or {}).get("p50")
+
+
+def point_row(p: dict[str, Any], search: bool = False) -> dict[str, Any]:
+    f = p.get("figures") or {}
+    shape = p.get("shape") or {}
+    c = shape.get("concurrency")
+    return {"label": p.get("label"), "status": p.get("status"), "concurrency": c, "rate": shape.get("rate"),
+            "single_stream": c == 1, "search_step": search, "output_tok_s": f.get("output_tok_s"),
+            "per_user_tok_s_p50": _p50(f, "per_user_tok_s"), "ttft_p50_ms": _p50(f, "ttft_ms"),
+            "tpot_p50_ms": _p50(f, "tpot_ms"), "e2e_p50_ms": _p50(f, "e2e_ms"),
+            "ok": (f.get("counts") or {}).get("ok"), "errors": (f.get("counts") or {}).get("error"),
+            "cached_fraction": f.get("cached_fraction"),
+            "j_per_output_token": ((f.get("telemetry") or {}).get("gpu") or {}).get("j_per_output_token")}
+
+
+def gate_of(v: dict[str, Any]) -> dict[str, Any]:
+    from servedeck.report.render import gate_cell
+
+    g = v.get("gate") or {}
+    return {"status": g.get("status", "not run"), "text": gate_cell(v)}
+
+
+def measured(views: list[dict[str, Any]], launches: dict[str, Launch], version_of: VersionOf,
+             now: Basis) -> dict[str, Any]:
+    """The model's gate and bench runs (soaks are the Evidence section's), newest first, grouped by the
+    engine version they ran on."""
+    entries = []
+    for v in views:
+        if v.get("kind") not in ("gate", "bench"):
+            continue
+        ver, src = run_version(v, launches, version_of)
+        cap = v.get("capacity")
+        entries.append({"run": v.get("run"), "path": v["path"], "kind": v.get("kind"), "at": v.get("created_at"),
+                        "status": v.get("status"), "reason": v.get("reason"), "label": v.get("label"),
+                        "gate": gate_of(v), "provenance": provenance(v, ver, src),
+                        "stale": mark(run_basis(v, ver), now),
+                        "points": [point_row(p, search=isinstance(cap, dict)) for p in v.get("points") or []]
+                        if v.get("kind") == "bench" else [],
+                        "capacity": ({k: cap.get(k) for k in ("slo", "slo_text", "find", "capacity", "verdict",
+                                                              "binding", "output_tok_s", "goodput_request_s")}
+                                     if isinstance(cap, dict) else None)})
+    entries.sort(key=lambda e: e["at"] or "", reverse=True)
+    groups: dict[str, list] = {}
+    for e in entries:
+        groups.setdefault(e["provenance"]["engine_version"] or "not recorded", []).append(e)
+    return {"runs": len(entries), "stale_runs": sum(e["stale"]["stale"] for e in entries),
+            "by_engine_version": [{"engine_version": k, "runs": rs} for k, rs in groups.items()]}
+
+
+# --- Crashes ----------------------------------------------------------------------------------------------
+
+def _fault(cause: dict[str, Any]) -> tuple[bool, str]:
+    """Whether a classified end was not the model's doing, and why, from the catalogue's own words: an
+    event of the node (Xid 79: the card fell off the bus) is the host's."""
+    if cause.get("severity") == "node" or cause.get("family") == "gpu-lost":
+        return True, f"{cause.get('summary')}: the host's fault, not this model's ({cause.get('action')})"
+    return False, ""
+
+
+def crash_rows(journal: list[dict[str, Any]], launches: dict[str, Launch], version_of: VersionOf) -> list[dict]:
+    """Crashes while serving and starts that failed with a classified cause (what `servedeck crashes`
+    lists), each with the build and engine version it belongs to: the record's own keys when the deck
+    wrote them, else its launch folder's."""
+    out = []
+    for r in journal:
+        if not (r.get("event") == "crash" or (r.get("event") == "start" and r.get("outcome") == "failed"
+                                               and r.get("cause"))):
+            continue
+        la = launches.get(str(r.get("launch_dir") or ""))
+        build = r.get("build") or (la.build if la else None)
+        ver, src = (str(r["engine_version"]), "the crash record") if r.get("engine_version") else \
+            (version_of(la) if la else (None, None))
+        cause = r.get("cause") or {}
+        theirs, why = _fault(cause)
+        kernel = [{**{k: k_ev.get(k) for k in ("code", "at", "pci", "pid", "process", "text")},
+                   "kind": k_ev.get("kind") or ("xid" if k_ev.get("code") is not None else "kernel"),
+                   "ours": k_ev.get("ours"), "whose": k_ev.get("whose") or
+                   ("not this model's" if k_ev.get("ours") is False else
+                    "matched by time only" if k_ev.get("ours") is None else "this model's")}
+                  for k_ev in (cause.get("kernel") or []) + (cause.get("kernel_other") or [])]
+        out.append({"at": r.get("ts"), "event": r.get("event"), "outcome": r.get("outcome"),
+                    "launch": r.get("launch_dir"), "build": build, "engine_version": ver,
+                    "engine_version_from": src, "detail": r.get("detail"), "exit": r.get("exit"),
+                    "cause": {k: cause.get(k) for k in ("id", "family", "summary", "action", "matched_line",
+                                                        "source", "severity", "priority")},
+                    "evidence": [{"id": e.get("id"), "line": e.get("matched_line"), "source": e.get("source")}
+                                 for e in cause.get("evidence") or []],
+                    "kernel": kernel, "not_its_fault": theirs, "fault_note": why,
+                    "log_tail": list(r.get("log_tail") or [])})
+    return out
+
+
+def crashes(journal: list[dict[str, Any]], launches: dict[str, Launch], version_of: VersionOf) -> dict[str, Any]:
+    rows = sorted(crash_rows(journal, launches, version_of), key=lambda c: c["at"] or "", reverse=True)
+    groups: dict[tuple[str, str], list] = {}
+    for c in rows:
+        groups.setdefault((c["build"] or "not recorded", c["engine_version"] or "not recorded"), []).append(c)
+    return {"count": len(rows), "not_its_fault": sum(c["not_its_fault"] for c in rows),
+            "groups": [{"build": b, "engine_version": v, "crashes": cs} for (b, v), cs in groups.items()]}
+
+
+# --- Evidence of staying up ---------------------------------------------------------------------------------
+
+def uptime(launches: list[Launch], views: list[dict[str, Any]], notices: list[dict[str, Any]],
+           by_dir: dict[str, Launch], version_of: VersionOf, now: Basis, at: datetime) -> dict[str, Any]:
+    windows = []
+    for la in launches:
+        s = la.window_s(at)
+        if s is None:
+            continue
+        ver, _ = version_of(la)
+        cause = (la.rec.get("cause") or {}).get("id")
+        windows.append({"launch": str(la.dir), "build": la.build, "engine_version": ver,
+                        "ready_at": la.rec.get("ready_at"), "ended_at": la.rec.get("ended_at"),
+                        "seconds": round(s, 1), "ended": la.state, "cause": cause,
+                        "running": la.rec.get("ended_at") is None})
+    longest = max(windows, key=lambda w: w["seconds"], default=None)
+    soaks = []
+    for v in views:
+        if v.get("kind") != "soak":
+            continue
+        ver, src = run_version(v, by_dir, version_of)
+        counts = v.get("counts") or {}
+        soaks.append({"run": v.get("run"), "path": v["path"], "at": v.get("created_at"), "status": v.get("status"),
+                      "reason": v.get("reason"), "elapsed_s": v.get("elapsed_s"),
+                      "requests": counts.get("total"), "errors": counts.get("error"), "ok": counts.get("ok"),
+                      "longest_clean_window_s": v.get("longest_clean_window_s"),
+                      "faults": len(v.get("faults") or []), "kernel_log": v.get("kernel_log"),
+                      "provenance": provenance(v, ver, src), "stale": mark(run_basis(v, ver), now)})
+    soaks.sort(key=lambda s: s["at"] or "", reverse=True)
+    watch = [n for n in notices if n.get("kind") in WATCH_KINDS]
+    kinds: dict[str, int] = {}
+    for n in watch:
+        kinds[n["kind"]] = kinds.get(n["kind"], 0) + 1
+    return {"longest_window": longest, "windows": len(windows), "soaks": soaks,
+            "watch": {"counts": kinds, "relaunches": kinds.get("relaunched", 0),
+                      "notices": [{"ts": n.get("ts"), "kind": n.get("kind"), "message": n.get("message")}
+                                  for n in watch[-20:]][::-1]}}
