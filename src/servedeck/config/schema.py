@@ -26,6 +26,30 @@ def merge_request(body: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]
     return out
 
 
+# Ranges checked at load, so that a typo is named by its key instead of failing in the engine: llama.cpp
+# parses -c and -n with std::stoi (an int32: context 10^12 died with "stoi"), vLLM's ints are as narrow.
+INT32_MAX = 2**31 - 1
+# No host has more GPUs or a model more servers than this; a bigger tp/dp/pp or replicas is a typo (and
+# would make servedeck list that many GPUs or models).
+MAX_PARALLEL = 1024
+# A duration past 30 days is a typo: Python's own waits overflow past ~292 years ("timestamp out of range").
+MAX_DURATION_S = 30 * 24 * 3600
+
+
+def int_range(v: Any, lo: int, hi: int, unit: str) -> Any:
+    """`v` unless it is outside lo..hi; the message says the range and the unit."""
+    if v is not None and not lo <= v <= hi:
+        raise ValueError(f"{v} is out of range (expected {lo} to {hi} {unit})")
+    return v
+
+
+def duration(v: Any) -> Any:
+    """Seconds, refused past MAX_DURATION_S (the lower bound is each key's own Field)."""
+    if v is not None and v > MAX_DURATION_S:
+        raise ValueError(f"{v:g} s is out of range (expected at most {MAX_DURATION_S} seconds, 30 days)")
+    return v
+
+
 class _Strict(BaseModel):
     # Unknown keys are errors: a typo must never be ignored silently.
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -49,6 +73,12 @@ class Host(_Strict):
     drain_timeout_s: float = Field(default=120.0, ge=0)  # a switch waits this long for in-flight requests
     min_residency_s: float = Field(default=30.0, ge=0)  # a slot switches at most once per this while both have traffic
     request_wait_s: float = Field(default=900.0, gt=0)  # a queued request gives up (504) after this
+
+    @field_validator("relaunch_spacing_s", "liveness_interval_s", "stall_after_s", "drain_timeout_s",
+                     "min_residency_s", "request_wait_s")
+    @classmethod
+    def _durations(cls, v: float) -> float:
+        return duration(v)
 
     @field_validator("api_keys")
     @classmethod
@@ -145,14 +175,14 @@ class Model(_Strict):
     # independent servers of this model, NAME.r1 … NAME.rN, on port, port + 1, …; the front door and
     # `servedeck bench NAME` spread requests over them (fewest outstanding first). Declared before
     # gpus / cpus: their validator reads it.
-    replicas: int = Field(default=1, ge=1)
+    replicas: int = 1  # 1 to MAX_PARALLEL (_counts)
     # with replicas > 1: one list per replica (gpus = [[0], [1]]); load.py expands the entry into replicas
     gpus: Union[list[int], list[list[int]]] = Field(default_factory=list)
     cpus: Union[list[int], list[list[int]]] = Field(default_factory=list)  # CPU set (affinity / --cpuset-cpus)
     gpu_memory_utilization: Optional[float] = None
-    tp: int = Field(default=1, ge=1)  # tensor parallel size
-    dp: int = Field(default=1, ge=1)  # data parallel size
-    pp: int = Field(default=1, ge=1)  # pipeline parallel size
+    tp: int = 1  # tensor parallel size; tp, dp, pp: 1 to MAX_PARALLEL (_counts)
+    dp: int = 1  # data parallel size
+    pp: int = 1  # pipeline parallel size
     args: dict[str, ArgValue] = Field(default_factory=dict)
     env: dict[str, str] = Field(default_factory=dict)
     served_name: Optional[str] = None  # the name clients send; defaults to the model's name
@@ -160,7 +190,7 @@ class Model(_Strict):
     host_ram_gib: Optional[float] = Field(default=None, gt=0)
     # the most output tokens servedeck's own requests ask for (gate, bench, soak, readiness); rendered as
     # llama.cpp's -n (the length of a request that names none); vLLM and SGLang have no such flag
-    max_output_tokens: Optional[int] = Field(default=None, gt=0)
+    max_output_tokens: Optional[int] = None  # 1 to INT32_MAX (_output)
     vision: bool = False  # a multimodal model: shown in status; llama.cpp needs `mmproj`
     mmproj: Optional[str] = None  # llama.cpp's multimodal projector GGUF (--mmproj), for vision = true
     stop_timeout_s: float = Field(default=120.0, gt=0)  # SIGTERM grace before SIGKILL, as the seed's unit
@@ -198,7 +228,7 @@ class Model(_Strict):
                 raise ValueError(f"{e.message} (write it like 90, 90s, 10m or 1h)") from None
         if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
             raise ValueError(f"ttl must be a positive duration (seconds or e.g. \"10m\"), got {v!r}")
-        return float(v)
+        return duration(float(v))
 
     @field_validator("port")
     @classmethod
@@ -211,8 +241,23 @@ class Model(_Strict):
     @classmethod
     def _context(cls, v: Optional[int]) -> Optional[int]:
         if v is not None and v <= 0:
-            raise ValueError(f"context must be a positive integer number of tokens, got {v}")
-        return v
+            raise ValueError(f"context must be a positive integer number of tokens (1 to {INT32_MAX}), got {v}")
+        return int_range(v, 1, INT32_MAX, "tokens: engines read it as a 32-bit integer")
+
+    @field_validator("max_output_tokens")
+    @classmethod
+    def _output(cls, v: Optional[int]) -> Optional[int]:
+        return int_range(v, 1, INT32_MAX, "tokens: engines read it as a 32-bit integer")
+
+    @field_validator("replicas", "tp", "dp", "pp")
+    @classmethod
+    def _counts(cls, v: int, info: ValidationInfo) -> int:
+        return int_range(v, 1, MAX_PARALLEL, "servers" if info.field_name == "replicas" else "GPUs")
+
+    @field_validator("stop_timeout_s", "ready_timeout_s")
+    @classmethod
+    def _timeouts(cls, v: float) -> float:
+        return duration(v)
 
     @field_validator("gpu_memory_utilization")
     @classmethod
