@@ -6,6 +6,7 @@ with the file, the key path and what was expected; nothing is corrected silently
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from servedeck.config.schema import Model, ModelsToml
 from servedeck.config.tomlfile import problems as validation_lines
 from servedeck.config.tomlfile import read_toml
 from servedeck.errors import ConfigError, UnknownModelError
+from servedeck.paths import NAME_RULE, name_problem, suggested_name
 
 if sys.version_info >= (3, 11):
     pass
@@ -168,6 +170,17 @@ def _where(mname: str, groups: dict[str, Group], key: str = "") -> str:
     return f"models.{mname}{'.' + key if key else ''}"
 
 
+def _name_problems(name: str) -> list[str]:
+    """A model's name becomes a file name under $SERVEDECK_HOME (paths.NAME_RULE): refuse one that cannot."""
+    problem = name_problem(name)
+    if not problem:
+        return []
+    better = suggested_name(name)
+    return [f"models.{json.dumps(name)}: {name!r} cannot be a model's name: {problem} (a model's name becomes file names "
+            f"under $SERVEDECK_HOME: {NAME_RULE}); name it [models.{better}] and keep "
+            f"{name!r} as an alias, aliases = [{json.dumps(name)}], so that clients can still send it"]
+
+
 def load(path: Path, checks: Iterable[Check] = ()) -> Config:
     path = Path(path)
     try:
@@ -187,6 +200,9 @@ def cross_check(deck: ModelsToml, groups: dict[str, Group] | None = None) -> lis
     problems: list[str] = []
     ports: dict[int, str] = {}
     names: dict[str, str] = {m: _where(m, groups) for m in deck.models}
+    members = {m for g in groups.values() for m in g.members}
+    for name in [*groups, *(m for m in deck.models if m not in members)]:
+        problems += _name_problems(name)
     for g in groups.values():
         names[g.name] = f"models.{g.name}"
         for alias in g.aliases:

@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from servedeck import paths
 from servedeck.config import Config
 from servedeck.deck import launch as L
 from servedeck.deck import state as S
@@ -113,7 +114,7 @@ class Deck:
             settled = {m: end.left_behind for m, (_, end) in ops.settle_dead().items() if end.left_behind}
             running = ops.running()
             targets = [*running, *settled] if names is None else \
-                [m for n in names for m in (self.cfg.members(n) if self.cfg else (n,))]
+                [m for n in names for m in (self.cfg.members(n) if self.cfg else (paths.component(n),))]
             out = []
             for name in targets:
                 S.set_desired(name, None)

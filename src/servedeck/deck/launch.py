@@ -23,7 +23,7 @@ from servedeck.fsio import atomic_write_json, atomic_write_text, tail_text
 
 
 def new_launch_dir(model: str) -> Path:
-    base = paths.launches_dir() / model
+    base = paths.launches_dir() / paths.component(model)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     d = base / stamp
     n = 1
@@ -90,5 +90,5 @@ def log_tail(d: Path, lines: int = 30) -> str:
 
 
 def past_launches(model: str) -> list[Path]:
-    base = paths.launches_dir() / model
+    base = paths.launches_dir() / paths.component(model)
     return sorted((p for p in base.iterdir() if p.is_dir()), key=lambda p: p.name) if base.exists() else []

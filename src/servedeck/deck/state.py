@@ -96,7 +96,7 @@ def set_desired(model: str, settings: dict | None) -> None:
 # --- live records ------------------------------------------------------------------------
 
 def live_path(model: str) -> Path:
-    return paths.live_dir() / f"{model}.json"
+    return paths.live_dir() / f"{paths.component(model)}.json"
 
 
 def read_live(model: str) -> LiveRecord | None:

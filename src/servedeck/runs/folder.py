@@ -53,7 +53,9 @@ def ctx_label(ctx: int | None) -> str:
 
 
 def run_name(model: str, layout: str, ctx: int | None, engine: str, when: datetime) -> str:
-    return f"{model}__{layout}__{ctx_label(ctx)}__{engine}__{when.strftime('%m%d-%H%M%S')}"
+    # one folder below runs/: the model's and the layout's names are checked as models.toml checks names
+    return (f"{paths.component(model)}__{paths.component(layout, 'layout')}__{ctx_label(ctx)}__{engine}__"
+            f"{when.strftime('%m%d-%H%M%S')}")
 
 
 class RunFolder:
