@@ -187,6 +187,12 @@ def logs(
     if launch:
         if launch.lstrip("-").isdigit():
             idx = int(launch)
+            if not (-len(past) <= idx <= -1 or 1 <= idx <= len(past)):
+                n = len(past)
+                raise UsageError(f"--launch {launch}: {name} has {n} launch{'es' if n != 1 else ''} under "
+                                 f"{paths.launches_dir() / name}",
+                                 hint=f"count back from -1 (the latest) to -{n}, or forward from 1 (the first) to "
+                                      f"{n}; or name one: " + ", ".join(p.name for p in past[-10:]))
             d = past[idx] if idx < 0 else past[idx - 1]
         else:
             match = [p for p in past if p.name == launch]
