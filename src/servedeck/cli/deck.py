@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -42,12 +41,13 @@ def render(model: str, as_json: bool = typer.Option(False, "--json")) -> None:
     if as_json:
         print_json(specs[0].to_json() if len(specs) == 1 else [s.to_json() for s in specs])
         return
+    # Plain writes, not the console: rich wraps at the terminal's width (80 when piped) inside tokens,
+    # and this text must run as written (`servedeck render m > run.sh && sh run.sh`).
     for name, spec in zip(members, specs):
-        if len(specs) > 1:
-            console.print(f"# {name}", highlight=False, markup=False)
-        for k, v in spec.redacted_env().items():
-            console.print(f"{k}={shlex.quote(v)}", highlight=False, markup=False)
-        console.print(" \\\n  ".join(L.shell_lines(spec.redacted_argv())), highlight=False, markup=False)
+        lines = [f"# {name}"] if len(specs) > 1 else []
+        lines += L.env_lines(spec)
+        lines.append(" \\\n  ".join(L.shell_lines(spec.redacted_argv())))
+        sys.stdout.write("\n".join(lines) + "\n")
 
 
 @app.command()

@@ -40,14 +40,15 @@ def cmd_sh(spec: LaunchSpec, build_name: str, config_path: str) -> str:
         f"# servedeck {__version__}: launch of {spec.model} ({spec.engine}, build {build_name}) at {now_iso()}",
         f"# from {config_path}; secret values are redacted: set them in your environment before re-running",
     ]
-    for key, value in spec.redacted_env().items():
-        if value == "<redacted>":
-            lines.append(f": \"${{{key}:?set {key} first}}\"")
-        else:
-            lines.append(f"export {key}={shlex.quote(value)}")
-    argv = spec.redacted_argv()
-    lines.append("exec " + " \\\n  ".join(shell_lines(argv)))
+    lines += env_lines(spec)
+    lines.append("exec " + " \\\n  ".join(shell_lines(spec.redacted_argv())))
     return "\n".join(lines) + "\n"
+
+
+def env_lines(spec: LaunchSpec) -> list[str]:
+    """The launch's environment as shell lines: exported, and a secret demanded from the caller's own."""
+    return [f": \"${{{key}:?set {key} first}}\"" if value == "<redacted>" else f"export {key}={shlex.quote(value)}"
+            for key, value in spec.redacted_env().items()]
 
 
 def shell_lines(argv: list[str]) -> list[str]:
