@@ -271,4 +271,6 @@ def unit(
         return
     if not model:
         raise UsageError("name a model, or pass --watch")
-    sys.stdout.write(render_unit(Deck(cfg).render(model), str(cfg.path.resolve()), str(paths.home().resolve())))
+    spec = Deck(cfg).render(model)
+    sys.stdout.write(render_unit(spec, str(cfg.path.resolve()), str(paths.home().resolve()),
+                                 restart=cfg.models[spec.model].unit_restart))

@@ -36,6 +36,10 @@ MAX_PARALLEL = 1024
 MAX_DURATION_S = 30 * 24 * 3600
 
 
+# systemd.service(5)'s Restart= values, for `unit_restart`
+UNIT_RESTART = ("no", "on-success", "on-failure", "on-abnormal", "on-watchdog", "on-abort", "always")
+
+
 def int_range(v: Any, lo: int, hi: int, unit: str) -> Any:
     """`v` unless it is outside lo..hi; the message says the range and the unit."""
     if v is not None and not lo <= v <= hi:
@@ -194,6 +198,8 @@ class Model(_Strict):
     vision: bool = False  # a multimodal model: shown in status; llama.cpp needs `mmproj`
     mmproj: Optional[str] = None  # llama.cpp's multimodal projector GGUF (--mmproj), for vision = true
     stop_timeout_s: float = Field(default=120.0, gt=0)  # SIGTERM grace before SIGKILL, as the seed's unit
+    # `servedeck unit`'s Restart= (systemd's values; seed 004's units say always)
+    unit_restart: str = "on-failure"
     ready_timeout_s: float = Field(default=900.0, gt=0)
     ttl: Optional[float] = None  # the front door stops the model after this long without requests
     routing: Routing = Field(default_factory=Routing)  # the front door's choice of replica per request
@@ -253,6 +259,13 @@ class Model(_Strict):
     @classmethod
     def _counts(cls, v: int, info: ValidationInfo) -> int:
         return int_range(v, 1, MAX_PARALLEL, "servers" if info.field_name == "replicas" else "GPUs")
+
+    @field_validator("unit_restart")
+    @classmethod
+    def _restart(cls, v: str) -> str:
+        if v not in UNIT_RESTART:
+            raise ValueError(f"{v!r} is not one of systemd's Restart= values: {', '.join(UNIT_RESTART)}")
+        return v
 
     @field_validator("stop_timeout_s", "ready_timeout_s")
     @classmethod
