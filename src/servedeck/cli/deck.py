@@ -125,7 +125,7 @@ def stop(
     names = None if all_ else models
     for r in Deck(cfg).stop(names, wait_s=wait, grace_s=grace):
         if r["outcome"] == "not-running":
-            console.print(f"{r['model']}: not running")
+            console.print(f"{r['model']}: not running" + ("; no longer wanted" if r.get("was_wanted") else ""))
         elif r.get("orphaned"):
             console.print(f"{r['model']}: stopped; {r['detail']}", markup=False, highlight=False, soft_wrap=True)
         else:

@@ -113,7 +113,9 @@ class Deck:
             # an engine whose shim was killed is stopped here, by its group, and reported as stopped
             settled = {m: end.left_behind for m, (_, end) in ops.settle_dead().items() if end.left_behind}
             running = ops.running()
-            targets = [*running, *settled] if names is None else \
+            wanted = set(S.read_desired()["models"])
+            # --all is "want nothing": a model wanted but not running (the watch loop gave up on it) goes too
+            targets = list(dict.fromkeys([*running, *settled, *sorted(wanted)])) if names is None else \
                 [m for n in names for m in (self.cfg.members(n) if self.cfg else (paths.component(n),))]
             out = []
             for name in targets:
@@ -123,8 +125,8 @@ class Deck:
                     out.append({"model": name, "outcome": "stopped", "orphaned": True, **settled[name]})
                     continue
                 if name not in running:
-                    S.journal("stop", name, "not-running")
-                    out.append({"model": name, "outcome": "not-running"})
+                    S.journal("stop", name, "not-running", was_wanted=name in wanted)
+                    out.append({"model": name, "outcome": "not-running", "was_wanted": name in wanted})
                     continue
                 out.append(ops.stop(name, running[name], reason="stop", grace_s=grace_s))
             return out
