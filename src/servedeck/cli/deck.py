@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -9,6 +10,7 @@ from typing import Optional
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from servedeck import paths
 from servedeck.cli.app import Ctx, app, config_or_none, console, load_config, print_json, warn_unreadable
@@ -221,14 +223,45 @@ app.command("log", hidden=True, help=logs.__doc__)(logs)
 
 
 @app.command()
-def restore(wait: float = WAIT) -> None:
-    """After a reboot: start what desired state says should run; adopt engines that still run."""
+def restore(wait: float = WAIT,
+            from_config: bool = typer.Option(False, "--from-config",
+                                             help="start each wanted model with models.toml's settings, not the "
+                                                  "ones it was launched with (desired.json)"),
+            as_json: bool = typer.Option(False, "--json")) -> None:
+    """After a reboot: start what desired state says should run; adopt engines that still run. Each model
+    starts with the settings it was launched with, unless --from-config; where models.toml now differs,
+    the keys are listed."""
     cfg = config_or_none("showing state")
-    results = Deck(cfg).restore(wait_s=wait)
+    results = Deck(cfg).restore(wait_s=wait, from_config=from_config)
+    if as_json:
+        print_json(results)
+        return
     if not results:
         console.print("desired state is empty: nothing to restore")
     for r in results:
-        console.print(f"{r['model']}: {r['outcome']}" + (f" ({r['error']})" if r.get("error") else ""))
+        name, differs = r["model"], r.get("differs") or []
+        if differs:
+            console.print(Text(f"models.toml differs from the settings {name} was launched with:"), highlight=False)
+            for d in differs:
+                console.print(Text(f"  {d['key']}: {_shown(d['desired'])} in desired.json, "
+                                   f"{_shown(d['config'])} in models.toml"), highlight=False, soft_wrap=True)
+        line = f"{name}: {r['outcome']}"
+        if r["outcome"] in ("started", "failed") and r.get("from"):
+            line += f" with {r['from']}'s settings"
+        if r.get("pid"):
+            line += f" (pid {r['pid']})"
+        if r.get("error"):
+            line += f" ({r['error']})"
+        if differs and r["outcome"] == "adopted":
+            line += f"; it runs with the settings it was launched with: `servedeck stop {name}` then " \
+                    f"`servedeck start {name}` starts models.toml's"
+        elif differs and r.get("from") == "desired.json":
+            line += "; `servedeck restore --from-config` starts models.toml's instead"
+        console.print(Text(line), highlight=False, soft_wrap=True)
+
+
+def _shown(v: object) -> str:
+    return "(not set)" if v is None else json.dumps(v)
 
 
 @app.command()

@@ -31,7 +31,7 @@ from servedeck import paths
 from servedeck.config import Config
 from servedeck.deck import launch as L
 from servedeck.deck import state as S
-from servedeck.deck.desired import config_from_settings, settings_of
+from servedeck.deck.desired import config_from_settings, settings_diff, settings_of
 from servedeck.deck.docker import remove_container
 from servedeck.deck.memwait import wait_for_memory, wait_gpu_released
 from servedeck.deck.records import LaunchState, LiveRecord, StartResult
@@ -146,25 +146,36 @@ class Deck:
         return statuses(ended)
 
     # --- restore ----------------------------------------------------------------------------
-    def restore(self, *, wait_s: float = 0.0) -> list[dict]:
-        """Start what desired state says should run, with the settings it was launched with.
-        An engine that is still running is adopted, not started twice."""
-        with self.locked("restore", wait_s) as ops:
+    def restore(self, *, wait_s: float = 0.0, from_config: bool = False) -> list[dict]:
+        """Start what desired state says should run, with the settings it was launched with (seed 004's
+        trap: a wrong first launch repeats itself), or with models.toml's own when `from_config`. Each
+        row says which it started and where models.toml now differs (`desired.settings_diff`). An engine
+        that is still running is adopted, not started twice."""
+        with self.locked("restore" + (" --from-config" if from_config else ""), wait_s) as ops:
             ops.settle_dead()
             desired = S.read_desired()["models"]
             running = ops.running()
             out = []
             for name, settings in desired.items():
+                differs = settings_diff(name, settings, self.cfg)
+                row = {"model": name, "differs": differs}
                 if name in running:
                     S.journal("restore", name, "adopted", pid=running[name].pid)
-                    out.append({"model": name, "outcome": "adopted", "pid": running[name].pid})
+                    out.append({**row, "outcome": "adopted", "pid": running[name].pid, "from": "running"})
                     continue
-                cfg = config_from_settings(name, settings, self.cfg)
+                in_config = self.cfg is not None and name in self.cfg.models
+                if from_config and not in_config:
+                    out.append({**row, "outcome": "skipped", "from": None,
+                                "error": f"not in {self.cfg.path if self.cfg else 'models.toml'}: nothing to start "
+                                         f"it from (`servedeck stop {name}` stops wanting it)"})
+                    continue
+                source = "models.toml" if from_config else "desired.json"
+                cfg = self.cfg if from_config else config_from_settings(name, settings, self.cfg)
                 try:
                     res = ops.start(name, cfg, reason="restore")
-                    out.append({"model": name, "outcome": "started", "pid": res.record.pid})
+                    out.append({**row, "outcome": "started", "pid": res.record.pid, "from": source})
                 except (LaunchError, RefusedError) as e:
-                    out.append({"model": name, "outcome": "failed", "error": e.message})
+                    out.append({**row, "outcome": "failed", "from": source, "error": e.message})
             return out
 
 
