@@ -91,9 +91,10 @@ class JsonlRows(list):
                 f"(first: {self.first_error}); the file is damaged or was written by something else")
 
 
-def read_jsonl(path: Path) -> JsonlRows:
+def read_jsonl(path: Path, check: Callable[[dict], str | None] | None = None) -> JsonlRows:
     """Every line that is a JSON object. A torn last line is skipped and counted in `.torn`; any other
-    unreadable line is skipped and counted in `.skipped`, which callers report."""
+    unreadable line is skipped and counted in `.skipped`, which callers report. `check`: what a row of
+    this file needs; a row it finds a problem with (returned as a sentence) is skipped and counted too."""
     try:
         with open(path, "rb") as fh:
             raw = fh.read()
@@ -103,28 +104,35 @@ def read_jsonl(path: Path) -> JsonlRows:
     complete, tail = lines[:-1], lines[-1]  # tail: b"" when the file ends in a newline
     out = JsonlRows()
 
-    def parse(line: bytes, number: int) -> tuple[dict | None, str | None]:
+    def parse(line: bytes, number: int) -> tuple[dict | None, str | None, bool]:
+        """(row, None, True), or (None, why, whether the line was a whole JSON object)."""
         try:
             rec = json.loads(line)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            return None, f"line {number}: {e}"
-        return (rec, None) if isinstance(rec, dict) else (None, f"line {number}: not a JSON object")
+            return None, f"line {number}: {e}", False
+        if not isinstance(rec, dict):
+            return None, f"line {number}: not a JSON object", False
+        problem = check(rec) if check else None
+        return (None, f"line {number}: {problem}", True) if problem else (rec, None, True)
 
     for i, line in enumerate(complete, 1):
         if not line.strip():
             continue
-        rec, err = parse(line, i)
+        rec, err, _ = parse(line, i)
         if rec is None:
             out.skipped += 1
             out.first_error = out.first_error or err
         else:
             out.append(rec)
     if tail.strip():
-        rec, _ = parse(tail, len(complete) + 1)
-        if rec is None:
-            out.torn = 1
-        else:
+        rec, err, whole = parse(tail, len(complete) + 1)
+        if rec is not None:
             out.append(rec)
+        elif whole:  # a whole object this file's rows must not be: damage, not a cut
+            out.skipped += 1
+            out.first_error = out.first_error or err
+        else:
+            out.torn = 1
     return out
 
 

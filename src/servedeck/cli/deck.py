@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from servedeck import paths
-from servedeck.cli.app import Ctx, app, config_or_none, console, load_config, print_json, warn_unreadable
+from servedeck.cli.app import Ctx, app, config_or_none, console, err_console, load_config, print_json, warn_unreadable
 from servedeck.deck import Deck
 from servedeck.deck import launch as L
 from servedeck.deck import state as S
@@ -125,9 +125,16 @@ def stop(
     except ServedeckError:
         cfg = None  # stopping must work even when models.toml is broken
     names = None if all_ else models
+    said: set[str] = set()
     for r in Deck(cfg).stop(names, wait_s=wait, grace_s=grace):
+        for w in r.get("warnings") or []:  # desired.json or a live record that could not be read or written
+            if w not in said:
+                said.add(w)
+                err_console.print(Text("warning: ", style="yellow") + Text(w), highlight=False, soft_wrap=True)
         if r["outcome"] == "not-running":
-            console.print(f"{r['model']}: not running" + ("; no longer wanted" if r.get("was_wanted") else ""))
+            console.print(f"{r['model']}: not running" + ("; no longer wanted" if r.get("was_wanted") else "")
+                          + (f"; its unreadable live record was set aside as {r['set_aside']}" if r.get("set_aside")
+                             else ""), highlight=False, soft_wrap=True)
         elif r.get("orphaned"):
             console.print(f"{r['model']}: stopped; {r['detail']}", markup=False, highlight=False, soft_wrap=True)
         else:
@@ -148,6 +155,8 @@ def status(as_json: bool = typer.Option(False, "--json")) -> None:
     """What runs: model, engine, port, pid, state, uptime, boot facts."""
     cfg = config_or_none("showing state")
     rows = [s.to_json() for s in Deck(cfg).status()]
+    for problem in S.state_problems():  # on stderr: --json stays clean
+        err_console.print(Text("warning: ", style="yellow") + Text(problem), highlight=False, soft_wrap=True)
     if as_json:
         print_json(rows)
         return

@@ -37,10 +37,10 @@ from servedeck.deck.memwait import wait_for_memory, wait_gpu_released
 from servedeck.deck.records import LaunchState, LiveRecord, StartResult
 from servedeck.deck.slots import Running, decide
 from servedeck.deck.status import (Ending, Status, alive, classify, describe_exit, engine_named, engine_record,
-                                   ending_of, is_orphan, left_behind, statuses, with_spawned)
+                                   ending_of, is_orphan, left_behind, live_records, statuses, with_spawned)
 from servedeck.engines import get_engine
 from servedeck.engines.base import LaunchSpec
-from servedeck.errors import BusyError, LaunchError, RefusedError, UnknownModelError
+from servedeck.errors import BusyError, LaunchError, RefusedError, StateError, UnknownModelError
 from servedeck.fsio import atomic_write_json
 from servedeck.supervisor import process as P
 from servedeck.supervisor import ready as R
@@ -67,7 +67,7 @@ class Deck:
     def running(self) -> dict[str, LiveRecord]:
         """Live records whose process is really alive. Dead ones are left for `settle_dead`. A record
         written before its spawn comes with its shim's pid when one was spawned (`with_spawned`)."""
-        return {m: r for m, r in ((m, with_spawned(r)) for m, r in S.all_live().items()) if alive(r)}
+        return {m: r for m, r in live_records()[0].items() if alive(r)}
 
     # --- the lock ---------------------------------------------------------------------------
     @contextmanager
@@ -94,7 +94,7 @@ class Deck:
         try:
             return self.cfg.resolve(name)
         except UnknownModelError:
-            if name in S.all_live():
+            if name in S.all_live() or name in S.unreadable_live():
                 return name
             raise
 
@@ -108,27 +108,45 @@ class Deck:
 
     # --- stop -------------------------------------------------------------------------------
     def stop(self, names: list[str] | None, *, wait_s: float = 0.0, grace_s: float | None = None) -> list[dict]:
-        """Stop the named models (all running ones when names is None) and drop them from desired state."""
+        """Stop the named models (all running ones when names is None) and drop them from desired state.
+        Nothing it reads or writes first can stop a stop: a desired.json that cannot be read or written,
+        or a live record that cannot be read (its engine is found by its launch folder, the file set
+        aside), is said in the row's `warnings`."""
         with self.locked("stop " + (" ".join(names) if names else "--all"), wait_s) as ops:
             # an engine whose shim was killed is stopped here, by its group, and reported as stopped
             settled = {m: end.left_behind for m, (_, end) in ops.settle_dead().items() if end.left_behind}
             running = ops.running()
-            wanted = set(S.read_desired()["models"])
-            # --all is "want nothing": a model wanted but not running (the watch loop gave up on it) goes too
-            targets = list(dict.fromkeys([*running, *settled, *sorted(wanted)])) if names is None else \
+            wanted, unreadable_desired = S.wanted()
+            unreadable = S.unreadable_live()
+            # --all is "want nothing": a model wanted but not running (the watch loop gave up on it) goes too,
+            # and so does a live record nobody can read
+            targets = list(dict.fromkeys([*running, *settled, *sorted(wanted), *unreadable])) if names is None else \
                 [m for n in names for m in (self.cfg.members(n) if self.cfg else (paths.component(n),))]
             out = []
             for name in targets:
-                S.set_desired(name, None)
+                # ops.stop drops a running model from desired state itself; a desired.json that cannot be read
+                # is not tried again for each model
+                drop = None if name in running else \
+                    (f"{name} could not be taken out of desired state: {unreadable_desired}" if unreadable_desired
+                     else S.drop_desired(name))
+                warnings = [drop] if drop else []
                 if name in settled:
                     S.journal("stop", name, "stopped", reason="stop", detail=settled[name]["detail"])
-                    out.append({"model": name, "outcome": "stopped", "orphaned": True, **settled[name]})
+                    out.append({"model": name, "outcome": "stopped", "orphaned": True, **settled[name],
+                                "warnings": warnings})
                     continue
                 if name not in running:
-                    S.journal("stop", name, "not-running", was_wanted=name in wanted)
-                    out.append({"model": name, "outcome": "not-running", "was_wanted": name in wanted})
+                    aside = S.clear_live(name) if name in unreadable else None
+                    if aside:
+                        warnings.append(f"{unreadable[name]}; no engine of its launches runs: set aside as {aside}")
+                    S.journal("stop", name, "not-running", was_wanted=name in wanted,
+                              **({"set_aside": str(aside)} if aside else {}))
+                    out.append({"model": name, "outcome": "not-running", "was_wanted": name in wanted,
+                                "set_aside": str(aside) if aside else None, "warnings": warnings})
                     continue
-                out.append(ops.stop(name, running[name], reason="stop", grace_s=grace_s))
+                res = ops.stop(name, running[name], reason="stop", grace_s=grace_s)
+                res["warnings"] = warnings + res.get("warnings", [])
+                out.append(res)
             return out
 
     # --- status -----------------------------------------------------------------------------
@@ -137,7 +155,7 @@ class Deck:
         lock is free (and shown once as crashed/failed/stopped); when another servedeck holds the lock,
         they are shown as they will be recorded."""
         ended: dict[str, tuple[LiveRecord, Ending]] = {}
-        if any(not alive(r) for r in S.all_live().values()):  # take the lock only when there is work for it
+        if any(not alive(r) for r in live_records()[0].values()):  # take the lock only when there is work for it
             try:
                 with self.locked("status: settle dead launches") as ops:
                     ended = ops.settle_dead(stop_left_behind=False)  # a query does not stop a serving engine
@@ -170,11 +188,11 @@ class Deck:
                                          f"it from (`servedeck stop {name}` stops wanting it)"})
                     continue
                 source = "models.toml" if from_config else "desired.json"
-                cfg = self.cfg if from_config else config_from_settings(name, settings, self.cfg)
                 try:
+                    cfg = self.cfg if from_config else config_from_settings(name, settings, self.cfg)
                     res = ops.start(name, cfg, reason="restore")
                     out.append({**row, "outcome": "started", "pid": res.record.pid, "from": source})
-                except (LaunchError, RefusedError) as e:
+                except (LaunchError, RefusedError, StateError) as e:
                     out.append({**row, "outcome": "failed", "from": source, "error": e.message})
             return out
 
@@ -197,8 +215,7 @@ class DeckOps:
         the GPUs are waited for), and the ending says so. With `stop_left_behind=False` (status) such a
         launch is left as it is, still recorded live."""
         out = {}
-        for model, rec in S.all_live().items():
-            rec = with_spawned(rec)
+        for model, rec in live_records()[0].items():  # an unreadable record: as rebuilt from its launch folder
             if alive(rec):
                 continue
             left = left_behind(rec)
@@ -429,9 +446,14 @@ class DeckOps:
         the group's pids. Drops the model from desired state."""
         d = Path(rec.launch_dir)
         rec.state = LaunchState.STOPPING
-        S.write_live(rec)
+        warnings: list[str] = []
+        aside = S.write_live(rec)  # an unreadable record it replaces is set aside first
+        if aside:
+            warnings.append(f"its live record could not be read; set aside as {aside}")
         L.update_launch(d, state=LaunchState.STOPPING.value)
-        S.set_desired(name, None)
+        drop = S.drop_desired(name)
+        if drop:
+            warnings.append(drop)
         ended = _end_group(rec, rec.stop_timeout_s if grace_s is None else grace_s)
         result = {k: v for k, v in ended.items() if k not in ("port_free", "gpu_released")}
         exit_info = R.read_exit(d)
@@ -440,7 +462,7 @@ class DeckOps:
         S.clear_live(name)
         S.journal("stop", name, "stopped", reason=reason, launch_dir=str(d), killed=result.get("killed"),
                   took_s=result.get("took_s"), port_free=ended["port_free"], gpu_released=ended["gpu_released"])
-        return {"model": name, "outcome": "stopped", **ended}
+        return {"model": name, "outcome": "stopped", **ended, "warnings": warnings}
 
 
 def _end_group(rec: LiveRecord, grace_s: float) -> dict:

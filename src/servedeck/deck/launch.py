@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 from datetime import datetime
 from pathlib import Path
@@ -73,16 +74,26 @@ def write_start(d: Path, spec: LaunchSpec, build_name: str, config_path: str, re
 
 
 def read_launch(d: Path) -> dict:
+    """launch.json; {} when there is none or it is not a JSON object."""
     try:
-        return json.loads((Path(d) / "launch.json").read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+        doc = json.loads((Path(d) / "launch.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
         return {}
+    return doc if isinstance(doc, dict) else {}
 
 
 def update_launch(d: Path, **changes) -> dict:
+    """Merge `changes` into launch.json. One that cannot be read is kept as launch.json.corrupt (evidence)
+    and the record goes on from what this launch knows now."""
+    path = Path(d) / "launch.json"
     rec = read_launch(d)
+    if not rec and path.exists():
+        try:
+            os.replace(path, path.with_name("launch.json.corrupt"))
+        except OSError:
+            pass
     rec.update(changes)
-    atomic_write_json(Path(d) / "launch.json", rec)
+    atomic_write_json(path, rec)
     return rec
 
 
