@@ -77,6 +77,8 @@ class Host(_Strict):
     drain_timeout_s: float = Field(default=120.0, ge=0)  # a switch waits this long for in-flight requests
     min_residency_s: float = Field(default=30.0, ge=0)  # a slot switches at most once per this while both have traffic
     request_wait_s: float = Field(default=900.0, gt=0)  # a queued request gives up (504) after this
+    # a start is refused when $SERVEDECK_HOME has less free (MiB): the engine's log grows while it runs
+    min_free_mib: float = Field(default=64.0, ge=0)
 
     @field_validator("relaunch_spacing_s", "liveness_interval_s", "stall_after_s", "drain_timeout_s",
                      "min_residency_s", "request_wait_s")

@@ -25,7 +25,7 @@ import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from servedeck import paths
 from servedeck.config import Config
@@ -40,8 +40,8 @@ from servedeck.deck.status import (Ending, Status, alive, classify, describe_exi
                                    ending_of, is_orphan, left_behind, live_records, statuses, with_spawned)
 from servedeck.engines import get_engine
 from servedeck.engines.base import LaunchSpec
-from servedeck.errors import BusyError, LaunchError, RefusedError, StateError, UnknownModelError
-from servedeck.fsio import atomic_write_json
+from servedeck.errors import BusyError, DiskFullError, LaunchError, RefusedError, StateError, UnknownModelError
+from servedeck.fsio import atomic_write_json, free_bytes, human
 from servedeck.supervisor import process as P
 from servedeck.supervisor import ready as R
 
@@ -113,8 +113,11 @@ class Deck:
         or a live record that cannot be read (its engine is found by its launch folder, the file set
         aside), is said in the row's `warnings`."""
         with self.locked("stop " + (" ".join(names) if names else "--all"), wait_s) as ops:
-            # an engine whose shim was killed is stopped here, by its group, and reported as stopped
-            settled = {m: end.left_behind for m, (_, end) in ops.settle_dead().items() if end.left_behind}
+            # an engine whose shim was killed is stopped here, by its group, and reported as stopped; on a
+            # full disk its records may not be written: said, and the stop goes on
+            first: list[str] = []
+            ended = _noted(first, ops.settle_dead) or {}
+            settled = {m: end.left_behind for m, (_, end) in ended.items() if end.left_behind}
             running = ops.running()
             wanted, unreadable_desired = S.wanted()
             unreadable = S.unreadable_live()
@@ -129,9 +132,10 @@ class Deck:
                 drop = None if name in running else \
                     (f"{name} could not be taken out of desired state: {unreadable_desired}" if unreadable_desired
                      else S.drop_desired(name))
-                warnings = [drop] if drop else []
+                warnings = [*first, *([drop] if drop else [])]
                 if name in settled:
-                    S.journal("stop", name, "stopped", reason="stop", detail=settled[name]["detail"])
+                    _noted(warnings, lambda: S.journal("stop", name, "stopped", reason="stop",
+                                                       detail=settled[name]["detail"]))
                     out.append({"model": name, "outcome": "stopped", "orphaned": True, **settled[name],
                                 "warnings": warnings})
                     continue
@@ -139,8 +143,8 @@ class Deck:
                     aside = S.clear_live(name) if name in unreadable else None
                     if aside:
                         warnings.append(f"{unreadable[name]}; no engine of its launches runs: set aside as {aside}")
-                    S.journal("stop", name, "not-running", was_wanted=name in wanted,
-                              **({"set_aside": str(aside)} if aside else {}))
+                    _noted(warnings, lambda: S.journal("stop", name, "not-running", was_wanted=name in wanted,
+                                                       **({"set_aside": str(aside)} if aside else {})))
                     out.append({"model": name, "outcome": "not-running", "was_wanted": name in wanted,
                                 "set_aside": str(aside) if aside else None, "warnings": warnings})
                     continue
@@ -331,6 +335,7 @@ class DeckOps:
         except RefusedError as e:
             S.journal(reason, name, "refused", reason="gpu memory", detail=e.message)
             raise
+        _require_room(name, cfg)
         d = L.new_launch_dir(name)  # a servedeck killed from here to the live record leaves only this folder
         lrec = L.write_start(d, spec, model.build, str(cfg.path), reason)
         build = cfg.deck.builds[model.build]
@@ -358,18 +363,42 @@ class DeckOps:
         except (R.Died, R.TimedOut, KeyboardInterrupt) as e:
             self._failed_start(live, e)
             raise  # _failed_start raises LaunchError for Died/TimedOut; Ctrl-C propagates after cleanup
-        boot = get_engine(spec.engine).parse_boot(L.log_tail(d, 4000))
-        atomic_write_json(d / "boot.json", boot)
-        self._record_plan(name, cfg, boot, d)
-        eng = engine_record(d)
-        live.state, live.ready_at, live.ready_t = LaunchState.READY, S.now_iso(), time.time()
-        live.boot, live.readiness, live.engine_pid = boot, ready.__dict__, eng.get("engine_pid")
-        S.write_live(live)
-        L.update_launch(d, state=LaunchState.READY.value, ready_at=live.ready_at, readiness=ready.__dict__,
-                        engine_pid=live.engine_pid)
-        S.set_desired(name, settings or settings_of(name, cfg))
+        try:
+            boot = get_engine(spec.engine).parse_boot(L.log_tail(d, 4000))
+            atomic_write_json(d / "boot.json", boot)
+            self._record_plan(name, cfg, boot, d)
+            eng = engine_record(d)
+            live.state, live.ready_at, live.ready_t = LaunchState.READY, S.now_iso(), time.time()
+            live.boot, live.readiness, live.engine_pid = boot, ready.__dict__, eng.get("engine_pid")
+            S.write_live(live)
+            L.update_launch(d, state=LaunchState.READY.value, ready_at=live.ready_at, readiness=ready.__dict__,
+                            engine_pid=live.engine_pid)
+            S.set_desired(name, settings or settings_of(name, cfg))
+        except (StateError, OSError) as e:  # up and answering, but not recorded: it must not run unowned
+            raise self._unrecorded(live, e) from None
         S.journal(reason, name, "ready", launch_dir=str(d), ready_s=ready.answered_after_s, boot=boot)
         return live
+
+    def _unrecorded(self, live: LiveRecord, err: BaseException) -> StateError:
+        """The engine is ready but its state could not be written (a full disk, desired.json unreadable):
+        stop it again rather than leave an engine nobody recorded, record what still can be, and say so."""
+        P.stop_group(live.pgid, min(live.stop_timeout_s, 30.0))
+        remove_container(live)
+        why = getattr(err, "message", None) or f"{type(err).__name__}: {err}"
+        for write in (lambda: L.update_launch(Path(live.launch_dir), state=LaunchState.FAILED.value,
+                                              ended_at=S.now_iso(), end_detail=f"stopped again: {why}"),
+                      lambda: S.journal("start", live.model, "failed", launch_dir=live.launch_dir, detail=why)):
+            try:
+                write()
+            except (StateError, OSError):
+                pass  # the disk that refused the record refuses these too; the error below says it
+        S.clear_live(live.model)
+        msg = f"{live.model} was up but could not be recorded, so it was stopped again: {why}"
+        if isinstance(err, DiskFullError):
+            return DiskFullError(msg, hint=err.hint, path=err.path, free_bytes=err.free_bytes)
+        if isinstance(err, StateError):
+            return StateError(msg, hint=err.hint)
+        return StateError(msg, hint="fix what the message names, then start it again")
 
     def _spawn_failed(self, live: LiveRecord, err: BaseException) -> None:
         """The spawn, or recording it, raised (the interpreter cannot be executed, a Ctrl-C): stop the
@@ -446,23 +475,57 @@ class DeckOps:
         the group's pids. Drops the model from desired state."""
         d = Path(rec.launch_dir)
         rec.state = LaunchState.STOPPING
+        # Nothing written here is needed to stop the engine: a full disk or a damaged file is said in
+        # `warnings`, and the group is stopped whatever was written (a record left `stopping` is settled
+        # as stopped by the next servedeck).
         warnings: list[str] = []
-        aside = S.write_live(rec)  # an unreadable record it replaces is set aside first
+        aside = _noted(warnings, lambda: S.write_live(rec))  # an unreadable record it replaces is set aside first
         if aside:
             warnings.append(f"its live record could not be read; set aside as {aside}")
-        L.update_launch(d, state=LaunchState.STOPPING.value)
+        _noted(warnings, lambda: L.update_launch(d, state=LaunchState.STOPPING.value))
         drop = S.drop_desired(name)
         if drop:
             warnings.append(drop)
         ended = _end_group(rec, rec.stop_timeout_s if grace_s is None else grace_s)
         result = {k: v for k, v in ended.items() if k not in ("port_free", "gpu_released")}
         exit_info = R.read_exit(d)
-        L.update_launch(d, state=LaunchState.STOPPED.value, ended_at=S.now_iso(), exit=exit_info, stop=result,
-                        end_detail=f"stopped ({reason})")
-        S.clear_live(name)
-        S.journal("stop", name, "stopped", reason=reason, launch_dir=str(d), killed=result.get("killed"),
-                  took_s=result.get("took_s"), port_free=ended["port_free"], gpu_released=ended["gpu_released"])
-        return {"model": name, "outcome": "stopped", **ended, "warnings": warnings}
+        _noted(warnings, lambda: L.update_launch(d, state=LaunchState.STOPPED.value, ended_at=S.now_iso(),
+                                                 exit=exit_info, stop=result, end_detail=f"stopped ({reason})"))
+        S.clear_live(name)  # an unlink: needs no room
+        _noted(warnings, lambda: S.journal("stop", name, "stopped", reason=reason, launch_dir=str(d),
+                                           killed=result.get("killed"), took_s=result.get("took_s"),
+                                           port_free=ended["port_free"], gpu_released=ended["gpu_released"]))
+        return {"model": name, "outcome": "stopped", **ended, "warnings": list(dict.fromkeys(warnings))}
+
+
+def _noted(warnings: list[str], write: Callable[[], Any]) -> Any:
+    """`write()`, or None with what went wrong added to `warnings` (a full disk, a file it cannot read):
+    for the records a stop keeps, which must never keep it from stopping."""
+    try:
+        out, note = S.with_reserve(write)  # a full disk: the room kept for this, once
+        if note:
+            warnings.append(note)
+        return out
+    except StateError as e:
+        warnings.append(e.message)
+    except OSError as e:
+        warnings.append(f"{getattr(e, 'filename', None) or 'a state file'}: {e.strerror or e}")
+    return None
+
+
+def _require_room(name: str, cfg: Config) -> None:
+    """Refuse a launch into a state dir with less free than [host] min_free_mib: its engine's log and its
+    records are written while it runs, and a start that cannot write them would leave an engine no one
+    recorded (seed: 40 KB free, boot.json failed, the engine ran on)."""
+    need = cfg.deck.host.min_free_mib * 2**20
+    free = free_bytes(paths.home())
+    if need and free is not None and free < need:
+        raise DiskFullError(f"cannot start {name}: {paths.home()} has {human(free)} free, less than "
+                            f"[host] min_free_mib ({cfg.deck.host.min_free_mib:g} MiB); nothing was started",
+                            hint=f"free space on the disk that holds {paths.home()} (engine logs are in its "
+                                 "launches/ folder); `servedeck stop` works meanwhile",
+                            path=str(paths.home()), free_bytes=free)
+    S.keep_reserve()
 
 
 def _end_group(rec: LiveRecord, grace_s: float) -> dict:

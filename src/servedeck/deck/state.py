@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator
 from pydantic import TypeAdapter, ValidationError
 
 from servedeck import paths
-from servedeck.errors import BusyError, StateError
+from servedeck.errors import BusyError, DiskFullError, StateError
 from servedeck.deck.records import LaunchState, LiveRecord
 from servedeck.fsio import JsonlRows, append_jsonl, atomic_write_json, exclusive, read_jsonl
 
@@ -112,11 +112,52 @@ def state_problems() -> list[str]:
     return out
 
 
+# --- room to record a stop on a full disk ---------------------------------------------------
+# Every start keeps RESERVE bytes in $SERVEDECK_HOME/.reserve. A stop that finds the disk full gives
+# them up and records itself in that room (live record, launch.json, desired.json, journal), so that
+# a model stopped on a full disk is not started again once there is space.
+RESERVE = 1 << 20
+
+
+def reserve_path() -> Path:
+    return paths.home() / ".reserve"
+
+
+def keep_reserve() -> None:
+    """Make sure the reserve exists (a start calls this once it knows there is room)."""
+    path = reserve_path()
+    if path.exists():
+        return
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            os.posix_fallocate(fd, 0, RESERVE)
+        finally:
+            os.close(fd)
+    except OSError:
+        path.unlink(missing_ok=True)  # no room for it, or no fallocate: a stop then records what fits
+
+
+def with_reserve(write: Callable[[], Any]) -> tuple[Any, str | None]:
+    """`write()`; on a full disk the reserve is given up and it is tried once more. Second: a sentence
+    saying the reserve was used (None when it was not needed). DiskFullError when even that fails."""
+    try:
+        return write(), None
+    except DiskFullError as e:
+        try:
+            reserve_path().unlink()
+        except FileNotFoundError:
+            raise e from None
+        return write(), (f"{e.message}: this stop was recorded in the room servedeck keeps for it "
+                         f"({RESERVE >> 20} MiB); free space on that disk before the next start")
+
+
 def drop_desired(model: str) -> str | None:
     """Take `model` out of desired state; what went wrong (desired.json unreadable, the disk full) as a
     sentence instead of an error: a stop goes on whatever desired.json holds."""
     try:
-        set_desired(model, None)
+        _, note = with_reserve(lambda: set_desired(model, None))
+        return note
     except StateError as e:
         return f"{model} could not be taken out of desired state: {e.message}"
     except OSError as e:
