@@ -153,6 +153,7 @@ def expand_replicas(deck: ModelsToml) -> tuple[ModelsToml, dict[str, Group], lis
             update = {"port": m.port + r - 1, "replicas": 1, "aliases": [], "ttl": None,
                       "served_name": m.served_name or name,
                       "gpus": m.gpus[r - 1] if m.gpus else [], "cpus": m.cpus[r - 1] if m.cpus else [],
+                      "cpu_mems": m.cpu_mems[r - 1] if m.cpu_mems else [],
                       "notes": (m.notes + " " if m.notes else "") + f"(replica {r} of {m.replicas} of {name})"}
             models[rname] = Model.model_validate({**m.model_dump(), **update})
             members.append(rname)
@@ -228,6 +229,10 @@ def cross_check(deck: ModelsToml, groups: dict[str, Group] | None = None) -> lis
                 problems.append(f"{at('aliases')}: alias {alias!r} is already claimed by {names[alias]}")
             else:
                 names[alias] = f"models.{mname}"
+        build = deck.builds.get(m.build)
+        if m.cpu_mems and build is not None and not build.image:
+            problems.append(f"{at('cpus')}: memory nodes (mems) are given to a container (docker --cpuset-mems); "
+                            f"build {m.build!r} runs a process, which servedeck pins to its CPUs only: remove mems")
         if m.gpus and m.tp * m.dp * m.pp > len(m.gpus):
             problems.append(
                 f"{at('gpus')}: tp*dp*pp = {m.tp * m.dp * m.pp} GPUs needed but only {len(m.gpus)} listed ({m.gpus})"

@@ -36,6 +36,51 @@ MAX_PARALLEL = 1024
 MAX_DURATION_S = 30 * 24 * 3600
 
 
+def cpulist(v: Any, key: str) -> Any:
+    """A CPU or node list as people write it: [0, 1, 2] or the kernel's "0-23,96-119" (a string)."""
+    if not isinstance(v, str):
+        return v
+    out: list[int] = []
+    for part in v.replace(" ", "").split(","):
+        lo, _, hi = part.partition("-")
+        if not lo.isdigit() or (hi and not hi.isdigit()) or (hi and int(hi) < int(lo)):
+            raise ValueError(f"{key}: {v!r} is not a list like \"0-23,96-119\" (ranges and numbers, comma-separated)")
+        out += list(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def split_cpu_table(data: Any) -> Any:
+    """`cpus` in any of its forms → `cpus` (CPU numbers) and `cpu_mems` (memory nodes), as fields:
+        cpus = [0, 1, 2, 3]                           CPUs; memory: their nodes where the launch is rendered
+        cpus = "0-23,96-119"                          the same, as the kernel writes a cpulist
+        cpus = { set = "0-23,96-119", mems = "0,1" }  CPUs and their memory nodes (seed 000: --cpuset-mems 0,1)
+        cpus = [{ set = "0-23", mems = [0] }, { set = "24-47", mems = [1] }]   one per replica
+    """
+    if not isinstance(data, dict) or "cpus" not in data:
+        return data
+    v = data["cpus"]
+
+    def one(x: Any) -> tuple[Any, Any]:
+        if isinstance(x, dict):
+            stray = sorted(set(x) - {"set", "mems"})
+            if stray or "set" not in x:
+                raise ValueError(f"cpus: a table takes set (the CPUs) and mems (their memory nodes), got "
+                                 f"{', '.join(sorted(x)) or 'nothing'}")
+            return cpulist(x["set"], "cpus.set"), cpulist(x.get("mems", []), "cpus.mems")
+        return cpulist(x, "cpus"), None
+
+    if isinstance(v, (dict, str)):
+        cpus, mems = one(v)
+    elif isinstance(v, list) and v and all(isinstance(x, (dict, str, list)) for x in v):
+        parts = [one(x) for x in v]
+        cpus, mems = [c for c, _ in parts], ([m or [] for _, m in parts] if any(m for _, m in parts) else None)
+    else:
+        return data
+    if mems and data.get("cpu_mems"):
+        raise ValueError("cpus.mems and cpu_mems both given: keep one")
+    return {**data, "cpus": cpus, **({"cpu_mems": mems} if mems else {})}
+
+
 # systemd.service(5)'s Restart= values, for `unit_restart`
 UNIT_RESTART = ("no", "on-success", "on-failure", "on-abnormal", "on-watchdog", "on-abort", "always")
 
@@ -185,6 +230,9 @@ class Model(_Strict):
     # with replicas > 1: one list per replica (gpus = [[0], [1]]); load.py expands the entry into replicas
     gpus: Union[list[int], list[list[int]]] = Field(default_factory=list)
     cpus: Union[list[int], list[list[int]]] = Field(default_factory=list)  # CPU set (affinity / --cpuset-cpus)
+    # the memory (NUMA) nodes of a container's CPUs (--cpuset-mems), written `cpus = { set = ..., mems = ... }`
+    # (split_cpu_table); unset: the nodes of those CPUs on the host that renders the launch
+    cpu_mems: Union[list[int], list[list[int]]] = Field(default_factory=list)
     gpu_memory_utilization: Optional[float] = None
     tp: int = 1  # tensor parallel size; tp, dp, pp: 1 to MAX_PARALLEL (_counts)
     dp: int = 1  # data parallel size
@@ -279,6 +327,27 @@ class Model(_Strict):
     def _util(cls, v: Optional[float]) -> Optional[float]:
         if v is not None and not 0 < v <= 1:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {v}")
+        return v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _cpu_table(cls, data: Any) -> Any:
+        return split_cpu_table(data)
+
+    @field_validator("cpu_mems")
+    @classmethod
+    def _mems(cls, v: list, info: ValidationInfo) -> list:
+        """Memory nodes go with CPUs, one list per replica as they do; nodes may repeat across replicas."""
+        if not v:
+            return v
+        cpus = info.data.get("cpus")
+        nested = isinstance(v[0], list)
+        if not cpus:
+            raise ValueError("memory nodes without CPUs: write cpus = { set = [...], mems = [...] }")
+        if nested != isinstance(cpus[0], list) or (nested and len(v) != len(cpus)):
+            raise ValueError(f"one list of memory nodes per list of CPUs: cpus {cpus}, mems {v}")
+        if any(n < 0 for n in ([x for p in v for x in p] if nested else v)):
+            raise ValueError(f"memory nodes are NUMA node numbers >= 0, got {v}")
         return v
 
     @field_validator("gpus", "cpus")
