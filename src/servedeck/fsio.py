@@ -41,7 +41,8 @@ def disk_full(path: Path, err: OSError | None = None) -> "DiskFullError":
     from servedeck.errors import DiskFullError
 
     free = free_bytes(path)
-    why = "the quota is used up" if err is not None and err.errno == errno.EDQUOT else "the disk is full"
+    # the kernel's words (what a user searches for), then what its file system has left
+    why = os.strerror(err.errno if err is not None else errno.ENOSPC)
     return DiskFullError(f"cannot write {path}: {why} ({human(free)} free)",
                          hint=f"free space on the disk that holds {Path(path).parent}; `servedeck stop` works meanwhile",
                          path=str(path), free_bytes=free)

@@ -94,7 +94,7 @@ def test_a_disk_that_fills_during_the_start_leaves_no_engine_running(deck_config
     t.join(5)
     assert filled.is_set()
     assert r.returncode != 0, (r.stdout, r.stderr)
-    assert "error:" in r.stderr and "disk is full" in r.stderr, r.stderr
+    assert "error:" in r.stderr and "No space left on device" in r.stderr, r.stderr
     _nothing_serves(deck_config.path, deck_config.models["smollm2"].port)
     full_home.free_space()
     st = sd(deck_config.path, "status", "--json")
@@ -113,7 +113,7 @@ def test_stop_all_stops_the_engine_on_a_full_disk(deck_config, full_home):
     stop = sd(deck_config.path, "stop", "--all")
     assert stop.returncode == 0, (stop.stdout, stop.stderr)
     assert "smollm2: stopped" in stop.stdout, stop.stdout
-    assert "disk is full" in stop.stderr and "room servedeck keeps" in stop.stderr, stop.stderr
+    assert "No space left on device" in stop.stderr and "room servedeck keeps" in stop.stderr, stop.stderr
     assert not group_members(rec["pgid"]) and port_holder(rec["port"]) is None
     assert not (paths.live_dir() / "smollm2.json").exists()
     # recorded in the reserve: no longer wanted, so nothing starts it again once there is room
@@ -149,7 +149,7 @@ def test_the_door_keeps_serving_what_runs_and_says_the_state_cannot_be_written(d
         again = httpx.post(url + "/v1/chat/completions", json=ask, timeout=120)
         assert again.status_code == 200, again.text
         said = (tmp_path / "door.err").read_text()
-        assert "the state cannot be written" in said and "disk is full" in said, said[-3000:]
+        assert "the state cannot be written" in said and "No space left on device" in said, said[-3000:]
         assert "Traceback" not in said, said[-3000:]
         stop = sd(deck_config.path, "stop", "--all")
         assert stop.returncode == 0 and "smollm2: stopped" in stop.stdout, (stop.stdout, stop.stderr)

@@ -140,7 +140,8 @@ class Deck:
                                 "warnings": warnings})
                     continue
                 if name not in running:
-                    aside = S.clear_live(name) if name in unreadable else None
+                    # by the file found in live/ (its name may be one no models.toml could give)
+                    aside = S.set_aside(paths.live_dir() / f"{name}.json") if name in unreadable else None
                     if aside:
                         warnings.append(f"{unreadable[name]}; no engine of its launches runs: set aside as {aside}")
                     _noted(warnings, lambda: S.journal("stop", name, "not-running", was_wanted=name in wanted,

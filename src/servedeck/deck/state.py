@@ -108,7 +108,7 @@ def state_problems() -> list[str]:
     _, desired = wanted()
     if desired:
         out.append(desired)
-    out += [f"{p}; it is left out (`servedeck stop {m}` sets it aside)" for m, p in unreadable_live().items()]
+    out += [f"{p}; it is left out (`{stop_command(m)}` sets it aside)" for m, p in unreadable_live().items()]
     return out
 
 
@@ -242,6 +242,20 @@ def read_live(model: str) -> LiveRecord | None:
         raise StateError(f"{path}: live record is unreadable: {e}",
                          hint=f"`servedeck stop {model}` stops its engine (found by its launch folder) and sets "
                               "the file aside") from None
+
+
+def stop_command(model: str) -> str:
+    """The stop that reaches this model's record: by name, or `--all` for a file name no model could have."""
+    return f"servedeck stop {model}" if paths.name_problem(model) is None else "servedeck stop --all"
+
+
+def live_or_none(model: str) -> LiveRecord | None:
+    """The model's live record, or None when there is none or it cannot be read (`unreadable_live` says
+    why): for readers that only show or probe what runs."""
+    try:
+        return read_live(model)
+    except StateError:
+        return None
 
 
 def _live_files() -> list[Path]:

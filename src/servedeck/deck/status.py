@@ -228,7 +228,7 @@ def statuses(ended: dict[str, tuple[LiveRecord, Ending]]) -> list[Status]:
     for model, problem in unreadable.items():
         if model not in live and model not in ended:
             out.append(Status(model, "unreadable", None, model in desired,
-                              f"{problem}; no engine of its launches runs: `servedeck stop {model}` sets the file "
+                              f"{problem}; no engine of its launches runs: `{S.stop_command(model)}` sets the file "
                               "aside"))
     for model, rec in live.items():
         if not alive(rec):

@@ -139,8 +139,15 @@ class RunFolder:
         self._writing(self.path / name, lambda: append_jsonl(self.path / name, line, fsync=False))
 
     def update(self, **changes: Any) -> None:
+        """Merge `changes` into summary.json. On a full disk they are kept for the closing summary (which
+        the folder's reserve has room for) and nothing is raised: the lines a run loses raise, its notes do not."""
         self.summary.update(changes)
-        self._writing(self.path / "summary.json", self._write_summary)
+        if self.full is not None:
+            return
+        try:
+            self._write_summary()
+        except DiskFullError as e:
+            self._filled(e)
 
     def finish(self, status: str, reason: str | None = None) -> None:
         """Close the folder: server.log copied, summary.json final. Safe to call more than once. After a

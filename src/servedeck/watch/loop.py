@@ -305,7 +305,7 @@ class Watcher:
             self.inflight[name] = (rec.launch_dir, fut)
 
     def _verdict(self, name: str, launch_dir: str, res: ProbeResult) -> None:
-        rec = S.read_live(name)
+        rec = S.live_or_none(name)
         if not rec or rec.launch_dir != launch_dir:
             return  # the engine probed is gone or replaced; reconcile has spoken about it
         prev = self.liveness.get(name) or {}
