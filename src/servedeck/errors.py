@@ -4,6 +4,7 @@
     ├── ConfigError           models.toml is unreadable or invalid (names file and key path)
     ├── UsageError            a command-line value is wrong (names the option and what was expected)
     ├── StateError            a state file (desired.json, a launch record) is corrupt or inconsistent
+    │   └── DiskFullError     a file cannot be written: its disk is full (names the path and the free space)
     ├── BusyError             another servedeck holds the deck lock (or the watch loop's)
     ├── RefusedError          the request is understood but would break a rule (slot held, no memory)
     ├── LaunchError           an engine died while starting or never became ready
@@ -56,6 +57,16 @@ class ConfigError(ServedeckError):
 
 class StateError(ServedeckError):
     exit_code = 3
+
+
+class DiskFullError(StateError):
+    """ENOSPC or EDQUOT writing `path`; `free_bytes` is what its file system had left then. A run folder's
+    writer turns it into a RunError (exit 7); elsewhere it is a state error (exit 3)."""
+
+    def __init__(self, message: str, hint: str | None = None, path: str = "", free_bytes: int | None = None):
+        super().__init__(message, hint)
+        self.path = path
+        self.free_bytes = free_bytes
 
 
 class BusyError(ServedeckError):

@@ -1,13 +1,51 @@
-"""Small file helpers that keep state consistent across crashes: atomic replace, fsynced appends."""
+"""Small file helpers that keep state consistent across crashes: atomic replace, fsynced appends of
+whole lines. A full disk (ENOSPC, EDQUOT) is a DiskFullError naming the file and the free space."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
+
+
+FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def free_bytes(path: Path) -> int | None:
+    """What the file system holding `path` (or its nearest existing folder) has free; None if unknown."""
+    p = Path(path)
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        return shutil.disk_usage(p).free
+    except OSError:
+        return None
+
+
+def human(n: int | None) -> str:
+    if n is None:
+        return "an unknown amount"
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} bytes"
+
+
+def disk_full(path: Path, err: OSError | None = None) -> "DiskFullError":
+    """The error for a write to `path` that found no room."""
+    from servedeck.errors import DiskFullError
+
+    free = free_bytes(path)
+    # the kernel's words (what a user searches for), then what its file system has left
+    why = os.strerror(err.errno if err is not None else errno.ENOSPC)
+    return DiskFullError(f"cannot write {path}: {why} ({human(free)} free)",
+                         hint=f"free space on the disk that holds {Path(path).parent}; `servedeck stop` works meanwhile",
+                         path=str(path), free_bytes=free)
 
 
 def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> None:
@@ -21,8 +59,13 @@ def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> None:
 def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
     """atomic_write_text for bytes (the temp file is `.NAME.XXXX` beside the target)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as e:
+        if e.errno in FULL:
+            raise disk_full(path, e) from None
+        raise
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -30,11 +73,13 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
             os.fsync(fh.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(e, OSError) and e.errno in FULL:  # the old file is still whole
+            raise disk_full(path, e) from None
         raise
     try:  # make the rename itself durable
         dfd = os.open(path.parent, os.O_RDONLY)
@@ -51,13 +96,34 @@ def atomic_write_json(path: Path, data: Any) -> None:
 
 
 def append_jsonl(path: Path, record: dict, fsync: bool = True) -> None:
-    """One JSON object per line, appended with O_APPEND so concurrent writers never interleave a line."""
+    """One JSON object per line, appended with O_APPEND so concurrent writers never interleave a line.
+    Whole lines only: a line the disk has no room for is cut back off (DiskFullError), never left half."""
+    append_line(path, json.dumps(record, default=str), fsync)
+
+
+def append_line(path: Path, text: str, fsync: bool = True) -> None:
+    """One line of text appended whole, as `append_jsonl` appends its lines."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    line = (json.dumps(record, default=str) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    line = (text.rstrip("\n") + "\n").encode()
     try:
-        os.write(fd, line)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError as e:
+        if e.errno in FULL:
+            raise disk_full(path, e) from None
+        raise
+    try:
+        start = os.fstat(fd).st_size
+        try:
+            written = os.write(fd, line)
+        except OSError as e:
+            if e.errno not in FULL:
+                raise
+            written = -1
+        if written != len(line):  # ENOSPC mid-line, or a short write: take back what part of it went in
+            if written > 0 and os.fstat(fd).st_size == start + written:  # nobody appended after it
+                os.ftruncate(fd, start)
+            raise disk_full(path)
         if fsync:
             os.fsync(fd)
     finally:
@@ -91,9 +157,10 @@ class JsonlRows(list):
                 f"(first: {self.first_error}); the file is damaged or was written by something else")
 
 
-def read_jsonl(path: Path) -> JsonlRows:
+def read_jsonl(path: Path, check: Callable[[dict], str | None] | None = None) -> JsonlRows:
     """Every line that is a JSON object. A torn last line is skipped and counted in `.torn`; any other
-    unreadable line is skipped and counted in `.skipped`, which callers report."""
+    unreadable line is skipped and counted in `.skipped`, which callers report. `check`: what a row of
+    this file needs; a row it finds a problem with (returned as a sentence) is skipped and counted too."""
     try:
         with open(path, "rb") as fh:
             raw = fh.read()
@@ -103,28 +170,35 @@ def read_jsonl(path: Path) -> JsonlRows:
     complete, tail = lines[:-1], lines[-1]  # tail: b"" when the file ends in a newline
     out = JsonlRows()
 
-    def parse(line: bytes, number: int) -> tuple[dict | None, str | None]:
+    def parse(line: bytes, number: int) -> tuple[dict | None, str | None, bool]:
+        """(row, None, True), or (None, why, whether the line was a whole JSON object)."""
         try:
             rec = json.loads(line)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            return None, f"line {number}: {e}"
-        return (rec, None) if isinstance(rec, dict) else (None, f"line {number}: not a JSON object")
+            return None, f"line {number}: {e}", False
+        if not isinstance(rec, dict):
+            return None, f"line {number}: not a JSON object", False
+        problem = check(rec) if check else None
+        return (None, f"line {number}: {problem}", True) if problem else (rec, None, True)
 
     for i, line in enumerate(complete, 1):
         if not line.strip():
             continue
-        rec, err = parse(line, i)
+        rec, err, _ = parse(line, i)
         if rec is None:
             out.skipped += 1
             out.first_error = out.first_error or err
         else:
             out.append(rec)
     if tail.strip():
-        rec, _ = parse(tail, len(complete) + 1)
-        if rec is None:
-            out.torn = 1
-        else:
+        rec, err, whole = parse(tail, len(complete) + 1)
+        if rec is not None:
             out.append(rec)
+        elif whole:  # a whole object this file's rows must not be: damage, not a cut
+            out.skipped += 1
+            out.first_error = out.first_error or err
+        else:
+            out.torn = 1
     return out
 
 
@@ -188,6 +262,8 @@ def exclusive(lock_path: Path, what: str, busy: Callable[[dict | None], BaseExce
 
     from filelock import FileLock, Timeout
 
+    from servedeck.errors import ServedeckError
+
     info_path = Path(lock_path).with_suffix(".holder")
     lock = FileLock(str(lock_path))
     try:
@@ -200,7 +276,10 @@ def exclusive(lock_path: Path, what: str, busy: Callable[[dict | None], BaseExce
         raise busy(holder if isinstance(holder, dict) else None) from None
     try:
         since = datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")
-        atomic_write_json(info_path, {"pid": os.getpid(), "what": what, "since": since})
+        try:  # who holds it is advice for a second caller; a full disk must not make the lock itself fail
+            atomic_write_json(info_path, {"pid": os.getpid(), "what": what, "since": since})
+        except (OSError, ServedeckError):
+            pass
         yield
     finally:
         try:

@@ -19,6 +19,27 @@ def parse_cpulist(text: str) -> list[int]:
     return out
 
 
+def cpulist_text(numbers: list[int]) -> str:
+    """[0, 1, 2, 3, 96, 97] → "0-3,96-97": runs in the order given, as the seed writes --cpuset-cpus."""
+    out: list[str] = []
+    start = prev = None
+    for n in numbers:
+        if prev is not None and n == prev + 1:
+            prev = n
+            continue
+        if start is not None:
+            out.append(str(start) if start == prev else f"{start}-{prev}")
+        start = prev = n
+    if start is not None:
+        out.append(str(start) if start == prev else f"{start}-{prev}")
+    return ",".join(out)
+
+
+def nodes_of(cpus: list[int], topology: dict[int, list[int]]) -> list[int]:
+    """The nodes of `topology` (node → its CPUs) that hold any of `cpus`, sorted."""
+    return sorted(n for n, cs in topology.items() if set(cs) & set(cpus))
+
+
 def numa_nodes(root: Path = NODE_DIR) -> dict[int, list[int]]:
     """NUMA node → its CPUs; {} where the kernel exposes no node directory."""
     out: dict[int, list[int]] = {}
@@ -34,8 +55,7 @@ def numa_nodes(root: Path = NODE_DIR) -> dict[int, list[int]]:
 
 def numa_nodes_of(cpus: list[int], root: Path = NODE_DIR) -> list[int]:
     """The NUMA nodes those CPUs belong to, sorted."""
-    nodes = numa_nodes(root)
-    return sorted(n for n, cs in nodes.items() if set(cs) & set(cpus))
+    return nodes_of(cpus, numa_nodes(root))
 
 
 def usable_cpus() -> set[int]:

@@ -3,9 +3,57 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import platformdirs
+
+# A model's name becomes one path component: live/<name>.json, launches/<name>/, run folders
+# <name>__<layout>__…, a campaign's cells <name>@<variant>. So it may hold only what is safe as one:
+# no "/" (a repo id as a name lost its engine in a subfolder of live/), no ".." (a name of
+# ../../tmp/x wrote outside $SERVEDECK_HOME), no leading "-" (it would read as an option), no "__"
+# (it separates the parts of a run folder's name), and short enough for a file system's 255 bytes.
+NAME_MAX = 128
+NAME_RULE = (f"letters, digits and . _ - @ + = , : only, starting with a letter or digit, no '__', "
+             f"at most {NAME_MAX} characters")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+=,:-]*")
+
+
+def name_problem(name: str) -> str | None:
+    """Why `name` cannot be a model's name (one path component under $SERVEDECK_HOME), or None."""
+    if not isinstance(name, str) or not name:
+        return "it is empty"
+    if len(name) > NAME_MAX:
+        return f"it is {len(name)} characters long"
+    if _NAME.fullmatch(name) and "__" not in name:
+        return None
+    bad = sorted({c for c in name if not re.fullmatch(r"[A-Za-z0-9._@+=,:-]", c)})
+    if bad:
+        return "it contains " + ", ".join(repr(c) for c in bad)
+    if "__" in name:
+        return "it contains '__'"
+    return f"it starts with {name[0]!r}"
+
+
+def suggested_name(name: str) -> str:
+    """A usable name for `name`: a repo id's last part (HuggingFaceTB/SmolLM2-135M → SmolLM2-135M),
+    other characters replaced by '-'."""
+    last = name.rstrip("/").rsplit("/", 1)[-1] if isinstance(name, str) else ""
+    out = re.sub(r"_{2,}", "_", re.sub(r"[^A-Za-z0-9._@+=,:-]", "-", last)).lstrip(".-_@+=,:")[:NAME_MAX]
+    return out or "model"
+
+
+def component(name: str, what: str = "model") -> str:
+    """`name`, checked to be one safe path component (see NAME_RULE); UsageError otherwise. Every place
+    a model's name becomes a path goes through this, behind models.toml's own check at load."""
+    problem = name_problem(name)
+    if problem:
+        from servedeck.errors import UsageError
+
+        raise UsageError(f"{name!r} cannot be a {what} name: {problem} ({what} names become file names "
+                         f"under $SERVEDECK_HOME: {NAME_RULE})",
+                         hint=f"name it {suggested_name(name)!r}, keeping {name!r} as an alias if clients send it")
+    return name
 
 
 def home() -> Path:

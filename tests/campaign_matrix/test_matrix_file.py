@@ -256,7 +256,7 @@ cpus = [1]
 """
     c = parse_models(text, tmp_path / "models.toml")
     a = get_engine("vllm").render("a", c)
-    assert "--cpuset-cpus=0,1" in a.argv and a.cpus == []
+    assert "--cpuset-cpus=0-1" in a.argv and a.cpus == []  # a cpulist, in ranges, as the seed writes it
     assert parse_cpulist("0-2,5,7-8") == [0, 1, 2, 5, 7, 8]
     nodes = numa_nodes()
     if nodes:  # this kernel exposes NUMA nodes: the container's memory comes from theirs

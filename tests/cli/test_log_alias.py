@@ -8,6 +8,7 @@ from typer.testing import CliRunner
 
 from servedeck.cli.app import app
 from servedeck.deck import launch as L
+from servedeck.errors import UsageError
 
 LINES = [f"engine line {i}" for i in range(1, 8)]
 
@@ -37,3 +38,17 @@ def test_log_is_not_listed_in_help():
     names = re.findall(r"^│ (\S+)", CliRunner().invoke(app, ["--help"]).output, re.M)  # the command column
     assert "logs" in names
     assert "log" not in names
+
+
+def test_launch_counting_back_past_the_first_is_a_usage_error_naming_the_launches():
+    """Issue 31 item 11: `log MODEL --launch -2` with one launch was an IndexError traceback."""
+    _launch_with_log("qwen27b")
+    runner = CliRunner()
+    for ref in ("-2", "0", "2", "-99"):
+        r = runner.invoke(app, ["log", "qwen27b", "--launch", ref])
+        assert isinstance(r.exception, UsageError) and r.exception.exit_code == 2, (ref, r.output, r.exception)
+        assert "1 launch" in str(r.exception) and "-1" in r.exception.hint, (ref, str(r.exception))
+    ok = runner.invoke(app, ["log", "qwen27b", "--launch", "-1", "-n", "2"])
+    assert ok.exit_code == 0 and ok.stdout.splitlines() == LINES[-2:]
+    first = runner.invoke(app, ["log", "qwen27b", "--launch", "1", "-n", "1"])
+    assert first.exit_code == 0 and first.stdout.splitlines() == LINES[-1:]

@@ -114,8 +114,9 @@ def _model_entry(base: Model, v: Variant, replica: int, port: int, name: str, se
     m["env"] = {**base.env, **v.env}
     if v.gpus:
         m["gpus"] = v.sets("gpus")[replica]
-    if v.cpus:
+    if v.cpus:  # the variant's CPUs with its own memory nodes, never the base entry's for other CPUs
         m["cpus"] = v.sets("cpus")[replica]
+        m["cpu_mems"] = v.sets("cpu_mems")[replica] if v.cpu_mems else []
     m.update(port=port, slot=name, aliases=[], served_name=served,
              notes=f"campaign variant {v.name}, replica {replica + 1} of {v.replicas}, derived from models.toml")
     return m

@@ -29,7 +29,7 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from servedeck.config.schema import ArgValue
+from servedeck.config.schema import ArgValue, split_cpu_table
 from servedeck.config.tomlfile import problems as validation_lines
 from servedeck.config.tomlfile import read_toml
 from servedeck.errors import ConfigError
@@ -161,7 +161,8 @@ class Variant(_Strict):
     env: dict[str, str] = Field(default_factory=dict)
     context: Optional[int] = Field(default=None, gt=0)
     gpus: Optional[Sets] = None  # one list (one replica) or one list per replica
-    cpus: Optional[Sets] = None
+    cpus: Optional[Sets] = None  # also in models.toml's table form, { set = ..., mems = ... } (config.schema)
+    cpu_mems: Optional[Sets] = None  # the memory nodes that table names (a container's --cpuset-mems)
     tp: Optional[int] = Field(default=None, ge=1)
     dp: Optional[int] = Field(default=None, ge=1)
     pp: Optional[int] = Field(default=None, ge=1)
@@ -170,6 +171,11 @@ class Variant(_Strict):
     # `campaign run --ray`: the node this variant's cells run on (a Ray custom resource, a node label
     # value or a host name); ignored without --ray
     host: Optional[str] = Field(default=None, min_length=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _cpu_table(cls, data: Any) -> Any:
+        return split_cpu_table(data)
 
     @field_validator("name")
     @classmethod

@@ -20,7 +20,7 @@ import socket
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Optional, Protocol
 
@@ -425,8 +425,10 @@ def plan_campaign(cfg: Config, camp: Campaign, inv: Any = None) -> dict[str, Any
 
     derived = C.derive(cfg, camp)
     cells = C.cell_list(camp, derived)
+    planned_elsewhere = inv is not None
     inv = inv if inv is not None else nvml_inventory()
-    deck = Deck(derived.cfg)
+    plan_cfg, numa_notes = on_topology(derived.cfg, inv.numa) if planned_elsewhere and inv.numa else (derived.cfg, [])
+    deck = Deck(plan_cfg)
     variants = {}
     for v in camp.variants:
         reps = []
@@ -458,13 +460,33 @@ def plan_campaign(cfg: Config, camp: Campaign, inv: Any = None) -> dict[str, Any
             "reference": camp.head.reference,
             "inventory": {"available": inv.available, "reason": inv.reason,
                           "gpus": [{"index": g.index, "name": g.name} for g in inv.gpus]},
-            "host_problem": host_problem,
+            "host_problem": host_problem, "numa": numa_notes,
             "cells": [{"id": c.id, "variant": c.variant, "repeat": c.repeat, "models": list(c.models),
                        "gpus": sorted(c.gpus), "cpus": sorted(c.cpus)} for c in cells],
             "variants": variants,
             "workloads": [dict(w.model_dump(exclude_none=True),  # a capacity search picks its own points
                                points=_points(w))
                           for w in camp.file.workloads]}
+
+
+def on_topology(cfg: Config, numa: dict[int, list[int]]) -> tuple[Config, list[str]]:
+    """`cfg` as it would render on a host whose NUMA nodes are `numa` (an inventory's): every container
+    with CPUs and no memory nodes of its own gets the nodes of those CPUs there, not here. Second: a
+    sentence per model whose CPUs that host does not have."""
+    from servedeck.hostcpu import nodes_of
+
+    models, notes = {}, []
+    for name, m in cfg.models.items():
+        build = cfg.deck.builds.get(m.build)
+        if not (m.cpus and not m.cpu_mems and build is not None and build.image):
+            models[name] = m
+            continue
+        known = {c for cs in numa.values() for c in cs}
+        missing = sorted(set(m.cpus) - known)
+        if missing:
+            notes.append(f"{name}: CPUs {missing} are on no NUMA node of the inventory's host")
+        models[name] = m.model_copy(update={"cpu_mems": nodes_of(list(m.cpus), numa)})
+    return replace(cfg, deck=cfg.deck.model_copy(update={"models": models})), notes
 
 
 def _points(w: Any) -> list[str]:

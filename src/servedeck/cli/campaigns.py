@@ -96,6 +96,8 @@ def plan(file: Path = typer.Argument(..., help="the campaign .toml"),
         console.print(f"[dim]GPU fit not checked here: {view['inventory']['reason']}[/]", highlight=False)
     if view["host_problem"]:
         console.print(f"[red]{view['host_problem']}[/]", highlight=False)
+    for note in view.get("numa") or []:  # planned against an inventory's NUMA nodes
+        console.print(f"[yellow]{note}[/]", highlight=False)
     for name, v in view["variants"].items():
         console.print(f"\n[bold]{name}[/] ({v['fit']}) {v['overrides'] or ''}", highlight=False)
         for r in v["replicas"]:

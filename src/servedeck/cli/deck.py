@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import shlex
+import json
 import sys
 import time
 from pathlib import Path
@@ -10,9 +10,10 @@ from typing import Optional
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from servedeck import paths
-from servedeck.cli.app import Ctx, app, config_or_none, console, load_config, print_json, warn_unreadable
+from servedeck.cli.app import Ctx, app, config_or_none, console, err_console, load_config, print_json, warn_unreadable
 from servedeck.deck import Deck
 from servedeck.deck import launch as L
 from servedeck.deck import state as S
@@ -42,12 +43,13 @@ def render(model: str, as_json: bool = typer.Option(False, "--json")) -> None:
     if as_json:
         print_json(specs[0].to_json() if len(specs) == 1 else [s.to_json() for s in specs])
         return
+    # Plain writes, not the console: rich wraps at the terminal's width (80 when piped) inside tokens,
+    # and this text must run as written (`servedeck render m > run.sh && sh run.sh`).
     for name, spec in zip(members, specs):
-        if len(specs) > 1:
-            console.print(f"# {name}", highlight=False, markup=False)
-        for k, v in spec.redacted_env().items():
-            console.print(f"{k}={shlex.quote(v)}", highlight=False, markup=False)
-        console.print(" \\\n  ".join(L.shell_lines(spec.redacted_argv())), highlight=False, markup=False)
+        lines = [f"# {name}"] if len(specs) > 1 else []
+        lines += L.env_lines(spec)
+        lines.append(" \\\n  ".join(L.shell_lines(spec.redacted_argv())))
+        sys.stdout.write("\n".join(lines) + "\n")
 
 
 @app.command()
@@ -177,9 +179,16 @@ def stop(
     except ServedeckError:
         cfg = None  # stopping must work even when models.toml is broken
     names = None if all_ else models
+    said: set[str] = set()
     for r in Deck(cfg).stop(names, wait_s=wait, grace_s=grace):
+        for w in r.get("warnings") or []:  # desired.json or a live record that could not be read or written
+            if w not in said:
+                said.add(w)
+                err_console.print(Text("warning: ", style="yellow") + Text(w), highlight=False, soft_wrap=True)
         if r["outcome"] == "not-running":
-            console.print(f"{r['model']}: not running")
+            console.print(f"{r['model']}: not running" + ("; no longer wanted" if r.get("was_wanted") else "")
+                          + (f"; its unreadable live record was set aside as {r['set_aside']}" if r.get("set_aside")
+                             else ""), highlight=False, soft_wrap=True)
         elif r.get("orphaned"):
             console.print(f"{r['model']}: stopped; {r['detail']}", markup=False, highlight=False, soft_wrap=True)
         else:
@@ -200,6 +209,8 @@ def status(as_json: bool = typer.Option(False, "--json")) -> None:
     """What runs: model, engine, port, pid, state, uptime, boot facts."""
     cfg = config_or_none("showing state")
     rows = [s.to_json() for s in Deck(cfg).status()]
+    for problem in S.state_problems():  # on stderr: --json stays clean
+        err_console.print(Text("warning: ", style="yellow") + Text(problem), highlight=False, soft_wrap=True)
     if as_json:
         print_json(rows)
         return
@@ -241,6 +252,12 @@ def logs(
     if launch:
         if launch.lstrip("-").isdigit():
             idx = int(launch)
+            if not (-len(past) <= idx <= -1 or 1 <= idx <= len(past)):
+                n = len(past)
+                raise UsageError(f"--launch {launch}: {name} has {n} launch{'es' if n != 1 else ''} under "
+                                 f"{paths.launches_dir() / name}",
+                                 hint=f"count back from -1 (the latest) to -{n}, or forward from 1 (the first) to "
+                                      f"{n}; or name one: " + ", ".join(p.name for p in past[-10:]))
             d = past[idx] if idx < 0 else past[idx - 1]
         else:
             match = [p for p in past if p.name == launch]
@@ -269,14 +286,45 @@ app.command("log", hidden=True, help=logs.__doc__)(logs)
 
 
 @app.command()
-def restore(wait: float = WAIT) -> None:
-    """After a reboot: start what desired state says should run; adopt engines that still run."""
+def restore(wait: float = WAIT,
+            from_config: bool = typer.Option(False, "--from-config",
+                                             help="start each wanted model with models.toml's settings, not the "
+                                                  "ones it was launched with (desired.json)"),
+            as_json: bool = typer.Option(False, "--json")) -> None:
+    """After a reboot: start what desired state says should run; adopt engines that still run. Each model
+    starts with the settings it was launched with, unless --from-config; where models.toml now differs,
+    the keys are listed."""
     cfg = config_or_none("showing state")
-    results = Deck(cfg).restore(wait_s=wait)
+    results = Deck(cfg).restore(wait_s=wait, from_config=from_config)
+    if as_json:
+        print_json(results)
+        return
     if not results:
         console.print("desired state is empty: nothing to restore")
     for r in results:
-        console.print(f"{r['model']}: {r['outcome']}" + (f" ({r['error']})" if r.get("error") else ""))
+        name, differs = r["model"], r.get("differs") or []
+        if differs:
+            console.print(Text(f"models.toml differs from the settings {name} was launched with:"), highlight=False)
+            for d in differs:
+                console.print(Text(f"  {d['key']}: {_shown(d['desired'])} in desired.json, "
+                                   f"{_shown(d['config'])} in models.toml"), highlight=False, soft_wrap=True)
+        line = f"{name}: {r['outcome']}"
+        if r["outcome"] in ("started", "failed") and r.get("from"):
+            line += f" with {r['from']}'s settings"
+        if r.get("pid"):
+            line += f" (pid {r['pid']})"
+        if r.get("error"):
+            line += f" ({r['error']})"
+        if differs and r["outcome"] == "adopted":
+            line += f"; it runs with the settings it was launched with: `servedeck stop {name}` then " \
+                    f"`servedeck start {name}` starts models.toml's"
+        elif differs and r.get("from") == "desired.json":
+            line += "; `servedeck restore --from-config` starts models.toml's instead"
+        console.print(Text(line), highlight=False, soft_wrap=True)
+
+
+def _shown(v: object) -> str:
+    return "(not set)" if v is None else json.dumps(v)
 
 
 @app.command()
@@ -319,4 +367,6 @@ def unit(
         return
     if not model:
         raise UsageError("name a model, or pass --watch")
-    sys.stdout.write(render_unit(Deck(cfg).render(model), str(cfg.path.resolve()), str(paths.home().resolve())))
+    spec = Deck(cfg).render(model)
+    sys.stdout.write(render_unit(spec, str(cfg.path.resolve()), str(paths.home().resolve()),
+                                 restart=cfg.models[spec.model].unit_restart))

@@ -6,6 +6,7 @@ with the file, the key path and what was expected; nothing is corrected silently
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from servedeck.config.schema import Model, ModelsToml
 from servedeck.config.tomlfile import problems as validation_lines
 from servedeck.config.tomlfile import read_toml
 from servedeck.errors import ConfigError, UnknownModelError
+from servedeck.paths import NAME_RULE, name_problem, suggested_name
 
 if sys.version_info >= (3, 11):
     pass
@@ -152,6 +154,7 @@ def expand_replicas(deck: ModelsToml) -> tuple[ModelsToml, dict[str, Group], lis
             update = {"port": m.port + r - 1, "replicas": 1, "aliases": [], "ttl": None, "ttl_sleep": None,
                       "served_name": m.served_name or name,
                       "gpus": m.gpus[r - 1] if m.gpus else [], "cpus": m.cpus[r - 1] if m.cpus else [],
+                      "cpu_mems": m.cpu_mems[r - 1] if m.cpu_mems else [],
                       "notes": (m.notes + " " if m.notes else "") + f"(replica {r} of {m.replicas} of {name})"}
             models[rname] = Model.model_validate({**m.model_dump(), **update})
             members.append(rname)
@@ -167,6 +170,17 @@ def _where(mname: str, groups: dict[str, Group], key: str = "") -> str:
         if mname in g.members:
             return f"models.{g.name}{'.' + key if key else ''} (replica {g.members.index(mname) + 1})"
     return f"models.{mname}{'.' + key if key else ''}"
+
+
+def _name_problems(name: str) -> list[str]:
+    """A model's name becomes a file name under $SERVEDECK_HOME (paths.NAME_RULE): refuse one that cannot."""
+    problem = name_problem(name)
+    if not problem:
+        return []
+    better = suggested_name(name)
+    return [f"models.{json.dumps(name)}: {name!r} cannot be a model's name: {problem} (a model's name becomes file names "
+            f"under $SERVEDECK_HOME: {NAME_RULE}); name it [models.{better}] and keep "
+            f"{name!r} as an alias, aliases = [{json.dumps(name)}], so that clients can still send it"]
 
 
 def load(path: Path, checks: Iterable[Check] = ()) -> Config:
@@ -188,6 +202,9 @@ def cross_check(deck: ModelsToml, groups: dict[str, Group] | None = None) -> lis
     problems: list[str] = []
     ports: dict[int, str] = {}
     names: dict[str, str] = {m: _where(m, groups) for m in deck.models}
+    members = {m for g in groups.values() for m in g.members}
+    for name in [*groups, *(m for m in deck.models if m not in members)]:
+        problems += _name_problems(name)
     for g in groups.values():
         names[g.name] = f"models.{g.name}"
         for alias in g.aliases:
@@ -213,6 +230,10 @@ def cross_check(deck: ModelsToml, groups: dict[str, Group] | None = None) -> lis
                 problems.append(f"{at('aliases')}: alias {alias!r} is already claimed by {names[alias]}")
             else:
                 names[alias] = f"models.{mname}"
+        build = deck.builds.get(m.build)
+        if m.cpu_mems and build is not None and not build.image:
+            problems.append(f"{at('cpus')}: memory nodes (mems) are given to a container (docker --cpuset-mems); "
+                            f"build {m.build!r} runs a process, which servedeck pins to its CPUs only: remove mems")
         if m.gpus and m.tp * m.dp * m.pp > len(m.gpus):
             problems.append(
                 f"{at('gpus')}: tp*dp*pp = {m.tp * m.dp * m.pp} GPUs needed but only {len(m.gpus)} listed ({m.gpus})"

@@ -26,6 +26,79 @@ def merge_request(body: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]
     return out
 
 
+# Ranges checked at load, so that a typo is named by its key instead of failing in the engine: llama.cpp
+# parses -c and -n with std::stoi (an int32: context 10^12 died with "stoi"), vLLM's ints are as narrow.
+INT32_MAX = 2**31 - 1
+# No host has more GPUs or a model more servers than this; a bigger tp/dp/pp or replicas is a typo (and
+# would make servedeck list that many GPUs or models).
+MAX_PARALLEL = 1024
+# A duration past 30 days is a typo: Python's own waits overflow past ~292 years ("timestamp out of range").
+MAX_DURATION_S = 30 * 24 * 3600
+
+
+def cpulist(v: Any, key: str) -> Any:
+    """A CPU or node list as people write it: [0, 1, 2] or the kernel's "0-23,96-119" (a string)."""
+    if not isinstance(v, str):
+        return v
+    out: list[int] = []
+    for part in v.replace(" ", "").split(","):
+        lo, _, hi = part.partition("-")
+        if not lo.isdigit() or (hi and not hi.isdigit()) or (hi and int(hi) < int(lo)):
+            raise ValueError(f"{key}: {v!r} is not a list like \"0-23,96-119\" (ranges and numbers, comma-separated)")
+        out += list(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def split_cpu_table(data: Any) -> Any:
+    """`cpus` in any of its forms → `cpus` (CPU numbers) and `cpu_mems` (memory nodes), as fields:
+        cpus = [0, 1, 2, 3]                           CPUs; memory: their nodes where the launch is rendered
+        cpus = "0-23,96-119"                          the same, as the kernel writes a cpulist
+        cpus = { set = "0-23,96-119", mems = "0,1" }  CPUs and their memory nodes (seed 000: --cpuset-mems 0,1)
+        cpus = [{ set = "0-23", mems = [0] }, { set = "24-47", mems = [1] }]   one per replica
+    """
+    if not isinstance(data, dict) or "cpus" not in data:
+        return data
+    v = data["cpus"]
+
+    def one(x: Any) -> tuple[Any, Any]:
+        if isinstance(x, dict):
+            stray = sorted(set(x) - {"set", "mems"})
+            if stray or "set" not in x:
+                raise ValueError(f"cpus: a table takes set (the CPUs) and mems (their memory nodes), got "
+                                 f"{', '.join(sorted(x)) or 'nothing'}")
+            return cpulist(x["set"], "cpus.set"), cpulist(x.get("mems", []), "cpus.mems")
+        return cpulist(x, "cpus"), None
+
+    if isinstance(v, (dict, str)):
+        cpus, mems = one(v)
+    elif isinstance(v, list) and v and all(isinstance(x, (dict, str, list)) for x in v):
+        parts = [one(x) for x in v]
+        cpus, mems = [c for c, _ in parts], ([m or [] for _, m in parts] if any(m for _, m in parts) else None)
+    else:
+        return data
+    if mems and data.get("cpu_mems"):
+        raise ValueError("cpus.mems and cpu_mems both given: keep one")
+    return {**data, "cpus": cpus, **({"cpu_mems": mems} if mems else {})}
+
+
+# systemd.service(5)'s Restart= values, for `unit_restart`
+UNIT_RESTART = ("no", "on-success", "on-failure", "on-abnormal", "on-watchdog", "on-abort", "always")
+
+
+def int_range(v: Any, lo: int, hi: int, unit: str) -> Any:
+    """`v` unless it is outside lo..hi; the message says the range and the unit."""
+    if v is not None and not lo <= v <= hi:
+        raise ValueError(f"{v} is out of range (expected {lo} to {hi} {unit})")
+    return v
+
+
+def duration(v: Any) -> Any:
+    """Seconds, refused past MAX_DURATION_S (the lower bound is each key's own Field)."""
+    if v is not None and v > MAX_DURATION_S:
+        raise ValueError(f"{v:g} s is out of range (expected at most {MAX_DURATION_S} seconds, 30 days)")
+    return v
+
+
 class _Strict(BaseModel):
     # Unknown keys are errors: a typo must never be ignored silently.
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -54,6 +127,14 @@ class Host(_Strict):
     # sleep_ram_gib, the most host memory every model asleep at level 1 may hold together
     sleep_ram_gib: Optional[float] = Field(default=None, gt=0)
     sleep_ram_margin_gib: float = Field(default=4.0, ge=0)
+    # a start is refused when $SERVEDECK_HOME has less free (MiB): the engine's log grows while it runs
+    min_free_mib: float = Field(default=64.0, ge=0)
+
+    @field_validator("relaunch_spacing_s", "liveness_interval_s", "stall_after_s", "drain_timeout_s",
+                     "min_residency_s", "request_wait_s")
+    @classmethod
+    def _durations(cls, v: float) -> float:
+        return duration(v)
 
     @field_validator("api_keys")
     @classmethod
@@ -150,14 +231,17 @@ class Model(_Strict):
     # independent servers of this model, NAME.r1 … NAME.rN, on port, port + 1, …; the front door and
     # `servedeck bench NAME` spread requests over them (fewest outstanding first). Declared before
     # gpus / cpus: their validator reads it.
-    replicas: int = Field(default=1, ge=1)
+    replicas: int = 1  # 1 to MAX_PARALLEL (_counts)
     # with replicas > 1: one list per replica (gpus = [[0], [1]]); load.py expands the entry into replicas
     gpus: Union[list[int], list[list[int]]] = Field(default_factory=list)
     cpus: Union[list[int], list[list[int]]] = Field(default_factory=list)  # CPU set (affinity / --cpuset-cpus)
+    # the memory (NUMA) nodes of a container's CPUs (--cpuset-mems), written `cpus = { set = ..., mems = ... }`
+    # (split_cpu_table); unset: the nodes of those CPUs on the host that renders the launch
+    cpu_mems: Union[list[int], list[list[int]]] = Field(default_factory=list)
     gpu_memory_utilization: Optional[float] = None
-    tp: int = Field(default=1, ge=1)  # tensor parallel size
-    dp: int = Field(default=1, ge=1)  # data parallel size
-    pp: int = Field(default=1, ge=1)  # pipeline parallel size
+    tp: int = 1  # tensor parallel size; tp, dp, pp: 1 to MAX_PARALLEL (_counts)
+    dp: int = 1  # data parallel size
+    pp: int = 1  # pipeline parallel size
     args: dict[str, ArgValue] = Field(default_factory=dict)
     env: dict[str, str] = Field(default_factory=dict)
     served_name: Optional[str] = None  # the name clients send; defaults to the model's name
@@ -165,7 +249,7 @@ class Model(_Strict):
     host_ram_gib: Optional[float] = Field(default=None, gt=0)
     # the most output tokens servedeck's own requests ask for (gate, bench, soak, readiness); rendered as
     # llama.cpp's -n (the length of a request that names none); vLLM and SGLang have no such flag
-    max_output_tokens: Optional[int] = Field(default=None, gt=0)
+    max_output_tokens: Optional[int] = None  # 1 to INT32_MAX (_output)
     vision: bool = False  # a multimodal model: shown in status; llama.cpp needs `mmproj`
     mmproj: Optional[str] = None  # llama.cpp's multimodal projector GGUF (--mmproj), for vision = true
     # tool calling (the door passes `tools` through): llama.cpp `true` (--jinja: it reads the call format
@@ -175,6 +259,8 @@ class Model(_Strict):
     # serves /v1/embeddings (and only that): llama.cpp --embeddings, vLLM --runner pooling, SGLang --is-embedding
     embeddings: bool = False
     stop_timeout_s: float = Field(default=120.0, gt=0)  # SIGTERM grace before SIGKILL, as the seed's unit
+    # `servedeck unit`'s Restart= (systemd's values; seed 004's units say always)
+    unit_restart: str = "on-failure"
     ready_timeout_s: float = Field(default=900.0, gt=0)
     ttl: Optional[float] = None  # the front door stops the model after this long without requests
     # "auto" | 1 | 2 | false: whether a switch (and the door) puts the model to sleep rather than stopping it,
@@ -243,7 +329,7 @@ class Model(_Strict):
                 raise ValueError(f"{e.message} (write it like 90, 90s, 10m or 1h)") from None
         if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
             raise ValueError(f"{info.field_name} must be a positive duration (seconds or e.g. \"10m\"), got {v!r}")
-        return float(v)
+        return duration(float(v))
 
     @field_validator("tools")
     @classmethod
@@ -281,14 +367,57 @@ class Model(_Strict):
     @classmethod
     def _context(cls, v: Optional[int]) -> Optional[int]:
         if v is not None and v <= 0:
-            raise ValueError(f"context must be a positive integer number of tokens, got {v}")
+            raise ValueError(f"context must be a positive integer number of tokens (1 to {INT32_MAX}), got {v}")
+        return int_range(v, 1, INT32_MAX, "tokens: engines read it as a 32-bit integer")
+
+    @field_validator("max_output_tokens")
+    @classmethod
+    def _output(cls, v: Optional[int]) -> Optional[int]:
+        return int_range(v, 1, INT32_MAX, "tokens: engines read it as a 32-bit integer")
+
+    @field_validator("replicas", "tp", "dp", "pp")
+    @classmethod
+    def _counts(cls, v: int, info: ValidationInfo) -> int:
+        return int_range(v, 1, MAX_PARALLEL, "servers" if info.field_name == "replicas" else "GPUs")
+
+    @field_validator("unit_restart")
+    @classmethod
+    def _restart(cls, v: str) -> str:
+        if v not in UNIT_RESTART:
+            raise ValueError(f"{v!r} is not one of systemd's Restart= values: {', '.join(UNIT_RESTART)}")
         return v
+
+    @field_validator("stop_timeout_s", "ready_timeout_s")
+    @classmethod
+    def _timeouts(cls, v: float) -> float:
+        return duration(v)
 
     @field_validator("gpu_memory_utilization")
     @classmethod
     def _util(cls, v: Optional[float]) -> Optional[float]:
         if v is not None and not 0 < v <= 1:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {v}")
+        return v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _cpu_table(cls, data: Any) -> Any:
+        return split_cpu_table(data)
+
+    @field_validator("cpu_mems")
+    @classmethod
+    def _mems(cls, v: list, info: ValidationInfo) -> list:
+        """Memory nodes go with CPUs, one list per replica as they do; nodes may repeat across replicas."""
+        if not v:
+            return v
+        cpus = info.data.get("cpus")
+        nested = isinstance(v[0], list)
+        if not cpus:
+            raise ValueError("memory nodes without CPUs: write cpus = { set = [...], mems = [...] }")
+        if nested != isinstance(cpus[0], list) or (nested and len(v) != len(cpus)):
+            raise ValueError(f"one list of memory nodes per list of CPUs: cpus {cpus}, mems {v}")
+        if any(n < 0 for n in ([x for p in v for x in p] if nested else v)):
+            raise ValueError(f"memory nodes are NUMA node numbers >= 0, got {v}")
         return v
 
     @field_validator("gpus", "cpus")

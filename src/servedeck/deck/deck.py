@@ -25,25 +25,27 @@ import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
+from servedeck import paths
 from servedeck.config import Config
 from servedeck.config.schema import Build
 from servedeck.deck import launch as L
 from servedeck.deck import sleep as Z
 from servedeck.deck import sleepops as SO
 from servedeck.deck import state as S
-from servedeck.deck.desired import config_from_settings, settings_of
+from servedeck.deck.desired import config_from_settings, settings_diff, settings_of
 from servedeck.deck.docker import remove_container
 from servedeck.deck.memwait import wait_for_memory, wait_gpu_released
 from servedeck.deck.records import LaunchState, LiveRecord, StartResult
 from servedeck.deck.slots import Running, decide
 from servedeck.deck.status import (Ending, Status, alive, classify, describe_exit, engine_named, engine_record,
-                                   ending_of, footprint_of, is_orphan, left_behind, statuses, with_spawned)
+                                   ending_of, footprint_of, is_orphan, left_behind, live_records, statuses,
+                                   with_spawned)
 from servedeck.engines import get_engine
 from servedeck.engines.base import Engine, LaunchSpec
-from servedeck.errors import BusyError, LaunchError, RefusedError, UnknownModelError
-from servedeck.fsio import atomic_write_json
+from servedeck.errors import BusyError, DiskFullError, LaunchError, RefusedError, StateError, UnknownModelError
+from servedeck.fsio import atomic_write_json, free_bytes, human
 from servedeck.supervisor import process as P
 from servedeck.supervisor import ready as R
 
@@ -69,7 +71,7 @@ class Deck:
     def running(self) -> dict[str, LiveRecord]:
         """Live records whose process is really alive. Dead ones are left for `settle_dead`. A record
         written before its spawn comes with its shim's pid when one was spawned (`with_spawned`)."""
-        return {m: r for m, r in ((m, with_spawned(r)) for m, r in S.all_live().items()) if alive(r)}
+        return {m: r for m, r in live_records()[0].items() if alive(r)}
 
     # --- the lock ---------------------------------------------------------------------------
     @contextmanager
@@ -98,7 +100,7 @@ class Deck:
         try:
             return self.cfg.resolve(name)
         except UnknownModelError:
-            if name in S.all_live():
+            if name in S.all_live() or name in S.unreadable_live():
                 return name
             raise
 
@@ -138,25 +140,50 @@ class Deck:
 
     # --- stop -------------------------------------------------------------------------------
     def stop(self, names: list[str] | None, *, wait_s: float = 0.0, grace_s: float | None = None) -> list[dict]:
-        """Stop the named models (all running ones when names is None) and drop them from desired state."""
+        """Stop the named models (all running ones when names is None) and drop them from desired state.
+        Nothing it reads or writes first can stop a stop: a desired.json that cannot be read or written,
+        or a live record that cannot be read (its engine is found by its launch folder, the file set
+        aside), is said in the row's `warnings`."""
         with self.locked("stop " + (" ".join(names) if names else "--all"), wait_s) as ops:
-            # an engine whose shim was killed is stopped here, by its group, and reported as stopped
-            settled = {m: end.left_behind for m, (_, end) in ops.settle_dead().items() if end.left_behind}
+            # an engine whose shim was killed is stopped here, by its group, and reported as stopped; on a
+            # full disk its records may not be written: said, and the stop goes on
+            first: list[str] = []
+            ended = _noted(first, ops.settle_dead) or {}
+            settled = {m: end.left_behind for m, (_, end) in ended.items() if end.left_behind}
             running = ops.running()
-            targets = [*running, *settled] if names is None else \
-                [m for n in names for m in (self.cfg.members(n) if self.cfg else (n,))]
+            wanted, unreadable_desired = S.wanted()
+            unreadable = S.unreadable_live()
+            # --all is "want nothing": a model wanted but not running (the watch loop gave up on it) goes too,
+            # and so does a live record nobody can read
+            targets = list(dict.fromkeys([*running, *settled, *sorted(wanted), *unreadable])) if names is None else \
+                [m for n in names for m in (self.cfg.members(n) if self.cfg else (paths.component(n),))]
             out = []
             for name in targets:
-                S.set_desired(name, None)
+                # ops.stop drops a running model from desired state itself; a desired.json that cannot be read
+                # is not tried again for each model
+                drop = None if name in running else \
+                    (f"{name} could not be taken out of desired state: {unreadable_desired}" if unreadable_desired
+                     else S.drop_desired(name))
+                warnings = [*first, *([drop] if drop else [])]
                 if name in settled:
-                    S.journal("stop", name, "stopped", reason="stop", detail=settled[name]["detail"])
-                    out.append({"model": name, "outcome": "stopped", "orphaned": True, **settled[name]})
+                    _noted(warnings, lambda: S.journal("stop", name, "stopped", reason="stop",
+                                                       detail=settled[name]["detail"]))
+                    out.append({"model": name, "outcome": "stopped", "orphaned": True, **settled[name],
+                                "warnings": warnings})
                     continue
                 if name not in running:
-                    S.journal("stop", name, "not-running")
-                    out.append({"model": name, "outcome": "not-running"})
+                    # by the file found in live/ (its name may be one no models.toml could give)
+                    aside = S.set_aside(paths.live_dir() / f"{name}.json") if name in unreadable else None
+                    if aside:
+                        warnings.append(f"{unreadable[name]}; no engine of its launches runs: set aside as {aside}")
+                    _noted(warnings, lambda: S.journal("stop", name, "not-running", was_wanted=name in wanted,
+                                                       **({"set_aside": str(aside)} if aside else {})))
+                    out.append({"model": name, "outcome": "not-running", "was_wanted": name in wanted,
+                                "set_aside": str(aside) if aside else None, "warnings": warnings})
                     continue
-                out.append(ops.stop(name, running[name], reason="stop", grace_s=grace_s))
+                res = ops.stop(name, running[name], reason="stop", grace_s=grace_s)
+                res["warnings"] = warnings + res.get("warnings", [])
+                out.append(res)
             return out
 
     # --- status -----------------------------------------------------------------------------
@@ -165,7 +192,7 @@ class Deck:
         lock is free (and shown once as crashed/failed/stopped); when another servedeck holds the lock,
         they are shown as they will be recorded."""
         ended: dict[str, tuple[LiveRecord, Ending]] = {}
-        if any(not alive(r) for r in S.all_live().values()):  # take the lock only when there is work for it
+        if any(not alive(r) for r in live_records()[0].values()):  # take the lock only when there is work for it
             try:
                 with self.locked("status: settle dead launches") as ops:
                     ended = ops.settle_dead(stop_left_behind=False)  # a query does not stop a serving engine
@@ -174,32 +201,43 @@ class Deck:
         return statuses(ended)
 
     # --- restore ----------------------------------------------------------------------------
-    def restore(self, *, wait_s: float = 0.0) -> list[dict]:
-        """Start what desired state says should run, with the settings it was launched with.
-        An engine that is still running is adopted, not started twice."""
-        with self.locked("restore", wait_s) as ops:
+    def restore(self, *, wait_s: float = 0.0, from_config: bool = False) -> list[dict]:
+        """Start what desired state says should run, with the settings it was launched with (seed 004's
+        trap: a wrong first launch repeats itself), or with models.toml's own when `from_config`. Each
+        row says which it started and where models.toml now differs (`desired.settings_diff`). An engine
+        that is still running is adopted, not started twice."""
+        with self.locked("restore" + (" --from-config" if from_config else ""), wait_s) as ops:
             ops.settle_dead()
             desired = S.read_desired()["models"]
             running = ops.running()
             out = []
             for name, settings in desired.items():
+                differs = settings_diff(name, settings, self.cfg)
+                row = {"model": name, "differs": differs}
                 if name in running:
                     S.journal("restore", name, "adopted", pid=running[name].pid)
-                    out.append({"model": name, "outcome": "adopted", "pid": running[name].pid})
+                    out.append({**row, "outcome": "adopted", "pid": running[name].pid, "from": "running"})
                     continue
                 if settings.get("asleep"):  # its slot went to another model: started cold, it would be refused
                     S.set_desired(name, None)
                     why = (f"it was asleep (level {settings['asleep']}) when its engine went; not restored: its "
                            "next request at the door, or `servedeck start`, starts it cold")
                     S.journal("restore", name, "not-restored", detail=why)
-                    out.append({"model": name, "outcome": "not restored", "error": why})
+                    out.append({**row, "outcome": "not restored", "error": why})
                     continue
-                cfg = config_from_settings(name, settings, self.cfg)
+                in_config = self.cfg is not None and name in self.cfg.models
+                if from_config and not in_config:
+                    out.append({**row, "outcome": "skipped", "from": None,
+                                "error": f"not in {self.cfg.path if self.cfg else 'models.toml'}: nothing to start "
+                                         f"it from (`servedeck stop {name}` stops wanting it)"})
+                    continue
+                source = "models.toml" if from_config else "desired.json"
                 try:
+                    cfg = self.cfg if from_config else config_from_settings(name, settings, self.cfg)
                     res = ops.start(name, cfg, reason="restore")
-                    out.append({"model": name, "outcome": "started", "pid": res.record.pid})
-                except (LaunchError, RefusedError) as e:
-                    out.append({"model": name, "outcome": "failed", "error": e.message})
+                    out.append({**row, "outcome": "started", "pid": res.record.pid, "from": source})
+                except (LaunchError, RefusedError, StateError) as e:
+                    out.append({**row, "outcome": "failed", "from": source, "error": e.message})
             return out
 
 
@@ -221,8 +259,7 @@ class DeckOps:
         the GPUs are waited for), and the ending says so. With `stop_left_behind=False` (status) such a
         launch is left as it is, still recorded live."""
         out = {}
-        for model, rec in S.all_live().items():
-            rec = with_spawned(rec)
+        for model, rec in live_records()[0].items():  # an unreadable record: as rebuilt from its launch folder
             if alive(rec):
                 continue
             left = left_behind(rec)
@@ -380,6 +417,7 @@ class DeckOps:
         except RefusedError as e:
             S.journal(reason, name, "refused", reason="gpu memory", detail=e.message)
             raise
+        _require_room(name, cfg)
         build = cfg.deck.builds[model.build]
         engine = get_engine(spec.engine)
         # what a crash record must say it was a crash of (the build's version: the engine may die before
@@ -415,21 +453,45 @@ class DeckOps:
         except (R.Died, R.TimedOut, KeyboardInterrupt) as e:
             self._failed_start(live, e, build)
             raise  # _failed_start raises LaunchError for Died/TimedOut; Ctrl-C propagates after cleanup
-        boot = engine.parse_boot(L.log_tail(d, 4000))
-        atomic_write_json(d / "boot.json", boot)
-        _engine_said(d, engine, build, boot.get("engine_version"))
-        self._record_plan(name, cfg, boot, d)
-        eng = engine_record(d)
-        live.state, live.ready_at, live.ready_t = LaunchState.READY, S.now_iso(), time.time()
-        live.boot, live.readiness, live.engine_pid = boot, ready.__dict__, eng.get("engine_pid")
-        S.write_live(live)
-        L.update_launch(d, state=LaunchState.READY.value, ready_at=live.ready_at, readiness=ready.__dict__,
-                        engine_pid=live.engine_pid)
-        S.set_desired(name, settings or settings_of(name, cfg))
+        try:
+            boot = engine.parse_boot(L.log_tail(d, 4000))
+            atomic_write_json(d / "boot.json", boot)
+            _engine_said(d, engine, build, boot.get("engine_version"))
+            self._record_plan(name, cfg, boot, d)
+            eng = engine_record(d)
+            live.state, live.ready_at, live.ready_t = LaunchState.READY, S.now_iso(), time.time()
+            live.boot, live.readiness, live.engine_pid = boot, ready.__dict__, eng.get("engine_pid")
+            S.write_live(live)
+            L.update_launch(d, state=LaunchState.READY.value, ready_at=live.ready_at, readiness=ready.__dict__,
+                            engine_pid=live.engine_pid)
+            S.set_desired(name, settings or settings_of(name, cfg))
+        except (StateError, OSError) as e:  # up and answering, but not recorded: it must not run unowned
+            raise self._unrecorded(live, e) from None
         S.journal(reason, name, "ready", launch_dir=str(d), ready_s=ready.answered_after_s, boot=boot)
         if spec.sleep_levels:  # what the first wake's answers are compared with (deck/sleep.py)
             Z.take_reference(live)
         return live
+
+    def _unrecorded(self, live: LiveRecord, err: BaseException) -> StateError:
+        """The engine is ready but its state could not be written (a full disk, desired.json unreadable):
+        stop it again rather than leave an engine nobody recorded, record what still can be, and say so."""
+        P.stop_group(live.pgid, min(live.stop_timeout_s, 30.0))
+        remove_container(live)
+        why = getattr(err, "message", None) or f"{type(err).__name__}: {err}"
+        for write in (lambda: L.update_launch(Path(live.launch_dir), state=LaunchState.FAILED.value,
+                                              ended_at=S.now_iso(), end_detail=f"stopped again: {why}"),
+                      lambda: S.journal("start", live.model, "failed", launch_dir=live.launch_dir, detail=why)):
+            try:
+                write()
+            except (StateError, OSError):
+                pass  # the disk that refused the record refuses these too; the error below says it
+        S.clear_live(live.model)
+        msg = f"{live.model} was up but could not be recorded, so it was stopped again: {why}"
+        if isinstance(err, DiskFullError):
+            return DiskFullError(msg, hint=err.hint, path=err.path, free_bytes=err.free_bytes)
+        if isinstance(err, StateError):
+            return StateError(msg, hint=err.hint)
+        return StateError(msg, hint="fix what the message names, then start it again")
 
     def _spawn_failed(self, live: LiveRecord, err: BaseException) -> None:
         """The spawn, or recording it, raised (the interpreter cannot be executed, a Ctrl-C): stop the
@@ -513,18 +575,57 @@ class DeckOps:
         the group's pids. Drops the model from desired state."""
         d = Path(rec.launch_dir)
         rec.state = LaunchState.STOPPING
-        S.write_live(rec)
-        L.update_launch(d, state=LaunchState.STOPPING.value)
-        S.set_desired(name, None)
+        # Nothing written here is needed to stop the engine: a full disk or a damaged file is said in
+        # `warnings`, and the group is stopped whatever was written (a record left `stopping` is settled
+        # as stopped by the next servedeck).
+        warnings: list[str] = []
+        aside = _noted(warnings, lambda: S.write_live(rec))  # an unreadable record it replaces is set aside first
+        if aside:
+            warnings.append(f"its live record could not be read; set aside as {aside}")
+        _noted(warnings, lambda: L.update_launch(d, state=LaunchState.STOPPING.value))
+        drop = S.drop_desired(name)
+        if drop:
+            warnings.append(drop)
         ended = _end_group(rec, rec.stop_timeout_s if grace_s is None else grace_s)
         result = {k: v for k, v in ended.items() if k not in ("port_free", "gpu_released")}
         exit_info = R.read_exit(d)
-        L.update_launch(d, state=LaunchState.STOPPED.value, ended_at=S.now_iso(), exit=exit_info, stop=result,
-                        end_detail=f"stopped ({reason})")
-        S.clear_live(name)
-        S.journal("stop", name, "stopped", reason=reason, launch_dir=str(d), killed=result.get("killed"),
-                  took_s=result.get("took_s"), port_free=ended["port_free"], gpu_released=ended["gpu_released"])
-        return {"model": name, "outcome": "stopped", **ended}
+        _noted(warnings, lambda: L.update_launch(d, state=LaunchState.STOPPED.value, ended_at=S.now_iso(),
+                                                 exit=exit_info, stop=result, end_detail=f"stopped ({reason})"))
+        S.clear_live(name)  # an unlink: needs no room
+        _noted(warnings, lambda: S.journal("stop", name, "stopped", reason=reason, launch_dir=str(d),
+                                           killed=result.get("killed"), took_s=result.get("took_s"),
+                                           port_free=ended["port_free"], gpu_released=ended["gpu_released"]))
+        return {"model": name, "outcome": "stopped", **ended, "warnings": list(dict.fromkeys(warnings))}
+
+
+def _noted(warnings: list[str], write: Callable[[], Any]) -> Any:
+    """`write()`, or None with what went wrong added to `warnings` (a full disk, a file it cannot read):
+    for the records a stop keeps, which must never keep it from stopping."""
+    try:
+        out, note = S.with_reserve(write)  # a full disk: the room kept for this, once
+        if note:
+            warnings.append(note)
+        return out
+    except StateError as e:
+        warnings.append(e.message)
+    except OSError as e:
+        warnings.append(f"{getattr(e, 'filename', None) or 'a state file'}: {e.strerror or e}")
+    return None
+
+
+def _require_room(name: str, cfg: Config) -> None:
+    """Refuse a launch into a state dir with less free than [host] min_free_mib: its engine's log and its
+    records are written while it runs, and a start that cannot write them would leave an engine no one
+    recorded (seed: 40 KB free, boot.json failed, the engine ran on)."""
+    need = cfg.deck.host.min_free_mib * 2**20
+    free = free_bytes(paths.home())
+    if need and free is not None and free < need:
+        raise DiskFullError(f"cannot start {name}: {paths.home()} has {human(free)} free, less than "
+                            f"[host] min_free_mib ({cfg.deck.host.min_free_mib:g} MiB); nothing was started",
+                            hint=f"free space on the disk that holds {paths.home()} (engine logs are in its "
+                                 "launches/ folder); `servedeck stop` works meanwhile",
+                            path=str(paths.home()), free_bytes=free)
+    S.keep_reserve()
 
 
 def _engine_said(d: Path, engine: Engine, build: Build | None, stated: str | None) -> None:

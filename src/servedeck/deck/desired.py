@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from servedeck import paths
 from servedeck.config import Build, Config, Group, Model, ModelsToml
 from servedeck.deck import state as S
 from servedeck.errors import StateError
@@ -56,6 +57,12 @@ def config_from_settings(name: str, settings: dict, current: Config | None) -> C
             out[k] = v
         return out
 
+    problem = S.settings_problem(settings)
+    if problem:
+        path = paths.desired_file()
+        raise StateError(f"{path}: models.{name}: {problem}; it cannot be started from it",
+                         hint=f"`servedeck stop {name}` drops it from desired state, or restore "
+                              f"{path.with_suffix('.json.bak')}")
     cur_m = current.models.get(name) if current else None
     cur_b = current.deck.builds.get(settings["build_name"]) if current else None
     model = dict(settings["model"])
@@ -70,3 +77,29 @@ def config_from_settings(name: str, settings: dict, current: Config | None) -> C
         m = deck.models[name]
         groups[g["name"]] = Group(g["name"], tuple(g["members"]), (), m.served_name or g["name"], m.slot, None)
     return Config(path=Path(settings.get("config_path", "desired.json")), deck=deck, groups=groups)
+
+
+def settings_diff(name: str, settings: dict, current: Config | None) -> list[dict]:
+    """Where the settings `name` was launched with (desired.json) and its models.toml entry now differ:
+    one {key, desired, config} per key path as models.toml spells it (`context`, `args.parallel`,
+    `builds.llamacpp.binary`), secrets compared redacted on both sides. [] when models.toml has no
+    such model (nothing to compare) or they agree. Notes are left out: they launch nothing."""
+    if current is None or name not in current.models or S.settings_problem(settings):
+        return []
+    now = settings_of(name, current)
+    out: list[dict] = []
+
+    def walk(a: object, b: object, key: str) -> None:
+        if isinstance(a, dict) and isinstance(b, dict):
+            for k in sorted(set(a) | set(b), key=str):
+                if not key and k == "notes":
+                    continue
+                walk(a.get(k), b.get(k), f"{key}.{k}" if key else str(k))
+        elif a != b:
+            out.append({"key": key, "desired": a, "config": b})
+
+    walk(settings.get("model") or {}, now["model"], "")
+    build = settings.get("build_name", "")
+    if build == now["build_name"]:  # a model moved to another build says so in its `build` key
+        walk(settings.get("build") or {}, now["build"], f"builds.{build}")
+    return out

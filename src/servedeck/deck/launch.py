@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 from datetime import datetime
 from pathlib import Path
@@ -26,7 +27,7 @@ from servedeck.fsio import atomic_write_json, atomic_write_text, tail_text
 
 
 def new_launch_dir(model: str) -> Path:
-    base = paths.launches_dir() / model
+    base = paths.launches_dir() / paths.component(model)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     d = base / stamp
     n = 1
@@ -43,14 +44,15 @@ def cmd_sh(spec: LaunchSpec, build_name: str, config_path: str) -> str:
         f"# servedeck {__version__}: launch of {spec.model} ({spec.engine}, build {build_name}) at {now_iso()}",
         f"# from {config_path}; secret values are redacted: set them in your environment before re-running",
     ]
-    for key, value in spec.redacted_env().items():
-        if value == "<redacted>":
-            lines.append(f": \"${{{key}:?set {key} first}}\"")
-        else:
-            lines.append(f"export {key}={shlex.quote(value)}")
-    argv = spec.redacted_argv()
-    lines.append("exec " + " \\\n  ".join(shell_lines(argv)))
+    lines += env_lines(spec)
+    lines.append("exec " + " \\\n  ".join(shell_lines(spec.redacted_argv())))
     return "\n".join(lines) + "\n"
+
+
+def env_lines(spec: LaunchSpec) -> list[str]:
+    """The launch's environment as shell lines: exported, and a secret demanded from the caller's own."""
+    return [f": \"${{{key}:?set {key} first}}\"" if value == "<redacted>" else f"export {key}={shlex.quote(value)}"
+            for key, value in spec.redacted_env().items()]
 
 
 def shell_lines(argv: list[str]) -> list[str]:
@@ -80,16 +82,26 @@ def write_start(d: Path, spec: LaunchSpec, build_name: str, config_path: str, re
 
 
 def read_launch(d: Path) -> dict:
+    """launch.json; {} when there is none or it is not a JSON object."""
     try:
-        return json.loads((Path(d) / "launch.json").read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+        doc = json.loads((Path(d) / "launch.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
         return {}
+    return doc if isinstance(doc, dict) else {}
 
 
 def update_launch(d: Path, **changes) -> dict:
+    """Merge `changes` into launch.json. One that cannot be read is kept as launch.json.corrupt (evidence)
+    and the record goes on from what this launch knows now."""
+    path = Path(d) / "launch.json"
     rec = read_launch(d)
+    if not rec and path.exists():
+        try:
+            os.replace(path, path.with_name("launch.json.corrupt"))
+        except OSError:
+            pass
     rec.update(changes)
-    atomic_write_json(Path(d) / "launch.json", rec)
+    atomic_write_json(path, rec)
     return rec
 
 
@@ -121,5 +133,5 @@ def crash_identity(d: Path, build_name: str) -> dict:
 
 
 def past_launches(model: str) -> list[Path]:
-    base = paths.launches_dir() / model
+    base = paths.launches_dir() / paths.component(model)
     return sorted((p for p in base.iterdir() if p.is_dir()), key=lambda p: p.name) if base.exists() else []

@@ -11,14 +11,17 @@ import json
 import os
 import time
 from contextlib import contextmanager
+from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 
+from pydantic import TypeAdapter, ValidationError
+
 from servedeck import paths
-from servedeck.errors import BusyError, StateError
-from servedeck.deck.records import LiveRecord
+from servedeck.errors import BusyError, DiskFullError, StateError
+from servedeck.deck.records import LaunchState, LiveRecord
 from servedeck.fsio import JsonlRows, append_jsonl, atomic_write_json, exclusive, read_jsonl
 
 DESIRED_SCHEMA = 1
@@ -70,6 +73,98 @@ def read_desired() -> dict[str, Any]:
     return doc
 
 
+def settings_problem(settings: Any) -> str | None:
+    """What a desired.json entry lacks to rebuild a launch from (restore, the watch loop); None if nothing."""
+    if not isinstance(settings, dict):
+        return f"not a JSON object ({_kind(settings)})"
+    for key, kind in (("model", dict), ("build_name", str), ("build", dict)):
+        if not isinstance(settings.get(key), kind):
+            return f"{key}: expected {'an object' if kind is dict else 'a string'}, got {_kind(settings.get(key))}"
+    return None
+
+
+def wanted() -> tuple[set[str], str | None]:
+    """The models desired state wants, and None; or nothing and why, when desired.json cannot be read:
+    for stop and status, which must work whatever desired.json holds."""
+    try:
+        return set(read_desired()["models"]), None
+    except StateError as e:
+        return _wanted_raw(), f"{e.message} ({e.hint})" if e.hint else e.message
+
+
+def _wanted_raw() -> set[str]:
+    """The names a damaged desired.json still lists, when its top level can be read at all."""
+    try:
+        doc = json.loads(paths.desired_file().read_text())
+        models = doc.get("models", doc) if isinstance(doc, dict) else {}
+        return {m for m in models if isinstance(m, str)} if isinstance(models, dict) else set()
+    except (OSError, ValueError):
+        return set()
+
+
+def state_problems() -> list[str]:
+    """What cannot be read under $SERVEDECK_HOME, in sentences: desired.json, live records."""
+    out = []
+    _, desired = wanted()
+    if desired:
+        out.append(desired)
+    out += [f"{p}; it is left out (`{stop_command(m)}` sets it aside)" for m, p in unreadable_live().items()]
+    return out
+
+
+# --- room to record a stop on a full disk ---------------------------------------------------
+# Every start keeps RESERVE bytes in $SERVEDECK_HOME/.reserve. A stop that finds the disk full gives
+# them up and records itself in that room (live record, launch.json, desired.json, journal), so that
+# a model stopped on a full disk is not started again once there is space.
+RESERVE = 1 << 20
+
+
+def reserve_path() -> Path:
+    return paths.home() / ".reserve"
+
+
+def keep_reserve() -> None:
+    """Make sure the reserve exists (a start calls this once it knows there is room)."""
+    path = reserve_path()
+    if path.exists():
+        return
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            os.posix_fallocate(fd, 0, RESERVE)
+        finally:
+            os.close(fd)
+    except OSError:
+        path.unlink(missing_ok=True)  # no room for it, or no fallocate: a stop then records what fits
+
+
+def with_reserve(write: Callable[[], Any]) -> tuple[Any, str | None]:
+    """`write()`; on a full disk the reserve is given up and it is tried once more. Second: a sentence
+    saying the reserve was used (None when it was not needed). DiskFullError when even that fails."""
+    try:
+        return write(), None
+    except DiskFullError as e:
+        try:
+            reserve_path().unlink()
+        except FileNotFoundError:
+            raise e from None
+        return write(), (f"{e.message}: this stop was recorded in the room servedeck keeps for it "
+                         f"({RESERVE >> 20} MiB); free space on that disk before the next start")
+
+
+def drop_desired(model: str) -> str | None:
+    """Take `model` out of desired state; what went wrong (desired.json unreadable, the disk full) as a
+    sentence instead of an error: a stop goes on whatever desired.json holds."""
+    try:
+        _, note = with_reserve(lambda: set_desired(model, None))
+        return note
+    except StateError as e:
+        return f"{model} could not be taken out of desired state: {e.message}"
+    except OSError as e:
+        return f"{model} could not be taken out of desired state: cannot write {paths.desired_file()}: {e.strerror or e}"
+    return None
+
+
 def write_desired(doc: dict[str, Any]) -> None:
     path = paths.desired_file()
     doc = {"schema": DESIRED_SCHEMA, **{k: v for k, v in doc.items() if k != "schema"}}
@@ -96,37 +191,142 @@ def set_desired(model: str, settings: dict | None) -> None:
 # --- live records ------------------------------------------------------------------------
 
 def live_path(model: str) -> Path:
-    return paths.live_dir() / f"{model}.json"
+    return paths.live_dir() / f"{paths.component(model)}.json"
+
+
+_LIVE_SHAPE = TypeAdapter(LiveRecord)  # pydantic checks each field's type against the dataclass
+
+
+def parse_live(path: Path) -> LiveRecord:
+    """The live record in `path`, its shape checked; ValueError saying what is wrong (FileNotFoundError
+    when there is none). A record whose file cannot be trusted is never half-used."""
+    try:
+        doc = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"not JSON ({e})") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"not a JSON object ({_kind(doc)}): {json.dumps(doc)[:60]}")
+    if doc.get("state", "starting") not in {s.value for s in LaunchState}:
+        raise ValueError(f"state: {doc.get('state')!r} is not a launch state "
+                         f"({', '.join(s.value for s in LaunchState)})")
+    try:
+        rec = LiveRecord.from_json(doc)
+        return _LIVE_SHAPE.validate_python(asdict(rec))
+    except ValidationError as e:
+        raise ValueError(first_problem(e)) from None
+    except (TypeError, KeyError, ValueError) as e:
+        raise ValueError(str(e).replace("LiveRecord.__init__() ", "")) from None
+
+
+def first_problem(e: ValidationError) -> str:
+    """A pydantic error as one line: the key path, what was expected, what was found."""
+    err = e.errors()[0]
+    where = ".".join(str(p) for p in err["loc"]) or "the record"
+    more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
+    return f"{where}: {err['msg']} (got {err.get('input')!r}){more}"
+
+
+def _kind(v: Any) -> str:
+    return {list: "a list", str: "a string", int: "a number", float: "a number", bool: "a boolean"}.get(
+        type(v), "null" if v is None else type(v).__name__)
 
 
 def read_live(model: str) -> LiveRecord | None:
+    """The model's live record; None when there is none; StateError naming the file when it is unreadable."""
+    path = live_path(model)
     try:
-        return LiveRecord.from_json(json.loads(live_path(model).read_text()))
+        return parse_live(path)
     except FileNotFoundError:
         return None
-    except (json.JSONDecodeError, TypeError, KeyError, ValueError) as e:
-        raise StateError(f"{live_path(model)}: live record is corrupt ({type(e).__name__}: {e})",
-                         hint="check `ps` for the engine; delete the file once it is stopped") from None
+    except ValueError as e:
+        raise StateError(f"{path}: live record is unreadable: {e}",
+                         hint=f"`servedeck stop {model}` stops its engine (found by its launch folder) and sets "
+                              "the file aside") from None
+
+
+def stop_command(model: str) -> str:
+    """The stop that reaches this model's record: by name, or `--all` for a file name no model could have."""
+    return f"servedeck stop {model}" if paths.name_problem(model) is None else "servedeck stop --all"
+
+
+def live_or_none(model: str) -> LiveRecord | None:
+    """The model's live record, or None when there is none or it cannot be read (`unreadable_live` says
+    why): for readers that only show or probe what runs."""
+    try:
+        return read_live(model)
+    except StateError:
+        return None
+
+
+def _live_files() -> list[Path]:
+    return sorted(paths.live_dir().glob("*.json"))
 
 
 def all_live() -> dict[str, LiveRecord]:
+    """Every readable live record, by model. An unreadable one is left out, never a crash: see
+    `unreadable_live`, and deck/status.py's `live_records`, which finds its engine by its launch folder."""
     out = {}
-    for f in sorted(paths.live_dir().glob("*.json")):
-        rec = read_live(f.stem)
-        if rec:
-            out[f.stem] = rec
+    for f in _live_files():
+        try:
+            out[f.stem] = parse_live(f)
+        except (FileNotFoundError, ValueError):
+            continue
     return out
 
 
-def write_live(record: LiveRecord) -> None:
-    atomic_write_json(live_path(record.model), record.to_json())
+def unreadable_live() -> dict[str, str]:
+    """The live records that cannot be read, by model: the file and what is wrong with it."""
+    out = {}
+    for f in _live_files():
+        try:
+            parse_live(f)
+        except FileNotFoundError:
+            continue
+        except ValueError as e:
+            out[f.stem] = f"{f}: {e}"
+    return out
 
 
-def clear_live(model: str) -> None:
+def set_aside(path: Path) -> Path | None:
+    """Rename an unreadable state file to <name>.corrupt-<stamp> beside it (kept as evidence, out of
+    every reader's way); None when there was nothing to move."""
+    target = path.with_name(f"{path.name}.corrupt-{datetime.now().strftime('%Y%m%d-%H%M%S')}")
     try:
-        live_path(model).unlink()
+        os.replace(path, target)
     except FileNotFoundError:
-        pass
+        return None
+    return target
+
+
+def _aside_if_unreadable(path: Path) -> Path | None:
+    try:
+        parse_live(path)
+    except FileNotFoundError:
+        return None
+    except ValueError:
+        return set_aside(path)
+    return None
+
+
+def write_live(record: LiveRecord) -> Path | None:
+    """Write the model's record; an unreadable one in its place is set aside first (returned)."""
+    path = live_path(record.model)
+    aside = _aside_if_unreadable(path)
+    atomic_write_json(path, record.to_json())
+    return aside
+
+
+def clear_live(model: str) -> Path | None:
+    """Remove the model's record (nothing is written: works on a full disk); an unreadable one is set
+    aside instead (returned)."""
+    path = live_path(model)
+    aside = _aside_if_unreadable(path)
+    if aside is None:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+    return aside
 
 
 # --- the watch loop's view -----------------------------------------------------------------
@@ -138,11 +338,19 @@ def watch_file() -> Path:
 
 
 def read_watch() -> dict[str, Any]:
+    """watch.json, its tables of the expected shape: per model an object, or left out. The loop rewrites
+    it whole each time; a bad copy only hides advice, never state."""
     try:
         doc = json.loads(watch_file().read_text())
-        return doc if isinstance(doc, dict) else {}
-    except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
-        return {}  # the loop rewrites it whole each time; a bad copy only hides advice, never state
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return {}
+    if not isinstance(doc, dict):
+        return {}
+    for part in ("models", "liveness"):
+        table = doc.get(part)
+        if part in doc:
+            doc[part] = {k: v for k, v in table.items() if isinstance(v, dict)} if isinstance(table, dict) else {}
+    return doc
 
 
 def write_watch(doc: dict[str, Any]) -> None:
@@ -157,9 +365,22 @@ def journal(event: str, model: str | None, outcome: str, **detail: Any) -> dict:
     return rec
 
 
+def _journal_problem(row: dict) -> str | None:
+    """What a journal row needs to be read (history, status): ts, event and outcome as strings, the model
+    a string or null; None when it has them."""
+    for key in ("ts", "event", "outcome"):
+        if not isinstance(row.get(key), str):
+            return f"{key}: expected a string, got {_kind(row.get(key)) if key in row else 'nothing'}"
+    if row.get("model") is not None and not isinstance(row["model"], str):
+        return f"model: expected a string or null, got {_kind(row['model'])}"
+    return None
+
+
 def read_journal(model: str | None = None) -> JsonlRows:
-    """Journal rows, oldest first; `.skipped` counts lines that could not be read."""
-    return read_jsonl(paths.journal_file()).keep(lambda r: model is None or r.get("model") == model)
+    """Journal rows, oldest first; `.skipped` counts lines that could not be read or lack what a row
+    needs (`_journal_problem`), and `.first_error` says the first one."""
+    return read_jsonl(paths.journal_file(), check=_journal_problem).keep(
+        lambda r: model is None or r.get("model") == model)
 
 
 # --- the lock ----------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from servedeck.deck import state as S
 from servedeck.deck.records import LaunchState, LiveRecord
 from servedeck.deck.sleep import gpu_held
 from servedeck.deck.sleepops import describe_asleep
+from servedeck.errors import ServedeckError
 from servedeck.supervisor import process as P
 from servedeck.supervisor import ready as R
 
@@ -160,11 +161,67 @@ def is_orphan(rec: LiveRecord) -> bool:
 
 
 def engine_record(launch_dir: str | Path) -> dict:
-    """engine.json of a launch folder (the engine's own pid, written by the shim); {} until it exists."""
+    """engine.json of a launch folder (the engine's own pid, written by the shim); {} until it exists or
+    when it is not an object."""
     try:
-        return json.loads((Path(launch_dir) / "engine.json").read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+        doc = json.loads((Path(launch_dir) / "engine.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
         return {}
+    return doc if isinstance(doc, dict) and isinstance(doc.get("engine_pid", 0), (int, type(None))) else {}
+
+
+def recovered(model: str) -> LiveRecord | None:
+    """A live record rebuilt from the model's newest launch folder (launch.json, and its shim found by its
+    argv), for a model whose live/<model>.json cannot be read: so that its engine is still seen, and
+    stopped by `stop`. None when no shim of that launch runs."""
+    past = L.past_launches(model)
+    if not past:
+        return None
+    d = past[-1]
+    doc = L.read_launch(d)
+    spec = doc.get("spec") if isinstance(doc.get("spec"), dict) else {}
+    shim = P.find_shim(d)
+    if shim is None:  # nothing of it runs: the file is shown as unreadable and set aside by `stop`
+        return None
+    try:
+        state = LaunchState(doc.get("state", "starting"))
+    except ValueError:
+        state = LaunchState.STARTING
+    try:
+        rec = LiveRecord(model=model, engine=str(doc.get("engine") or spec.get("engine") or "?"),
+                         build=str(doc.get("build") or "?"), slot=str(doc.get("slot") or spec.get("slot") or "main"),
+                         port=int(doc.get("port") or spec.get("port") or 0), launch_dir=str(d),
+                         pid=shim.pid, pgid=shim.pgid, create_time=shim.create_time, owner_pid=0,
+                         state=state,
+                         host=str(spec.get("host") or "127.0.0.1"), served_name=str(spec.get("served_name") or model),
+                         base_url=f"http://{_client_host(spec.get('host'))}:{int(doc.get('port') or spec.get('port') or 0)}",
+                         health_path=str(spec.get("health_path") or "/health"),
+                         stop_timeout_s=float(spec.get("stop_timeout_s") or 120.0), spec=spec,
+                         started_at=str(doc.get("started_at") or ""), engine_pid=engine_record(d).get("engine_pid"))
+    except (TypeError, ValueError):
+        return None
+    return rec
+
+
+def _client_host(host: Any) -> str:
+    """Where a client reaches an engine bound to `host` (as LaunchSpec.base_url says it)."""
+    return "127.0.0.1" if host in (None, "0.0.0.0", "::", "") else str(host)
+
+
+def live_records() -> tuple[dict[str, LiveRecord], dict[str, str]]:
+    """Every live record, by model, with its shim (`with_spawned`): the readable ones, and for one that
+    cannot be read the record `recovered` from its launch folder. Second: the unreadable files, by model,
+    and what is wrong with each."""
+    problems = S.unreadable_live()
+    out = {m: with_spawned(r) for m, r in S.all_live().items()}
+    for model in problems:
+        try:
+            rec = recovered(model)
+        except ServedeckError:  # a file name that is not a model's name: nothing to rebuild it from
+            rec = None
+        if rec is not None:
+            out[model] = rec
+    return dict(sorted(out.items())), problems
 
 
 @dataclass
@@ -206,12 +263,17 @@ class Status:
 def statuses(ended: dict[str, tuple[LiveRecord, Ending]]) -> list[Status]:
     """What runs, what is wanted, and what ended (`ended`: the launches just settled, shown once as
     crashed/failed/stopped). A query: nothing is written."""
-    desired = S.read_desired()["models"]
+    desired, _ = S.wanted()  # a desired.json that cannot be read hides what is wanted, never what runs
     watch = S.read_watch()
     out: list[Status] = []
     for model, (rec, end) in ended.items():
         out.append(Status(model, end.state, rec, model in desired, end.detail, cause=end.cause, exit=end.exit))
-    live = {m: with_spawned(r) for m, r in S.all_live().items()}
+    live, unreadable = live_records()
+    for model, problem in unreadable.items():
+        if model not in live and model not in ended:
+            out.append(Status(model, "unreadable", None, model in desired,
+                              f"{problem}; no engine of its launches runs: `{S.stop_command(model)}` sets the file "
+                              "aside"))
     for model, rec in live.items():
         if not alive(rec):
             left = left_behind(rec)
@@ -225,9 +287,11 @@ def statuses(ended: dict[str, tuple[LiveRecord, Ending]]) -> list[Status]:
             out.append(Status(model, end.state, rec, model in desired, end.detail, cause=end.cause,
                               exit=end.exit))
             continue
-        state, detail, liveness = str(rec.state), "", None
+        state, liveness = str(rec.state), None
+        detail = (f"{unreadable[model]}; its engine was found by its launch folder (shim pid {rec.pid}): "
+                  f"`servedeck stop {model}` stops it") if model in unreadable else ""
         if rec.state == LaunchState.STARTING and rec.owner_pid and not owner_alive(rec):
-            detail = (f"the servedeck process that started it (pid {rec.owner_pid}) is gone; "
+            detail = (detail + "; " if detail else "") + (f"the servedeck process that started it (pid {rec.owner_pid}) is gone; "
                       "this engine is not in desired state: `servedeck stop` it or `servedeck start` it again")
         elif rec.state == LaunchState.ASLEEP:
             held = gpu_held(rec) or None  # measured now; the record's figure when there is no GPU to read
@@ -236,16 +300,17 @@ def statuses(ended: dict[str, tuple[LiveRecord, Ending]]) -> list[Status]:
         elif rec.state == LaunchState.READY:
             ok, why = R.health_ok(rec.probe_spec(), timeout_s=2.0)
             if not ok:
-                state, detail = "unhealthy", f"health check: {why}"
+                state, detail = "unhealthy", (detail + "; " if detail else "") + f"health check: {why}"
             else:  # the watch loop's last liveness verdict on this very launch
                 seen = watch.get("liveness", {}).get(model) or {}
                 if seen.get("launch_dir") == rec.launch_dir and seen.get("verdict") in ("stalled", "slow"):
-                    state, detail, liveness = seen["verdict"], seen.get("detail", ""), seen
+                    state, liveness = seen["verdict"], seen
+                    detail = (detail + "; " if detail else "") + str(seen.get("detail", ""))
         if model not in desired and state in ("ready", "unhealthy"):
             detail = (detail + "; " if detail else "") + "running but not in desired state"
         out.append(Status(model, state, rec, model in desired, detail, liveness=liveness))
-    for model in desired:
-        if model in live or model in ended:
+    for model in sorted(desired):
+        if model in live or model in ended or model in unreadable:
             continue
         gave_up = watch.get("models", {}).get(model) or {}
         if gave_up.get("state") == "gave-up":  # the watch loop stopped relaunching it

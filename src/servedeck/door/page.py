@@ -27,7 +27,7 @@ def _disk_parts(models: list[str]) -> dict[str, Any]:
                for n in read_notices(since_s=6 * 3600)[-20:]]
     logs = {}
     for m in models:
-        rec = S.read_live(m)
+        rec = S.live_or_none(m)  # a record that cannot be read shows no log, never breaks the page
         if rec and rec.launch_dir:
             logs[m] = L.log_tail(Path(rec.launch_dir), LOG_LINES).splitlines()
     return {"notices": notices, "logs": logs}

@@ -626,11 +626,13 @@ class Engine:
             # namespace", 4.3); docker accepts it, as the seed's cmd.sh has both. /dev/shm is the host's either way.
             argv.append(f"--shm-size={build.shm_size}")
         if model.cpus:
-            from servedeck.hostcpu import numa_nodes_of
+            from servedeck.hostcpu import cpulist_text, numa_nodes_of
 
-            argv.append("--cpuset-cpus=" + ",".join(str(c) for c in model.cpus))
-            nodes = numa_nodes_of(model.cpus)
-            if nodes:  # memory from the NUMA node(s) of those CPUs, as the seed pinned each arm to its socket
+            argv.append("--cpuset-cpus=" + cpulist_text(model.cpus))
+            # memory from the nodes models.toml names (cpus.mems), else from those of the CPUs on this host,
+            # as the seed pinned each arm to its socket (a plan for another host sets them from its topology)
+            nodes = model.cpu_mems or numa_nodes_of(model.cpus)
+            if nodes:
                 argv.append("--cpuset-mems=" + ",".join(str(n) for n in nodes))
         for key in env:
             argv += ["-e", key]

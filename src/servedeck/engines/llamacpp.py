@@ -143,6 +143,21 @@ class LlamaCpp(Engine):
     def parallel(self, model) -> int:
         return int(self.arg(model, "--parallel") or 1)
 
+    def check_model(self, key, model):
+        """-c is rendered as context x parallel and parsed by std::stoi: the product must be an int32."""
+        from servedeck.config.schema import INT32_MAX
+
+        problems = super().check_model(key, model)
+        slots = self.arg(model, "--parallel")
+        arg = next((k for k in model.args if self.canonical_flag(k) == "--parallel"), "parallel")
+        if slots is not None and (isinstance(slots, bool) or not isinstance(slots, int) or not 1 <= slots <= INT32_MAX):
+            problems.append(f"{key}.args.{arg}: {slots!r} is not a number of slots (expected 1 to {INT32_MAX})")
+        elif model.context and model.context * self.parallel(model) > INT32_MAX:
+            problems.append(f"{key}.context: {model.context} x {key}.args.{arg} {self.parallel(model)} = "
+                            f"{model.context * self.parallel(model)} is rendered as -c, past what llama-server "
+                            f"reads ({INT32_MAX}); lower the context or the slots")
+        return problems
+
     def command(self, name, model, build, cfg):
         env = self.base_env(model, build)
         source = cfg.expand(model.source)

@@ -12,6 +12,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from servedeck.hostcpu import cpulist_text, numa_nodes, parse_cpulist
+
 GiB = 1024**3
 
 
@@ -65,6 +67,9 @@ class Inventory:
     driver_version: str | None = None
     cuda_driver_version: str | None = None
     read_at: float = field(default_factory=time.time)
+    # the host's NUMA nodes and their CPUs (hostcpu.numa_nodes): a plan for this host renders its
+    # containers' --cpuset-mems from them (`campaign plan --inventory`)
+    numa: dict[int, list[int]] = field(default_factory=dict)
 
     def gpu(self, index: int) -> Gpu | None:
         return next((g for g in self.gpus if g.index == index), None)
@@ -80,6 +85,7 @@ class Inventory:
             "cuda_driver_version": self.cuda_driver_version,
             "read_at": self.read_at,
             "gpus": [g.to_json() for g in self.gpus],
+            "numa": {str(n): cpulist_text(cpus) for n, cpus in sorted(self.numa.items())},
         }
 
     @classmethod
@@ -91,6 +97,7 @@ class Inventory:
             driver_version=d.get("driver_version"),
             cuda_driver_version=d.get("cuda_driver_version"),
             read_at=d.get("read_at", 0.0),
+            numa={int(n): parse_cpulist(c) if isinstance(c, str) else list(c) for n, c in (d.get("numa") or {}).items()},
         )
 
 
@@ -156,7 +163,14 @@ def _read_device(pynvml, index: int) -> Gpu:
 
 
 def inventory() -> Inventory:
-    """Read every GPU now. Never raises for a host without GPUs: the result says why instead."""
+    """Read every GPU now, and the host's NUMA nodes. Never raises for a host without GPUs: the result
+    says why instead."""
+    from dataclasses import replace
+
+    return replace(_gpus(), numa=numa_nodes())
+
+
+def _gpus() -> Inventory:
     try:
         import pynvml
     except ImportError:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from servedeck.errors import RunError
 from servedeck.fsio import read_jsonl
@@ -59,12 +61,62 @@ def find_run(root: Path, ref: str) -> Path:
                    hint="give more of the name, or `last`")
 
 
-def summary_of(path: Path) -> dict[str, Any]:
+class _SummaryShape(BaseModel):
+    """The keys of summary.json that every reader takes apart (runs, show, report, compare), with the
+    shape they need. Other keys are carried as they are."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    schema_: Optional[int] = Field(default=None, alias="schema")
+    run: Optional[str] = None
+    status: Optional[Literal["running", "ok", "failed"]] = None
+    reason: Optional[str] = None
+    pid: Optional[int] = None
+    kind: Optional[str] = None
+    model: Optional[str] = None
+    engine: Optional[str] = None
+    layout: Optional[str] = None
+    points: Optional[list[dict[str, Any]]] = None
+    workload: Optional[dict[str, Any]] = None
+    gates: Optional[dict[str, Any]] = None
+    launch: Optional[dict[str, Any]] = None
+    campaign: Optional[dict[str, Any]] = None
+    ramp: Optional[dict[str, Any]] = None
+    conversations: Optional[dict[str, Any]] = None
+    shared_prefix: Optional[dict[str, Any]] = None
+
+
+def read_summary(path: Path) -> tuple[dict[str, Any], list[str]]:
+    """summary.json, its keys of the wrong shape left out, and one sentence per key left out (or for a
+    file that cannot be read at all). ({}, []) when the folder has none."""
+    f = path / "summary.json"
     try:
-        doc = json.loads((path / "summary.json").read_text())
-        return doc if isinstance(doc, dict) else {}
-    except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
-        return {}
+        doc = json.loads(f.read_text())
+    except FileNotFoundError:
+        return {}, []
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        return {}, [f"{f}: cannot be read ({e})"]
+    if not isinstance(doc, dict):
+        return {}, [f"{f}: not a JSON object"]
+    try:
+        _SummaryShape.model_validate(doc)
+        return doc, []
+    except ValidationError as e:
+        bad: dict[str, str] = {}
+        for err in e.errors():
+            key = str(err["loc"][0])
+            where = ".".join(str(p) for p in err["loc"])
+            bad.setdefault(key, f"{f}: {where}: {err['msg']} (got {_short(err.get('input'))}); left out")
+        return {k: v for k, v in doc.items() if k not in bad}, list(bad.values())
+
+
+def _short(v: Any) -> str:
+    text = json.dumps(v, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def summary_of(path: Path) -> dict[str, Any]:
+    """summary.json as `read_summary` keeps it: {} when missing or unreadable, wrong-shaped keys left out."""
+    return read_summary(path)[0]
 
 
 def _from_name(path: Path) -> dict[str, Any]:
@@ -91,11 +143,14 @@ def result_label(view: dict[str, Any]) -> str:
 
 def load(path: Path) -> dict[str, Any]:
     """Rebuild a run's view from its folder."""
-    summary = summary_of(path)
+    summary, problems = read_summary(path)
     view: dict[str, Any] = {**_from_name(path), **summary, "path": str(path), "run": path.name}
     if not summary:
         view.setdefault("status", "failed")
         view.setdefault("reason", "summary.json missing or unreadable; figures rebuilt from the records alone")
+    if problems:  # a summary that cannot be trusted whole is not a result: said, and the records read
+        view["status"] = "failed"
+        view["reason"] = "; ".join(problems) + "; figures rebuilt from the records"
     if view.get("status") == "running" and not _writer_alive(summary):
         view["status"] = "failed"
         view["reason"] = "servedeck stopped before finishing the run (no final summary was written)"
@@ -129,7 +184,7 @@ def load(path: Path) -> dict[str, Any]:
     bad += lines.skipped
     view["requests"] = {"lines": len(lines) + lines.skipped, "unreadable": bad, "torn_last_line": bool(lines.torn),
                         "measured": sum(r.kind == "measured" for rs in by_point.values() for r in rs)}
-    view["warnings"] = []
+    view["warnings"] = list(problems)
     if bad:  # never silently: figures below leave these lines out
         view["warnings"].append(f"{bad} of {len(lines) + lines.skipped} lines of requests.jsonl could not be read "
                                 f"and are left out of every figure (first: {lines.first_error or first_bad})")

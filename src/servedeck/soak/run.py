@@ -260,6 +260,8 @@ class Soak:
         self.records.append(line)
         try:
             self.folder.request(line)
+        except RunError as e:  # the folder's own words: a full disk names the file and the free space
+            self._fault("results", e.message)
         except OSError as e:
             self._fault("results", f"cannot write {self.folder.path / 'requests.jsonl'}: {e.strerror or e}")
 

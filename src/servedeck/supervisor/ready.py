@@ -96,7 +96,9 @@ def wait_ready(spec: LaunchSpec, is_alive: Callable[[], bool], timeout_s: float)
 
 
 def read_exit(launch_dir: Path) -> dict | None:
+    """exit.json as the shim wrote it; None when there is none or it is not an object (read as no record)."""
     try:
-        return json.loads((launch_dir / "exit.json").read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+        doc = json.loads((Path(launch_dir) / "exit.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
         return None
+    return doc if isinstance(doc, dict) else None

@@ -30,6 +30,7 @@ from typing import Any, Callable, Optional
 import httpx
 
 from servedeck.errors import UsageError
+from servedeck.errors import DiskFullError
 from servedeck.fsio import append_jsonl
 from servedeck.telemetry.nvml_source import GpuSource, GpuUnavailable, reason_names
 from servedeck.telemetry.series import read_series
@@ -194,11 +195,16 @@ class PointSampler:
         self._lock = threading.Lock()
         self.facts: dict[str, Any] = {}  # set by stop()
         self.state = "ready"
+        self.unwritten, self.unwritten_why = 0, None  # lines a full disk had no room for
 
     def write(self, line: dict[str, Any]) -> None:
         line.setdefault("t", round(time.perf_counter(), 6))
         with self._lock:  # two threads, one file: a line is one write either way, the lock keeps order
-            append_jsonl(self.path, {"point": self.point, **line}, fsync=False)
+            try:
+                append_jsonl(self.path, {"point": self.point, **line}, fsync=False)
+            except DiskFullError as e:  # beside the run, never its end: the run's own writes say the disk is full
+                self.unwritten += 1
+                self.unwritten_why = self.unwritten_why or e.message
 
     def start(self) -> None:
         if self.state != "ready":
@@ -248,5 +254,6 @@ class PointSampler:
         if self.gpu_source is not None:
             self.gpu_source.close()
         self.facts = {"file": self.path.name, "not_sampled": self.not_sampled,
-                      **{s: th.facts() for s, th in self._threads.items()}}
+                      **{s: th.facts() for s, th in self._threads.items()},
+                      **({"unwritten": {"lines": self.unwritten, "why": self.unwritten_why}} if self.unwritten else {})}
         return self.facts

@@ -25,6 +25,7 @@ One loop per state dir (watch.lock, separate from the deck lock). The loop opens
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -41,7 +42,7 @@ from servedeck.deck import state as S
 from servedeck.deck.deck import Deck, DeckOps, Ending, config_from_settings, is_orphan
 from servedeck.deck.records import LaunchState, LiveRecord
 from servedeck.engines import get_engine
-from servedeck.errors import BusyError, LaunchError, RefusedError, StateError
+from servedeck.errors import BusyError, DiskFullError, LaunchError, RefusedError, StateError
 from servedeck.fsio import exclusive
 from servedeck.supervisor import process as P
 from servedeck.watch import policy
@@ -88,6 +89,7 @@ class Watcher:
         self.inflight: dict[str, tuple[str, Future[ProbeResult]]] = {}
         self.last_probe: dict[str, float] = {}
         self.desired_error: str | None = None
+        self.state_error: str | None = None  # a full disk: what could not be written, said once
 
     def _load(self) -> None:
         """What an earlier loop left in watch.json: incidents (a given-up model stays given up) and liveness."""
@@ -135,6 +137,9 @@ class Watcher:
                 t0 = time.monotonic()
                 try:
                     self.tick()
+                    self._writable()
+                except DiskFullError as e:  # the loop keeps watching what runs; it says it cannot record
+                    self._unwritable(e)
                 except StateError as e:
                     self._desired_unreadable(e)
                 ticks += 1
@@ -144,6 +149,21 @@ class Watcher:
         finally:
             self.pool.shutdown(wait=False, cancel_futures=True)
             self.note("stopped", None, f"watch loop stopped (pid {os.getpid()}); engines keep running")
+
+    def _unwritable(self, e: DiskFullError) -> None:
+        if e.message != self.state_error:  # once per distinct problem, not once per tick
+            self.state_error = e.message
+            text = (f"the state cannot be written: {e.message} — the loop goes on watching what runs and "
+                    "acts again once there is room")
+            # on stderr too: whoever runs `serve` or `watch` in a terminal sees it there, not in a file
+            sys.stderr.write(f"servedeck watch: {text}\n  hint: {e.hint}\n")
+            sys.stderr.flush()
+            self.note("error", None, text, hint=e.hint)
+
+    def _writable(self) -> None:
+        if self.state_error:
+            self.state_error = None
+            self.note("recovered", None, f"{paths.home()} can be written again")
 
     def _desired_unreadable(self, e: StateError) -> None:
         if e.message != self.desired_error:  # once per distinct problem, not once per tick
@@ -289,7 +309,7 @@ class Watcher:
             self.inflight[name] = (rec.launch_dir, fut)
 
     def _verdict(self, name: str, launch_dir: str, res: ProbeResult) -> None:
-        rec = S.read_live(name)
+        rec = S.live_or_none(name)
         if not rec or rec.launch_dir != launch_dir:
             return  # the engine probed is gone or replaced; reconcile has spoken about it
         prev = self.liveness.get(name) or {}

@@ -14,11 +14,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from typing import Any, Iterable, Iterator
 
 from servedeck import paths
 from servedeck.deck.state import now_iso
+from servedeck.errors import StateError
 from servedeck.fsio import JsonlRows, append_jsonl, read_jsonl
 from servedeck.redact import is_secret_name, redact_text
 
@@ -66,13 +68,22 @@ class Notices:
     def emit(self, kind: str, model: str | None, message: str, **detail: Any) -> dict:
         rec = self.redactor.data({"ts": now_iso(), "t": time.time(), "kind": kind, "model": model,
                                   "message": message, "pid": os.getpid(), **detail})
-        append_jsonl(paths.notices_file(), rec)
+        try:
+            append_jsonl(paths.notices_file(), rec)
+        except (StateError, OSError) as e:  # a full disk: the notice still goes to stderr and the hook
+            rec["unwritten"] = getattr(e, "message", None) or str(e)
+            sys.stderr.write(f"servedeck notice ({kind}{', ' + model if model else ''}): {message} "
+                             f"[not written: {rec['unwritten']}]\n")
+            sys.stderr.flush()
         if self.on_notice:
             err = self._hook(rec)
             if err:
-                append_jsonl(paths.notices_file(), {"ts": now_iso(), "t": time.time(), "kind": "hook-failed",
-                                                    "model": model, "message": self.redactor.text(err),
-                                                    "pid": os.getpid()})
+                try:
+                    append_jsonl(paths.notices_file(), {"ts": now_iso(), "t": time.time(), "kind": "hook-failed",
+                                                        "model": model, "message": self.redactor.text(err),
+                                                        "pid": os.getpid()})
+                except (StateError, OSError):
+                    sys.stderr.write(f"servedeck notice (hook-failed): {self.redactor.text(err)}\n")
         return rec
 
     def _hook(self, rec: dict) -> str | None:
