@@ -46,13 +46,13 @@ port = 8100
 slot = "dp4"
 replicas = 4
 
-[models."Qwen3.8 27B/FP8 (mtp)"]
+[models."Qwen3.8-27B:fp8,mtp"]
 source = "Qwen/Qwen3.8-27B-FP8"
 build = "stock"
 port = 8200
 slot = "odd"
 
-[models."ünïcode+model@x"]
+[models."model+x@y=1"]
 source = "/m/u.gguf"
 build = "podman"
 port = 8300
@@ -70,18 +70,9 @@ build = "podman"
 port = 8401
 slot = "ab2"
 
-[models."-lead"]
-source = "/m/a.gguf"
-build = "podman"
-port = 8402
-slot = "lead"
-
-[models."@@@"]
-source = "/m/a.gguf"
-build = "podman"
-port = 8403
-slot = "at"
 """
+# Names models.toml refuses (a space, '/', a leading '-' or '@', non-ASCII: tests/deck's name tests) never
+# reach docker; the ones above are valid model names docker would still refuse (':', ',', '+', '@', '=').
 
 CAMPAIGN = """
 [campaign]
@@ -143,9 +134,8 @@ def test_every_container_name_is_one_docker_accepts_and_each_model_has_its_own(c
 def test_the_name_reads_as_the_model_and_is_stable(cfg):
     names = names_given(cfg)
     assert re.fullmatch(r"servedeck-qwen38_27b-[0-9a-f]{8}", names["qwen38_27b"])
-    assert re.fullmatch(r"servedeck-Qwen3.8-27B-FP8-mtp-[0-9a-f]{8}", names["Qwen3.8 27B/FP8 (mtp)"])
-    assert re.fullmatch(r"servedeck-unicode-model-x-[0-9a-f]{8}", names["ünïcode+model@x"])
-    assert re.fullmatch(r"servedeck-model-[0-9a-f]{8}", names["@@@"])
+    assert re.fullmatch(r"servedeck-Qwen3.8-27B-fp8-mtp-[0-9a-f]{8}", names["Qwen3.8-27B:fp8,mtp"])
+    assert re.fullmatch(r"servedeck-model-x-y-1-[0-9a-f]{8}", names["model+x@y=1"])
     assert names == names_given(cfg)  # rendered again (cmd.sh, the unit, a restart): the same name
 
 
@@ -160,7 +150,7 @@ def test_another_servedeck_home_gets_other_container_names(cfg, monkeypatch, tmp
 def test_the_deck_removes_the_container_the_launch_was_given(cfg, monkeypatch):
     sent = []
     monkeypatch.setattr(D.subprocess, "run", lambda argv, **kw: sent.append(argv))
-    for model in ("ünïcode+model@x", "qwen38_27b"):
+    for model in ("model+x@y=1", "qwen38_27b"):
         spec = Deck(cfg).render(model)
         build = cfg.deck.builds[cfg.models[model].build]
         rec = LiveRecord(model=model, engine=spec.engine, build="b", slot=spec.slot, port=spec.port, launch_dir="/x",

@@ -92,7 +92,7 @@ def read_key_file(path: Path) -> list[str]:
         raise UsageError(f"{flag}: is a directory, not a file", hint="name the file that holds the key") from None
     except OSError as e:
         raise UsageError(f"{flag}: cannot be read: {e.strerror}",
-                         hint="make it readable by the user that runs servedeck serve") from None
+                         hint="make it readable by the user that runs `servedeck serve`") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
