@@ -11,8 +11,8 @@
               `segfault`) and relaunches it
     launch 3  the watch loop's relaunch: a 15 s soak with a burst, then stopped
     campaign  variants of the model at two users: base, p1 (--parallel 1: one slot, so the second user's
-              request waits for the first's whole answer and TTFT loses by a margin the load of this shared
-              box cannot hide; a prefill-side variant, --ubatch-size 16 on 64-token prompts, lost by 84 %
+              request waits for the first's whole 64-token answer and TTFT loses by a margin the load of the
+              box cannot hide (with 12-token answers it lost at load 15 and won on an idle box); a prefill-side variant, --ubatch-size 16 on 64-token prompts, lost by 84 %
               once and won once here), rope (rope-freq-base 10: fails the gate), broken (a refused flag:
               fails to boot)
     verify    `servedeck verify-build next` (the CLI, so its verdict is kept)
@@ -86,7 +86,7 @@ args = {{ no-such-flag-at-all = true }}
 kind = "chat"
 concurrency = [2]
 input_tokens = 48
-output_tokens = 12
+output_tokens = 64
 requests = 6
 warmup = 0
 seed = {SEED}
