@@ -10,8 +10,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from servedeck.campaign import BenchSpec, RampSpec
-from servedeck.campaign.session import Outcome, bench, measured, ramp
+from servedeck.workloads.points import BenchSpec
+
+from servedeck.workloads.ramp import RampSpec
+from servedeck.workloads.session import Outcome, measured, run as bench, run as ramp
 from servedeck.fsio import read_jsonl
 from servedeck.loadgen import ClosedLoop
 from servedeck.runs import load

@@ -45,10 +45,11 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from servedeck.campaign.bench import BenchSpec
-from servedeck.campaign.capacity import SEARCH_FILE, CapacitySpec, capacity
-from servedeck.campaign.search import parse_resolution
-from servedeck.campaign.session import Outcome, bench, measured
+from servedeck.workloads.points import BenchSpec
+from servedeck.workloads.capacity import SEARCH_FILE, CapacitySpec
+from servedeck.workloads.session import run as capacity
+from servedeck.workloads.search import parse_resolution
+from servedeck.workloads.session import Outcome, measured, run as bench
 from servedeck.deck import Deck
 from servedeck.fsio import read_jsonl
 from servedeck.init import render_starter

@@ -69,8 +69,10 @@ import psutil
 from rich.console import Console
 from rich.table import Table
 
-from servedeck.campaign.conversations import MARGIN, PER_TURN_EXTRA, ConversationsSpec, _calibrate, _Run
-from servedeck.campaign.reporter import QuietReporter
+from servedeck.workloads.conversations import MARGIN, PER_TURN_EXTRA, ConversationsSpec, _Run
+
+from servedeck.workloads.window import calibrate as _calibrate
+from servedeck.workloads.reporter import QuietReporter
 from servedeck.engines import get_engine
 from servedeck.engines.metrics import read_metrics
 from servedeck.gates.server import ServerTokens

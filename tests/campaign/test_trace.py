@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from servedeck.campaign import Outcome, measured
-from servedeck.campaign.trace import TraceSpec, trace
+from servedeck.workloads.session import Outcome, measured
+from servedeck.workloads.session import run as trace
+from servedeck.workloads.trace import TraceSpec
 from servedeck.errors import UsageError
 from servedeck.fsio import read_jsonl
 from servedeck.loadgen.loop import run as run_loop

@@ -260,7 +260,7 @@ def _agreement(p: LoadPoint, key: str) -> Optional[float]:
 
 
 def latency(coll: Collection) -> Optional[Section]:
-    pts = [p for p in load_points(coll) if p.workload != "long-prompt"]
+    pts = [p for p in load_points(coll) if p.curve == "load"]
     if not pts:
         return None
     blocks: list[Block] = []
@@ -295,7 +295,8 @@ def latency(coll: Collection) -> Optional[Section]:
 
 
 def long_prompt(coll: Collection) -> Optional[Section]:
-    runs = coll.bench_runs("long-prompt")
+    """The runs whose kind puts its points against prompt length (workloads/kinds.py `curve`)."""
+    runs = coll.bench_runs("length")
     if not runs:
         return None
     busy = busy_hosts(coll)
