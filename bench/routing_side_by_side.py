@@ -15,13 +15,13 @@ vllm-router) is started afresh for each arm too, so its own memory (pins, recent
 starts empty. Every arm sends the same conversations (same seed: same system prompt, same user turns;
 greedy answers), and the order of the arms rotates from one rep to the next.
 
-The client is servedeck's own conversations workload (campaign/conversations.py: its `_Run.converse`,
-`_calibrate`, and runs/turns.py's figures), so each turn is what `servedeck bench --workload
+The client is servedeck's own conversations workload (workloads/conversations.py: its `_Run.converse`,
+workloads/window.py's `calibrate`, and runs/turns.py's figures), so each turn is what `servedeck bench --workload
 conversations` sends and records. Turn sizes are calibrated once, on a replica's tokenizer, before the
 first arm (the replicas are restarted after). Per router:
     engine cached share   Σ llamacpp:prompt_tokens_cached_total / Σ (that + llamacpp:prompt_tokens_total)
                           over both replicas, after − before the arm (servedeck's llamacpp adapter,
-                          `prefix_counters`, as campaign/window.py reads them); the issue's figure
+                          `prefix_counters`, as workloads/window.py reads them); the issue's figure
     per-request share     Σ usage.cached_tokens / Σ prompt tokens over the turns (runs/turns.py)
     TTFT p50 / p99, output tok/s   loadgen.stats.summarize over the arm's turns and wall time
     requests per replica  tasks each replica finished (`slot release` lines in its own log)
@@ -71,7 +71,7 @@ from rich.table import Table
 
 from servedeck.workloads.conversations import MARGIN, PER_TURN_EXTRA, ConversationsSpec, _Run
 
-from servedeck.workloads.window import calibrate as _calibrate
+from servedeck.workloads.window import calibrate as calibrate_chars
 from servedeck.workloads.reporter import QuietReporter
 from servedeck.engines import get_engine
 from servedeck.engines.metrics import read_metrics
@@ -195,7 +195,7 @@ async def calibrate(spec: ConversationsSpec, url: str) -> Texts:
     a seed per user — from one rng, so every arm gets the same."""
     rng = random.Random(spec.seed)
     async with ApiClient(url) as api:
-        cpt = await _calibrate(ServerTokens(api, MODEL, "llamacpp"), spec.content, texts.start_of(spec.content, rng),
+        cpt = await calibrate_chars(ServerTokens(api, MODEL, "llamacpp"), spec.content, texts.start_of(spec.content, rng),
                                spec.turn_tokens)
     system = ""
     if spec.system_prompt_tokens:

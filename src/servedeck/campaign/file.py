@@ -369,7 +369,7 @@ def parse(text: str, path: Path) -> Campaign:
     for n in sorted({n for n in names if names.count(n) > 1}):
         problems.append(f"variants: name {n!r} is used twice (variant names must be unique)")
     if not cf.workloads:
-        problems.append("workloads: no [[workloads]]: add at least one (kind = \"chat\" or \"long-prompt\")")
+        problems.append(f"workloads: no [[workloads]]: add at least one (kind = one of {', '.join(KINDS)})")
     for name, table in cf.slo.items():  # each [slo.NAME] parses
         try:
             slo_of_table(name, table)

@@ -22,7 +22,7 @@ from servedeck.report import list_row, markdown
 from servedeck.report.workloads import outputs_markdown
 from servedeck.runs import find_run, list_runs, load, runs_root
 from servedeck.workloads import session
-from servedeck.workloads.kinds import KINDS, WorkloadChoice, options as kind_options
+from servedeck.workloads.kinds import DEFAULT, KINDS, WorkloadChoice, options as kind_options
 from servedeck.workloads.outputs import compare_runs
 from servedeck.workloads.points import shape_label
 from servedeck.workloads.session import Outcome, measured
@@ -195,7 +195,7 @@ def bench(model: str, **values: Any) -> None:
     _run_kind(kind, model, values)
 
 
-_WORKLOAD = Option("workload", ("--workload",), WorkloadChoice, WorkloadChoice("chat"),
+_WORKLOAD = Option("workload", ("--workload",), WorkloadChoice, WorkloadChoice(DEFAULT),
                    " | ".join(f"{k.name} ({k.help})" for k in KINDS.values()))
 _command("bench", "Benchmark MODEL: gate, then one measured point per concurrency or rate (or another kind of "
                   "workload: --workload), recorded as a run folder.",

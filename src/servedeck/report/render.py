@@ -6,7 +6,7 @@ run, or did not finish says so in its first line and in every row that shows its
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from servedeck.gates.samples import describe as describe_gates
 from servedeck.report.knobs import gpu_facts
@@ -27,13 +27,21 @@ def gate_cell(view: dict[str, Any]) -> str:
     g = view.get("gate") or {}
     status = g.get("status", "not run")
     r = g.get("result") or {}
-    src = g.get("source")
-    cited = f", cited from {src}" if src and src != "this run" else ""  # inherited from this launch's gate run
+    cited = _cited(g)
     if g.get("accuracy"):  # accuracy gates beside (or instead of) the needle
         return f"{status} ({describe_gates(g)}){cited}"
     if status in ("passed", "failed") and "score" in r:
         return f"{status} {round(r['score'], 2)} ({r.get('found')}/{r.get('probes')}){cited}"
     return "no gate" if status == "not run" else status
+
+
+def _cited(g: dict[str, Any]) -> str:
+    """", cited from RUN" where a gate was inherited from an earlier run on the same launch (a --no-gate run stands
+    on its launch's gate: its listing must not read as if it ran one)."""
+    needle = g.get("source") if g.get("needle", g.get("status")) != "not run" else None
+    runs = {s for s in [needle, *((a.get("source") for a in (g.get("accuracy") or {}).values()))]
+            if s and s != "this run"}
+    return f", cited from {', '.join(sorted(runs))}" if runs else ""
 
 
 def banner(view: dict[str, Any]) -> str:
@@ -60,7 +68,8 @@ def banner(view: dict[str, Any]) -> str:
         extra = f" (score {round(r['score'], 2)} < {r['threshold']})" if gate == "failed" and r else ""
         lines.append(f"**{NOT_A_RESULT.get(gate, 'NOT A RESULT')}**{extra}")
     else:
-        lines.append(f"**Result**: gate passed (niah score {round(r['score'], 2)}, {r['found']}/{r['probes']})")
+        lines.append(f"**Result**: gate passed (niah score {round(r['score'], 2)}, {r['found']}/{r['probes']}"
+                     f"{_cited(view.get('gate') or {})})")
     lines += [f"**WARNING**: {w}" for w in view.get("warnings") or []]
     return "\n\n".join(lines)
 

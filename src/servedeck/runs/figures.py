@@ -8,7 +8,7 @@ Beyond loadgen.stats.summarize, a point gets:
              (vLLM prefix_cache_hits/queries, llama.cpp prompt_tokens_cached/processed), next to
              what the requests reported one by one
   agreement  llama.cpp only: servedeck's TTFT/TPOT against the engine's `timings` per request
-and then its kind's own (`add_figures`: the decode kind's TPOT-only figures, a trace's length fit).
+and then its workload kind's own (`add_figures`: workloads/shape.py's `point_figures`).
 """
 
 from __future__ import annotations

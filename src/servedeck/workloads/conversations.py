@@ -36,7 +36,7 @@ from servedeck.gates.server import ServerTokens
 from servedeck.loadgen import texts
 from servedeck.loadgen.api import ApiClient
 from servedeck.loadgen.drawn import Drawn, fixed, parse_drawn
-from servedeck.loadgen.prompts import _tag, chars_per_token, new_nonce, seeded_nonce
+from servedeck.loadgen.prompts import _tag, new_nonce, seeded_nonce
 from servedeck.loadgen.records import RequestRecord
 from servedeck.loadgen.texts import Content
 from servedeck.runs.folder import RunFolder
@@ -46,7 +46,7 @@ from servedeck.workloads.points import finish_point, put_point
 from servedeck.workloads.reporter import Reporter
 from servedeck.workloads.shape import Key, Kind, Option
 from servedeck.workloads.target import Target
-from servedeck.workloads.window import calibrate, engine_window, to_run_clock
+from servedeck.workloads.window import calibrate, engine_window, keep
 
 DEFAULT_TURN_TOKENS = 256
 QUESTION = "In one sentence, what is the text above about?"
@@ -158,10 +158,7 @@ class _Run:
     def keep(self, rec: RequestRecord, c: int, t: int, t_target: float) -> None:
         """The turn's record on the run's clock, written to requests.jsonl at once."""
         rec.id, rec.kind, rec.conversation, rec.turn = f"{self.nonce}-c{c}-t{t}", "measured", c, t
-        to_run_clock(rec, self.start, t_target)
-        line = rec.to_json()
-        self.folder.request({"point": 0, **line})
-        self.records.append(RequestRecord.from_json(line))
+        keep(self.folder, self.records, rec, self.start, t_target)
 
     async def converse(self, c: int, rng: random.Random) -> None:
         spec = self.spec
@@ -316,10 +313,7 @@ def spec_of(w: Any) -> ConversationsSpec:
 def check_entry(w: Any) -> None:
     if w.concurrency or w.rate:
         raise ValueError("a conversations workload's load is its users: drop concurrency/rate (users = 16)")
-    try:
-        spec_of(w)
-    except UsageError as e:  # the option's name as the file spells it
-        raise ValueError(O.as_key(e.message, CONVERSATION_KEYS)) from None
+    O.entry_rules(lambda: spec_of(w), CONVERSATION_KEYS)
 
 
 def view(path: Any, v: dict[str, Any], records: list[RequestRecord]) -> dict[str, Any]:

@@ -35,6 +35,7 @@ KINDS: dict[str, Kind] = {
     "trace": trace.KIND,
     "capacity": capacity.KIND,
 }
+DEFAULT = "chat"  # what `servedeck bench` sends without --workload
 ENTRY_POINTS = "servedeck.workloads"
 
 

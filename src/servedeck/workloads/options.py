@@ -104,3 +104,12 @@ def as_key(text: str, keys: tuple[str, ...]) -> str:
     for k in keys:
         text = text.replace("--" + k.replace("_", "-"), k)
     return text
+
+
+def entry_rules(build: Any, keys: tuple[str, ...]) -> None:
+    """A campaign-file entry's rules are its spec's: build it as `servedeck bench` would, and say a refusal as a
+    ValueError naming the keys as the file spells them (pydantic adds the entry's path)."""
+    try:
+        build()
+    except UsageError as e:
+        raise ValueError(as_key(e.message, keys)) from None

@@ -17,10 +17,13 @@ from typing import Any, Callable, Optional
 
 from servedeck.config.schema import merge_request
 from servedeck.engines import get_engine
-from servedeck.errors import RunError, ServedeckError
+from servedeck.errors import RunError, ServedeckError, ServerDied
 from servedeck.fsio import read_jsonl
 from servedeck.loadgen import texts
 from servedeck.loadgen.api import ApiClient
+from servedeck.runs.folder import RunFolder
+from servedeck.workloads.reporter import Reporter
+from servedeck.workloads.target import Target
 
 PROMPT_SEED = 20240610  # fixed: every launch, every host answers the same prompts
 N_PROMPTS = 8
@@ -138,3 +141,20 @@ def compare(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> dict[str, Any]:
 def compare_runs(run_a: Path, run_b: Path) -> dict[str, Any]:
     """compare() on two run folders: what campaign and report code call (issue 10's reference check)."""
     return {"a": run_a.name, "b": run_b.name, **compare(read(run_a), read(run_b))}
+
+
+async def check(folder: RunFolder, target: Target, reporter: Reporter, n: int, max_tokens: int) -> None:
+    """A run's output check: the fixed greedy prompt set into its outputs.jsonl, before any load (`bench
+    --check-outputs`; a campaign's first workload when it names a `reference`)."""
+    reporter.stage(f"output check: {n} fixed prompts, temperature 0, {max_tokens} tokens")
+    folder.update(outputs={"status": "running", "file": FILE})
+    lines = await collect(target.base_url, target.served_name, target.engine, target.request,
+                                  lambda line: folder.append_jsonl(FILE, line), n=n, max_tokens=max_tokens)
+    errors = [ln["error"] for ln in lines if ln.get("error")]
+    death = target.death()
+    if death:
+        raise ServerDied(f"{death} (during the output check)")
+    folder.update(outputs={"status": "failed" if errors else "ok", "file": FILE, "prompts": len(lines),
+                           "errors": len(errors), "first_error": errors[0] if errors else None,
+                           "unit": "token" if all(ln.get("token_ids") is not None for ln in lines if not ln.get("error"))
+                           else "character", "seed": PROMPT_SEED, "max_tokens": max_tokens})

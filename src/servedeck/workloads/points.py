@@ -499,7 +499,7 @@ def fitted(spec: BenchSpec, target: Target, ctx: int) -> BenchSpec:
 async def run(spec: BenchSpec, target: Target, ctx: int, folder: RunFolder, reporter: Reporter) -> Optional[str]:
     """The output check when asked, then every point; the failure, if requests failed."""
     if spec.check_outputs:
-        await check_outputs(folder, target, reporter, spec.check_prompts, spec.check_tokens)
+        await outputs.check(folder, target, reporter, spec.check_prompts, spec.check_tokens)
     for i, shape in enumerate(spec.shapes):
         await run_point(i, shape, spec, target, folder, reporter)
     errors = [(p["label"], p["figures"]["counts"]) for p in folder.summary["points"]
@@ -509,22 +509,6 @@ async def run(spec: BenchSpec, target: Target, ctx: int, folder: RunFolder, repo
     first = next((w for p in folder.summary["points"] for w in p["figures"]["warnings"] if "failed" in w), "")
     return "requests failed: " + "; ".join(f"{label}: {c['error']} of {c['measured']}" for label, c in errors) \
         + f" ({first})"
-
-
-async def check_outputs(folder: RunFolder, target: Target, reporter: Reporter, n: int, max_tokens: int) -> None:
-    """The fixed greedy prompt set (workloads/outputs.py) into outputs.jsonl, before any load."""
-    reporter.stage(f"output check: {n} fixed prompts, temperature 0, {max_tokens} tokens")
-    folder.update(outputs={"status": "running", "file": outputs.FILE})
-    lines = await outputs.collect(target.base_url, target.served_name, target.engine, target.request,
-                                  lambda line: folder.append_jsonl(outputs.FILE, line), n=n, max_tokens=max_tokens)
-    errors = [ln["error"] for ln in lines if ln.get("error")]
-    death = target.death()
-    if death:
-        raise ServerDied(f"{death} (during the output check)")
-    folder.update(outputs={"status": "failed" if errors else "ok", "file": outputs.FILE, "prompts": len(lines),
-                           "errors": len(errors), "first_error": errors[0] if errors else None,
-                           "unit": "token" if all(ln.get("token_ids") is not None for ln in lines if not ln.get("error"))
-                           else "character", "seed": outputs.PROMPT_SEED, "max_tokens": max_tokens})
 
 
 # --- options and keys, shared by the load-point kinds ------------------------------------------------

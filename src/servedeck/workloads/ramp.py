@@ -48,7 +48,7 @@ from servedeck.telemetry.point import sampled_stretch
 from servedeck.workloads import options as O
 from servedeck.workloads.options import ContentChoice
 from servedeck.workloads.reporter import Reporter
-from servedeck.workloads.shape import Entry, Key, Kind, Option
+from servedeck.workloads.shape import Key, Kind, Option
 from servedeck.workloads.stall import Quiet, StallWatch
 from servedeck.workloads.target import Target
 
@@ -374,10 +374,7 @@ def spec_of(w: Any) -> RampSpec:
 def check_entry(w: Any) -> None:
     if w.concurrency or w.rate:
         raise ValueError("a ramp grows one conversation: drop concurrency/rate")
-    try:
-        spec_of(w)
-    except UsageError as e:  # the option's name as the file spells it
-        raise ValueError(O.as_key(e.message, KEY_NAMES)) from None
+    O.entry_rules(lambda: spec_of(w), KEY_NAMES)
 
 
 def describe(w: dict[str, Any]) -> str:

@@ -36,7 +36,7 @@ from servedeck.workloads.points import finish_point, put_point
 from servedeck.workloads.reporter import Reporter
 from servedeck.workloads.shape import Key, Kind, Option
 from servedeck.workloads.target import Target
-from servedeck.workloads.window import calibrate, engine_window, to_run_clock
+from servedeck.workloads.window import calibrate, engine_window, keep
 
 
 @dataclass(frozen=True)
@@ -114,10 +114,7 @@ async def run_shared_prefix(spec: SharedPrefixSpec, target: Target, folder: RunF
                 reply = await api.chat(body, timeout_s=spec.request_timeout_s)
                 rec = reply.record
                 rec.id, rec.kind, rec.group, rec.in_group = f"{nonce}-g{g}-r{k}", "measured", g, k
-                to_run_clock(rec, start, t_target)
-                line = rec.to_json()
-                folder.request({"point": 0, **line})
-                records.append(RequestRecord.from_json(line))
+                keep(folder, records, rec, start, t_target)
                 reporter.stage(f"group {g} request {k}: {rec.status}, cached {rec.cached_tokens}/{rec.prompt_tokens}")
 
         async with engine_window(target, folder, point) as window:
@@ -200,10 +197,7 @@ def shared_prefix_spec(w: Any) -> SharedPrefixSpec:
 def check_entry(w: Any) -> None:
     if w.rate:
         raise ValueError("a shared-prefix workload runs closed loop: drop rate (concurrency = [1])")
-    try:
-        shared_prefix_spec(w)
-    except UsageError as e:
-        raise ValueError(O.as_key(e.message, SHARED_PREFIX_KEYS + ("output_tokens", "concurrency"))) from None
+    O.entry_rules(lambda: shared_prefix_spec(w), SHARED_PREFIX_KEYS + ("output_tokens", "concurrency"))
 
 
 def view(path: Any, v: dict[str, Any], records: list[RequestRecord]) -> dict[str, Any]:

@@ -53,7 +53,7 @@ from servedeck.workloads.points import finish_point, put_point
 from servedeck.workloads.reporter import Reporter
 from servedeck.workloads.shape import Entry, Key, Kind, Option
 from servedeck.workloads.target import Target
-from servedeck.workloads.window import calibrate, engine_window, to_run_clock
+from servedeck.workloads.window import calibrate, engine_window, keep
 
 FIELDS = ("timestamp", "input_length", "output_length")
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -351,10 +351,7 @@ async def run_trace(spec: TraceSpec, rows: list[TraceRow], target: Target, folde
             rec = reply.record
             rec.id, rec.kind, rec.prompt_index = f"{nonce}-l{row.line}", "measured", row.line
             rec.prompt_tokens_expected = row.input_length
-            to_run_clock(rec, start, due)
-            line = rec.to_json()
-            folder.request({"point": 0, **line})
-            records.append(RequestRecord.from_json(line))
+            keep(folder, records, rec, start, due)
             reporter.stage(f"trace line {row.line}: {rec.status}, cached {rec.cached_tokens}/{rec.prompt_tokens}")
 
         async with engine_window(target, folder, point) as window:
@@ -454,10 +451,7 @@ def check_entry(w: Any) -> None:
     if w.concurrency or w.rate:
         raise ValueError("a trace's schedule is its own: drop concurrency/rate (time_scale = 0.5 replays it "
                          "twice as fast)")
-    try:
-        trace_spec(w, Path("."), check=False)
-    except UsageError as e:
-        raise ValueError(O.as_key(e.message, TRACE_KEYS)) from None
+    O.entry_rules(lambda: trace_spec(w, Path("."), check=False), TRACE_KEYS)
 
 
 def file_problems(w: Any, i: int, where: Entry) -> list[str]:

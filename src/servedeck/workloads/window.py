@@ -67,6 +67,15 @@ async def calibrate(tokens: ServerTokens, content: Content, start: int, size: in
     return cpt
 
 
+def keep(folder: RunFolder, records: list[RequestRecord], rec: RequestRecord, start: float, t_target: float) -> None:
+    """A point-0 record on the run's clock, written to requests.jsonl at once and kept as written (the figures come
+    from the record as written, times rounded to the µs, so summary.json and a later `show` agree)."""
+    to_run_clock(rec, start, t_target)
+    line = rec.to_json()
+    folder.request({"point": 0, **line})
+    records.append(RequestRecord.from_json(line))
+
+
 def to_run_clock(rec: RequestRecord, start: float, t_target: float) -> None:
     """A record's times from ApiClient's absolute perf_counter() to the run's clock (0 at `start`), with
     `t_target` the moment it was due."""
