@@ -289,6 +289,7 @@ async def run(cspec: CapacitySpec, target: Target, ctx: int, folder: RunFolder, 
 
 # --- the capacity search as a kind: options, keys, figures --------------------------------------------
 
+KIND_NAME = "capacity"
 BASES = {p.name: p for p in (chat.POINTS, long_prompt.POINTS)}  # what a search's steps may send
 OPTIONS = (
     Option("find", ("--find",), Optional[FindChoice], None, "max-concurrency (closed loop) | max-rate (open loop): "
@@ -313,11 +314,13 @@ def from_options(o: Any) -> CapacitySpec:
     if o.get("concurrency") or o.get("rate"):
         raise UsageError("--find chooses the loads itself: drop --concurrency/--rate",
                          hint="bound the search with --max (and its step with --resolution)")
-    base = getattr(o.get("workload"), "value", o.get("workload")) or "chat"
-    if base == "decode":
+    base = getattr(o.get("workload"), "value", o.get("workload")) or KIND_NAME
+    steps = chat.POINTS if base == KIND_NAME else BASES.get(base)
+    if steps is None:
         raise UsageError("--find needs the chat or long-prompt workload",
-                         hint="decode's one fixed prompt measures decoding only, not a user's latency")
-    steps = BASES.get(base, chat.POINTS)
+                         hint="decode's one fixed prompt measures decoding only, not a user's latency"
+                         if base == "decode" else f"each step of a search is a load point; --workload {base} sends "
+                                                  "no load points: give --workload chat or long-prompt")
     bench = points_from_options(steps, o, slo=False)
     return spec_from_options(find, o.get("slo"), bench, max_load=o.get("max_load"), resolution=o.get("resolution"),
                              arrivals=getattr(o.get("arrivals"), "value", o.get("arrivals")) or "poisson")
@@ -367,7 +370,7 @@ def describe(w: dict[str, Any]) -> str:
 
 
 KIND = Kind(
-    name="capacity", help="the most load within an SLO (--find), each step a load point of --workload chat or "
+    name=KIND_NAME, help="the most load within an SLO (--find), each step a load point of --workload chat or "
                           "long-prompt",
     options=OPTIONS, from_options=from_options, takes_over="find",
     keys=KEYS, check_entry=check_entry, file_problems=file_problems,

@@ -37,7 +37,7 @@ import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Optional
+from typing import Any, ClassVar, Optional
 
 from servedeck.config.schema import merge_request
 from servedeck.errors import ServerDied, UsageError
@@ -233,54 +233,76 @@ class TraceSpec:
 
 # --- its prompts -----------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Sizes:
-    """How a trace's prompts are sized on this server: `block_chars` of text after each block's tag make one
-    block of `block_tokens` tokens; `tag_tokens` a tag alone; `cpt` characters per token of the text; `bare` the
-    chat template's tokens around an empty message (the trace's input length counts them too)."""
+class Prompts:
+    """A trace's prompts, sized with the server's tokenizer so that the server counts each row's input_length, its
+    chat template included, and two rows share exactly the blocks the trace says they share.
 
-    block_tokens: int
-    block_chars: int
-    tag_tokens: int
-    cpt: float
-    bare: int
+    The trace's blocks are positions in the token sequence the server prefills: block j is tokens [j·B, (j+1)·B).
+    The chat template's opening comes first in every sequence, so it takes the start of block 0; each block's own
+    text fills the rest of it (block 0: B less the template, the others B). Block b is always the same text (its
+    own tag, then real text from a place fixed by b), fitted once to its tokens; a row is its blocks in order, cut
+    where its input_length ends (the start of a block is a prefix of that block), then text of its own (its own
+    tag first) for what its blocks do not cover. A tag is hex digits, dense in tokens: text sized by characters
+    alone comes out long, and more so the smaller the blocks (issue 31: a by-hand scaled Mooncake trace asked
+    41,027 tokens and sent 52,374)."""
 
+    def __init__(self, spec: TraceSpec, tokens: ServerTokens, nonce: str, base: int) -> None:
+        self.spec, self.tokens, self.nonce, self.base = spec, tokens, nonce, base
+        self.content = spec.content
+        self.size = spec.scaled_block
+        self.blocks: dict[tuple[int, int], asyncio.Future[str]] = {}
+        self.gate = asyncio.Semaphore(8)  # tokenizer calls in flight
+        self.bare, self.cpt = 0, 1.0
 
-def prompt_of(row: TraceRow, sizes: Sizes, block_text: Callable[[int], str], own_text: Callable[[int, int], str]
-              ) -> str:
-    """The prompt of one trace row (pure): its blocks' texts in order, cut or extended to what the server will
-    count as input_length. `block_text(b)`: block b whole; `own_text(line, chars)`: text of the row's own."""
-    want = max(1, row.input_length - sizes.bare)  # tokens of the message itself
-    whole, left = divmod(want, sizes.block_tokens)
-    if whole >= len(row.hash_ids):  # every block, then text of its own for the rest
-        left = want - len(row.hash_ids) * sizes.block_tokens
-        text = "".join(block_text(b) for b in row.hash_ids)
-        return text + (own_text(row.line, round(max(0, left - sizes.tag_tokens) * sizes.cpt)) if left > 0 else "")
-    # the trace cut its last block short: the blocks whole up to there, then the start of the next one
-    part = block_text(row.hash_ids[whole])
-    tag = len(part) - sizes.block_chars
-    cut = tag + round(max(0, left - sizes.tag_tokens) * sizes.cpt) if left > sizes.tag_tokens else \
-        round(left * tag / max(1, sizes.tag_tokens))
-    return "".join(block_text(b) for b in row.hash_ids[:whole]) + part[:cut]
+    async def start(self) -> None:
+        self.bare = await self.tokens.count_chat([{"role": "user", "content": ""}])
+        self.cpt = await calibrate(self.tokens, self.content, self.base, self.size)  # type: ignore[arg-type]
+        self.stride = int(self.size * self.cpt * 2) + 64  # block b's text starts here × b: never another's
 
+    def own_tokens(self, j: int) -> int:
+        """Tokens of block position j that are its text: what the template's opening leaves of it."""
+        return max(0, (j + 1) * self.size - max(j * self.size, self.bare))
 
-async def _sizes(spec: TraceSpec, tokens: ServerTokens, content: str, base: int, nonce: str) -> Sizes:
-    """Fit block 0's text to the block's tokens with the server's tokenizer: a tag is dense (hex digits), so a
-    block sized by characters alone comes out long, and more so the smaller the blocks."""
-    bare = await tokens.count_chat([{"role": "user", "content": ""}])
+    async def count(self, text: str) -> int:
+        """Tokens of `text` as one message's content (the template around it not counted)."""
+        async with self.gate:
+            return await self.tokens.count_chat([{"role": "user", "content": text}]) - self.bare
 
-    async def count(text: str) -> int:
-        return await tokens.count_chat([{"role": "user", "content": text}]) - bare
+    async def _fit(self, head: str, start: int, tokens: int) -> str:
+        try:
+            text, _ = await fit_length(lambda k: head + texts.piece(self.content, start, k), tokens, self.count,
+                                       units_per_token=self.cpt, what="unique tag")
+        except TooShort:  # less room than the tag: the tag alone (a few tokens over, the price of uniqueness)
+            return head
+        return text
 
-    cpt = await calibrate(tokens, content, base, spec.scaled_block)  # type: ignore[arg-type]
-    tag = _tag(nonce, "measured", 0)
-    try:
-        text, _ = await fit_length(lambda k: tag + texts.piece(content, base, k), spec.scaled_block, count,
-                                   units_per_token=cpt, what="unique tag")
-    except TooShort as e:
-        raise UsageError(f"{spec.scaled_block}-token blocks are not above the unique tag each opens with ({e.fixed} "
-                         "tokens on this server)", hint="raise --block-tokens or --length-scale") from None
-    return Sizes(spec.scaled_block, len(text) - len(tag), await count(tag), cpt, bare)
+    async def block(self, b: int, tokens: int) -> str:
+        key = (b, tokens)  # a block at position 0 is shorter (the template takes its start)
+        if key not in self.blocks:
+            self.blocks[key] = asyncio.ensure_future(self._fit(_tag(self.nonce, "measured", b),
+                                                               self.base + b * self.stride, tokens))
+        return await self.blocks[key]
+
+    async def prompt(self, row: TraceRow) -> str:
+        left = max(1, row.input_length - self.bare)  # tokens of the message itself
+        out = []
+        for j, b in enumerate(row.hash_ids):
+            size = self.own_tokens(j)
+            if size == 0:
+                continue  # the template's opening covers this block
+            text = await self.block(b, size)
+            if size > left:  # the trace cut this block short: its start
+                cut, _ = await fit_length(lambda k: text[:k], left, self.count, units_per_token=self.cpt)
+                return "".join(out) + cut
+            out.append(text)
+            left -= size
+            if left == 0:
+                return "".join(out)
+        # text of its own for the rest, unique to the row (a row of blocks alone needs no tag when little is left)
+        tag = _tag(self.nonce, "warmup", row.line)
+        start = texts.start_of(self.content, random.Random(f"{self.spec.seed}/{self.nonce}/{row.line}"))
+        own = await self._fit(tag, start, left)
+        return "".join(out) + ("" if own == tag and out else own)
 
 
 def fit(records: list[RequestRecord]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -320,21 +342,14 @@ async def run_trace(spec: TraceSpec, rows: list[TraceRow], target: Target, folde
     async with ApiClient(target.base_url) as api:
         tokens = ServerTokens(api, target.served_name, target.engine)
         reporter.stage("trace: sizing prompts with the server's tokenizer")
-        base = texts.start_of(content, rng)  # type: ignore[arg-type]
-        sizes = await _sizes(spec, tokens, content, base, nonce)
-        stride = sizes.block_chars + 64  # blocks read on from each other's text, never overlapping it
-
-        def block_text(b: int) -> str:
-            return _tag(nonce, "measured", b) + texts.piece(content, base + b * stride, sizes.block_chars)
-
-        def own_text(line: int, n: int) -> str:
-            return _tag(nonce, "warmup", line) + texts.piece(content, base + rng.randrange(10**6), n)
-
-        prompts = [prompt_of(r, sizes, block_text, own_text) for r in rows]
+        sizer = Prompts(spec, tokens, nonce, texts.start_of(content, rng))  # type: ignore[arg-type]
+        await sizer.start()
+        prompts = list(await asyncio.gather(*(sizer.prompt(r) for r in rows)))
         checked = await _check_sizes(rows, prompts, tokens)
-        point["prompts"] = {"sized_by": "server tokenizer: each block fitted to its tokens, the rest by calibrated "
-                                        "chars/token; a sample counted whole", "chars_per_token": round(sizes.cpt, 4),
-                            "block_tokens": sizes.block_tokens, "content": content, "checked": checked}
+        point["prompts"] = {"sized_by": "server tokenizer: each block fitted to its tokens, each row's rest to what "
+                                        "is left; a sample counted whole", "chars_per_token": round(sizer.cpt, 4),
+                            "block_tokens": sizer.size, "blocks": len(sizer.blocks), "content": content,
+                            "checked": checked}
         off = [c for c in checked if abs(c["counted"] - c["expected"]) > max(FIT_TOLERANCE * c["expected"], FIT_SLACK)]
         if off:
             reporter.stage(f"trace: {len(off)} of {len(checked)} prompts counted before the replay miss the trace's "
