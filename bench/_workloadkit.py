@@ -10,8 +10,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from servedeck.campaign import BenchSpec, RampSpec
-from servedeck.campaign.session import Outcome, bench, measured, ramp
+from servedeck.workloads.points import BenchSpec
+from servedeck.workloads.ramp import RampSpec
+from servedeck.workloads.session import Outcome, measured, run
 from servedeck.fsio import read_jsonl
 from servedeck.loadgen import ClosedLoop
 from servedeck.runs import load
@@ -28,7 +29,7 @@ def speculation_points(cfg: Any, model: str, *, input_tokens: int, output_tokens
                          check_outputs=check_outputs and content == "prose")
         got = Outcome()
         with measured(cfg, model, False, got) as target:
-            folder = asyncio.run(bench(target, spec, gate_mode=False, outcome=got)).folder
+            folder = asyncio.run(run(target, spec, gate_mode=False, outcome=got)).folder
         assert folder is not None
         if content == "prose":
             prose = folder
@@ -47,7 +48,7 @@ def ramp_run(cfg: Any, model: str, *, turn_tokens: int, answer_tokens: int) -> d
     rspec = RampSpec(turn_tokens=turn_tokens, answer_tokens=answer_tokens, needle_every=2, content="prose", seed=1)
     got = Outcome()
     with measured(cfg, model, False, got) as target:
-        folder = asyncio.run(ramp(target, rspec, gate_mode=False, outcome=got)).folder
+        folder = asyncio.run(run(target, rspec, gate_mode=False, outcome=got)).folder
     assert folder is not None
     return {"run": folder.name, "cutoff": load(folder)["ramp"]["cutoff"], "turns": read_jsonl(folder / "ramp.jsonl")}
 

@@ -21,7 +21,7 @@ on vLLM CPU.
    closed loop's TTFT rises about 125 ms per stream (docs/capacity.md).
    The grid's boundary is the highest load that passed below the lowest that failed (each point judged
    by servedeck.slo.judge, as the search judges).
-3. The search: `servedeck bench --find max-concurrency` (campaign/capacity.py) --searches times, each on a
+3. The search: `servedeck bench --find max-concurrency` (workloads/capacity.py) --searches times, each on a
    freshly started server, as the grid was (--same-server: on the grid's).
 4. The grid again (--no-grid-again: not), after the searches, on a fresh server: a second draw of the
    reference, so the table shows how far the grid itself moves between two measurements.
@@ -45,10 +45,10 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from servedeck.campaign.bench import BenchSpec
-from servedeck.campaign.capacity import SEARCH_FILE, CapacitySpec, capacity
-from servedeck.campaign.search import parse_resolution
-from servedeck.campaign.session import Outcome, bench, measured
+from servedeck.workloads.points import BenchSpec
+from servedeck.workloads.capacity import SEARCH_FILE, CapacitySpec
+from servedeck.workloads.search import parse_resolution
+from servedeck.workloads.session import Outcome, measured, run
 from servedeck.deck import Deck
 from servedeck.fsio import read_jsonl
 from servedeck.init import render_starter
@@ -92,7 +92,7 @@ FIGURES = {f"{f}_p{p}": (f"{f}_ms", f"p{p}") for f in ("ttft", "tpot") for p in 
 def _points(cfg: Any, spec: BenchSpec) -> Path:
     out = Outcome()
     with measured(cfg, MODEL, False, out) as target:
-        run_loop(bench(target, spec, gate_mode=False, outcome=out))
+        run_loop(run(target, spec, gate_mode=False, outcome=out))
     assert out.folder is not None
     return out.folder
 
@@ -178,7 +178,7 @@ def main() -> None:
             cspec = CapacitySpec(find="max-concurrency", slo=slo, bench=BenchSpec(shapes=(), **point), resolution=res)
             got = Outcome()
             with measured(cfg, MODEL, False, got) as target:
-                run_loop(capacity(target, cspec, gate_mode=False, outcome=got))
+                run_loop(run(target, cspec, gate_mode=False, outcome=got))
             assert got.folder is not None
             doc = json.loads((got.folder / SEARCH_FILE).read_text())
             out["searches"].append({"run": got.folder.name, "verdict": doc["verdict"], "capacity": doc["capacity"],

@@ -30,13 +30,13 @@ Every arm sends the same conversations (same seed: same system prompt, same user
 the order of the arms rotates from one rep to the next. --config: one 1-token request to each replica after
 each boot, before its counters are read, so what an engine does on its first request falls on no arm.
 
-The client is servedeck's own conversations workload (campaign/conversations.py: its `_Run.converse`,
-`_calibrate`, and runs/turns.py's figures), so each turn is what `servedeck bench --workload
+The client is servedeck's own conversations workload (workloads/conversations.py: its `_Run.converse`,
+workloads/window.py's `calibrate`, and runs/turns.py's figures), so each turn is what `servedeck bench --workload
 conversations` sends and records. Turn sizes are calibrated once, on a replica's tokenizer, before the
 first arm (with restart, the replicas are restarted after). Per router:
     engine cached share   Σ prompt tokens found in the prefix cache / Σ prompt tokens looked up, over every
                           replica, after − before the arm, through the engine's adapter (`prefix_counters`, as
-                          campaign/window.py reads them: llama.cpp llamacpp:prompt_tokens_cached_total / (that +
+                          workloads/window.py reads them: llama.cpp llamacpp:prompt_tokens_cached_total / (that +
                           llamacpp:prompt_tokens_total); vLLM vllm:prefix_cache_hits_total /
                           vllm:prefix_cache_queries_total); the issue's figure
     per-request share     Σ usage.cached_tokens / Σ prompt tokens over the turns (runs/turns.py)
@@ -90,8 +90,10 @@ import psutil
 from rich.console import Console
 from rich.table import Table
 
-from servedeck.campaign.conversations import MARGIN, PER_TURN_EXTRA, ConversationsSpec, _calibrate, _Run
-from servedeck.campaign.reporter import QuietReporter
+from servedeck.workloads.conversations import MARGIN, PER_TURN_EXTRA, ConversationsSpec, _Run
+
+from servedeck.workloads.window import calibrate as calibrate_chars
+from servedeck.workloads.reporter import QuietReporter
 from servedeck.engines import get_engine
 from servedeck.errors import ServedeckError, UsageError
 from servedeck.gates.server import ServerTokens, server_context
@@ -260,7 +262,7 @@ async def calibrate(spec: ConversationsSpec, url: str, served: str, engine: str)
     a seed per user — from one rng, so every arm gets the same."""
     rng = random.Random(spec.seed)
     async with ApiClient(url) as api:
-        cpt = await _calibrate(ServerTokens(api, served, engine), spec.content, texts.start_of(spec.content, rng),
+        cpt = await calibrate_chars(ServerTokens(api, served, engine), spec.content, texts.start_of(spec.content, rng),
                                spec.turn_tokens)
     system = ""
     if spec.system_prompt_tokens:

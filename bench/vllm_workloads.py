@@ -22,7 +22,7 @@ from rich.console import Console
 
 from _workloadkit import print_ramp, print_speculation, ramp_run, speculation_points
 
-from servedeck.campaign import compare_runs
+from servedeck.workloads.outputs import compare_runs
 from servedeck.deck import Deck
 from servedeck.errors import ServedeckError
 from servedeck.init import render_starter

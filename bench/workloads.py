@@ -31,8 +31,8 @@ from rich.table import Table
 
 from _workloadkit import print_ramp, print_speculation, ramp_run, speculation_points
 
-from servedeck.campaign import compare_runs
-from servedeck.campaign.session import Outcome, gate, measured
+from servedeck.workloads.outputs import compare_runs
+from servedeck.workloads.session import Outcome, gate, measured
 from servedeck.gates.niah import GateSpec, read_log
 from servedeck.modelsfile import load as load_config
 from servedeck.deck import Deck

@@ -6,7 +6,7 @@ from __future__ import annotations
 def run_bench(cfg, model: str, spec, launch: bool = False, **kw):
     """`servedeck bench` as the CLI runs it: open the target, the coroutine on the client's loop
     (uvloop when installed), close."""
-    from servedeck.campaign.session import Outcome, bench, measured
+    from servedeck.workloads.session import Outcome, measured, run as bench
     from servedeck.loadgen.loop import run as run_loop
 
     out = Outcome()
@@ -17,7 +17,7 @@ def run_bench(cfg, model: str, spec, launch: bool = False, **kw):
 def run_gate(cfg, model: str, spec, launch: bool = False, **kw):
     import asyncio
 
-    from servedeck.campaign.session import Outcome, gate, measured
+    from servedeck.workloads.session import Outcome, gate, measured
 
     out = Outcome()
     with measured(cfg, model, launch, out) as target:

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from servedeck.campaign import BenchSpec
-
+from servedeck.workloads.points import BenchSpec
 from campaignkit import run_bench
 from servedeck.fsio import read_jsonl
 from servedeck.gates import GateSpec

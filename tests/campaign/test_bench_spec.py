@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from servedeck.campaign.bench import ArrivalsChoice, BenchSpec, ContentChoice, WorkloadChoice
+from servedeck.workloads.kinds import WorkloadChoice
+
+from servedeck.workloads.options import ContentChoice
+
+from servedeck.workloads.points import ArrivalsChoice, BenchSpec
 from servedeck.errors import ServedeckError
 from servedeck.loadgen import ClosedLoop, OpenLoop
 from servedeck.loadgen.texts import CONTENTS
@@ -109,7 +113,8 @@ def test_the_ramp_is_not_a_bench_spec():
 ])
 def test_a_campaign_workload_gets_the_same_defaults_as_servedeck_bench(kind, output, duration_s, requests):
     from servedeck.campaign.file import WorkloadCfg
-    from servedeck.campaign.steps import bench_spec
+    from servedeck.workloads.kinds import KINDS
+    from servedeck.workloads.shape import Entry
 
-    spec = bench_spec(WorkloadCfg(kind=kind))
+    [spec] = KINDS[kind].from_entry(WorkloadCfg(kind=kind), Entry())
     assert (spec.output_tokens, spec.duration_s, spec.requests) == (output, duration_s, requests)

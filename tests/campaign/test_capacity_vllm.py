@@ -10,10 +10,11 @@ import math
 
 import pytest
 
-from servedeck.campaign.bench import BenchSpec
-from servedeck.campaign.capacity import SEARCH_FILE, CapacitySpec, capacity
-from servedeck.campaign.search import Resolution
-from servedeck.campaign.session import Outcome, bench, measured
+from servedeck.workloads.points import BenchSpec
+from servedeck.workloads.capacity import SEARCH_FILE, CapacitySpec
+from servedeck.workloads.session import run as capacity
+from servedeck.workloads.search import Resolution
+from servedeck.workloads.session import Outcome, measured, run as bench
 from servedeck.loadgen import ClosedLoop
 from servedeck.loadgen.loop import run as run_loop
 from servedeck.runs import load

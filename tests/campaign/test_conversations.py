@@ -11,8 +11,9 @@ import sys
 
 import pytest
 
-from servedeck.campaign import Outcome, measured
-from servedeck.campaign.conversations import ConversationsSpec, conversations, spec_from_options
+from servedeck.workloads.session import Outcome, measured
+from servedeck.workloads.conversations import ConversationsSpec, spec_from_options
+from servedeck.workloads.session import run as conversations
 from servedeck.errors import UsageError
 from servedeck.fsio import read_jsonl
 from servedeck.loadgen.loop import run as run_loop

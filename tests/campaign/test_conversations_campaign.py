@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from servedeck.campaign.conversation_keys import spec_of
+from servedeck.workloads.conversations import spec_of
 from servedeck.campaign.file import parse
 from servedeck.errors import ConfigError
 from servedeck.runs import list_runs, load

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from servedeck.campaign import Outcome, measured
-from servedeck.campaign.bench import BenchSpec
-from servedeck.campaign.session import bench
+from servedeck.workloads.session import Outcome, measured
+from servedeck.workloads.points import BenchSpec
+from servedeck.workloads.session import run as bench
 from servedeck.errors import UsageError
 from servedeck.loadgen import ClosedLoop
 from servedeck.loadgen.loop import run as run_loop

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from servedeck.campaign.ramp import stream_turn
-from servedeck.campaign.stall import Quiet, StallWatch
+from servedeck.workloads.ramp import stream_turn
+from servedeck.workloads.stall import Quiet, StallWatch
 from servedeck.loadgen.api import ApiClient
 from servedeck.testing.instrument_process import InstrumentProcess
 

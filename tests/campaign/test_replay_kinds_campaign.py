@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from servedeck.campaign.file import parse
-from servedeck.campaign.replay_keys import shared_prefix_spec, trace_spec
+from servedeck.workloads.shared_prefix import shared_prefix_spec
+from servedeck.workloads.trace import trace_spec
 from servedeck.errors import ConfigError
 from servedeck.runs import list_runs, load
 from ports import starter_toml

@@ -12,8 +12,9 @@ import sys
 
 import pytest
 
-from servedeck.campaign import Outcome, measured
-from servedeck.campaign.shared_prefix import SharedPrefixSpec, shared_prefix
+from servedeck.workloads.session import Outcome, measured
+from servedeck.workloads.session import run as shared_prefix
+from servedeck.workloads.shared_prefix import SharedPrefixSpec
 from servedeck.errors import UsageError
 from servedeck.fsio import read_jsonl
 from servedeck.loadgen.loop import run as run_loop

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from servedeck.campaign import Outcome, measured
-from servedeck.campaign.trace import TraceSpec, trace
+from servedeck.workloads.session import Outcome, measured
+from servedeck.workloads.session import run as trace
+from servedeck.workloads.trace import TraceSpec
 from servedeck.errors import UsageError
 from servedeck.fsio import read_jsonl
 from servedeck.loadgen.loop import run as run_loop
@@ -47,8 +48,12 @@ def test_a_trace_is_replayed_on_its_schedule_and_shared_blocks_come_from_the_cac
         {i for r in rows[:5] for i in r["hash_ids"]}
     # (line 1 had ended when line 4 was sent: its slot was free to serve line 4's first block)
     assert lines[1]["t_end"] < lines[4]["t_send"]
-    assert lines[4]["cached_tokens"] - lines[6]["cached_tokens"] >= 50, (lines[4]["cached_tokens"],
-                                                                        lines[6]["cached_tokens"])
+    # block 0 is the first 64 tokens the server prefills (issue 31 item 20: the chat template's opening counts in
+    # them, as every prompt now is the trace's length template included): line 4 gets them from the cache but for
+    # the template's closing tokens that end line 1's prompt (5 on SmolLM2's) and the join to its next block;
+    # line 6, whose block is its own, gets only the template's opening
+    assert lines[4]["cached_tokens"] >= 64 - 8 and lines[4]["cached_tokens"] - lines[6]["cached_tokens"] >= 25, \
+        (lines[4]["cached_tokens"], lines[6]["cached_tokens"])
     assert lines[4]["output_tokens"] == 4
     assert load(folder)["status"] == "ok"
     # the client's self-check judged the replay as it judges a bench point: its CPU over the stretch, its loop

@@ -3,8 +3,8 @@ comparison, the ramp's per-turn line, and the request table merge."""
 
 from __future__ import annotations
 
-from servedeck.campaign.outputs import compare, compare_one, prompts
-from servedeck.campaign.ramp import _Turn, summarize, turn_line
+from servedeck.workloads.outputs import compare, compare_one, prompts
+from servedeck.workloads.ramp import _Turn, summarize, turn_line
 from servedeck.config.schema import merge_request
 from servedeck.engines import get_engine
 from servedeck.loadgen.records import RequestRecord

@@ -19,8 +19,12 @@ import httpx
 import pytest
 
 from campaignkit import run_bench as bench
-from servedeck.campaign import BenchSpec, Outcome, QuietReporter, RampSpec, compare_runs, measured
-from servedeck.campaign.session import ramp
+from servedeck.workloads.outputs import compare_runs
+from servedeck.workloads.points import BenchSpec
+from servedeck.workloads.ramp import RampSpec
+from servedeck.workloads.reporter import QuietReporter
+from servedeck.workloads.session import Outcome, measured
+from servedeck.workloads.session import run as ramp
 from servedeck.fsio import read_jsonl
 from servedeck.loadgen import ClosedLoop
 from servedeck.runs import load

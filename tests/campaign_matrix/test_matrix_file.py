@@ -63,7 +63,9 @@ def test_parse_expands_matrix_and_names_variants():
     ("cell_timeout = \"10m\"", "campaign.cell_timeout: 'soon' is not a duration"),
     ("replicas = 2\ncpus = [[0], [1]]", "variants.1: Value error, cpus: 1 lists given for replicas = 2"),
     ('"args.batch-size"', "matrix: 'port': a matrix key is one of"),
-    ('kind = "chat"', "workloads.0.kind: Input should be 'chat', 'long-prompt', 'capacity', 'conversations', 'shared-prefix' or 'trace'"),
+    # every kind of workloads/kinds.py, in its order (ramp and decode joined the campaign file with the registry)
+    ('kind = "chat"', "workloads.0.kind: Input should be 'chat', 'long-prompt', 'decode', 'ramp', 'conversations', "
+                      "'shared-prefix', 'trace' or 'capacity'"),
 ])
 def test_errors_name_file_key_and_expectation(change, expect):
     bad = {

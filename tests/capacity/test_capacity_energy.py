@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from servedeck.campaign.bench import BenchSpec
-from servedeck.campaign.capacity import SEARCH_FILE, CapacitySpec, capacity
-from servedeck.campaign.search import Resolution
-from servedeck.campaign.session import Outcome, measured
+from servedeck.workloads.points import BenchSpec
+from servedeck.workloads.capacity import SEARCH_FILE, CapacitySpec
+from servedeck.workloads.session import run as capacity
+from servedeck.workloads.search import Resolution
+from servedeck.workloads.session import Outcome, measured
 from servedeck.fsio import read_jsonl
 from servedeck.loadgen import RequestRecord
 from servedeck.loadgen.loop import run as run_loop

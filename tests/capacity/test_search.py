@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from servedeck.campaign.search import Resolution, Search, SearchOptions
+from servedeck.workloads.search import Resolution, Search, SearchOptions
 
 
 def point(passed: bool, ttft_ms: float = 100.0, binding: str = "ttft_p95", client_bound: bool = False) -> dict:

@@ -133,8 +133,8 @@ def test_the_collector_finds_commands_in_every_kind_of_source():
     assert len(found) > 20
     # a hint in a plain string literal, and the same command in the crash signatures
     assert {"src/servedeck/gpu/modelplan.py", "src/servedeck/doctor/signatures.toml"} <= found["servedeck doctor MODEL"]
-    # an f-string's placeholder is read as MODEL (campaign/target.py: f"`servedeck start {name}`")
-    assert "src/servedeck/campaign/target.py" in found["servedeck start MODEL"]
+    # an f-string's placeholder is read as MODEL (workloads/target.py: f"`servedeck start {name}`")
+    assert "src/servedeck/workloads/target.py" in found["servedeck start MODEL"]
     # the docs: inline code and fenced blocks
     assert any("README.md" in where for where in found.values())
 

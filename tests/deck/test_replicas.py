@@ -10,7 +10,7 @@ import socket
 
 import pytest
 
-from servedeck.campaign import BenchSpec
+from servedeck.workloads.points import BenchSpec
 from servedeck.deck import Deck
 from servedeck.errors import RefusedError
 from servedeck.loadgen import ClosedLoop
@@ -70,7 +70,7 @@ def test_an_entry_with_replicas_starts_holds_its_slot_and_is_evicted_whole(tmp_p
 
 
 def test_a_bench_over_the_entry_spreads_across_both_replicas(tmp_path, engines_ready):
-    from servedeck.campaign.session import Outcome, bench, measured
+    from servedeck.workloads.session import Outcome, measured, run as bench
     from servedeck.loadgen.loop import run as run_loop
 
     cfg = config(tmp_path, engines_ready)

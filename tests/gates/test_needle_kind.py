@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from servedeck.campaign.session import Outcome, gate_run, measured
+from servedeck.workloads.session import Outcome, gate_run, measured
 from servedeck.gates.niah import GateSpec, NeedleGate, read_log
 from servedeck.runs import load
 

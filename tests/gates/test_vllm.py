@@ -9,8 +9,8 @@ import json
 import pytest
 
 from questions import arithmetic, write
-from servedeck.campaign.accuracy import run_accuracy
-from servedeck.campaign.session import Outcome, measured
+from servedeck.workloads.session import run_accuracy
+from servedeck.workloads.session import Outcome, measured
 from servedeck.gates.exact import ExactGate
 from servedeck.runs import load
 

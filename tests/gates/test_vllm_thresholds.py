@@ -16,8 +16,8 @@ import sys
 import pytest
 
 from questions import arithmetic, lm_eval_task, thresholds_around, write
-from servedeck.campaign.accuracy import run_accuracy
-from servedeck.campaign.session import Outcome, measured
+from servedeck.workloads.session import run_accuracy
+from servedeck.workloads.session import Outcome, measured
 from servedeck.gates.exact import ExactGate
 from servedeck.gates.lmeval import LmEvalGate
 from servedeck.runs import load

@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servedeck.campaign import BenchSpec
-from servedeck.campaign.capacity import CapacitySpec, capacity
-from servedeck.campaign.search import Resolution
-from servedeck.campaign.session import Outcome, bench, gate, measured
+from servedeck.workloads.capacity import CapacitySpec, capacity
+from servedeck.workloads.search import Resolution
+from servedeck.workloads.session import Outcome, bench, gate, measured
 from servedeck.deck import Deck
 from servedeck.errors import LaunchError
 from servedeck.gates import GateSpec

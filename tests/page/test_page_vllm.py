@@ -11,7 +11,7 @@ import pytest
 from pagekit import cli, page_json, TEST_MARK, SESSION
 from ports import starter_toml
 from servedeck.campaign import BenchSpec
-from servedeck.campaign.session import Outcome, bench, measured
+from servedeck.workloads.session import Outcome, bench, measured
 from servedeck.deck import Deck
 from servedeck.init import default_locations
 from servedeck.loadgen import ClosedLoop

@@ -21,8 +21,8 @@ from typing import Iterator
 import psutil
 import pytest
 
-from servedeck.campaign import BenchSpec
-from servedeck.campaign.session import Outcome, bench, measured
+from servedeck.workloads.points import BenchSpec
+from servedeck.workloads.session import Outcome, measured, run as bench
 from servedeck.loadgen.loop import run as run_loop
 from servedeck.modelsfile import load
 from servedeck.gates import GateSpec

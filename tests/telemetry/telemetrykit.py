@@ -5,7 +5,7 @@ from __future__ import annotations
 
 def run_bench(cfg, model: str, spec, **kw):
     """`servedeck bench` on a server the deck already runs, on the client's loop (as campaignkit's)."""
-    from servedeck.campaign.session import Outcome, bench, measured
+    from servedeck.workloads.session import Outcome, measured, run as bench
     from servedeck.loadgen.loop import run as run_loop
 
     out = Outcome()
@@ -14,7 +14,7 @@ def run_bench(cfg, model: str, spec, **kw):
 
 
 def run_ramp(cfg, model: str, spec, **kw):
-    from servedeck.campaign.session import Outcome, measured, ramp
+    from servedeck.workloads.session import Outcome, measured, run as ramp
     from servedeck.loadgen.loop import run as run_loop
 
     out = Outcome()

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from telemetrykit import run_bench
-from servedeck.campaign import BenchSpec
+from servedeck.workloads.points import BenchSpec
 from servedeck.fsio import read_jsonl
 from servedeck.loadgen import ClosedLoop
 from servedeck.runs import load
@@ -91,7 +91,7 @@ def test_vllm_bench_point_samples_kv_usage_and_queue(campaign_config, vllm, monk
 def test_engine_without_metrics_the_point_runs_and_telemetry_says_why(tmp_path, engines_ready, monkeypatch):
     from ports import free_port
     from tests.conftest import stop_everything
-    from servedeck.campaign.session import Outcome, bench, measured
+    from servedeck.workloads.session import Outcome, measured, run as bench
     from servedeck.init import render_starter
     from servedeck.loadgen.loop import run as run_loop
     from servedeck.modelsfile import load as load_models

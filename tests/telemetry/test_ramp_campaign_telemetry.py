@@ -14,7 +14,7 @@ from ports import _bindable, free_port
 from telemetrykit import run_ramp
 from tests.conftest import stop_everything
 from servedeck.init import render_starter
-from servedeck.campaign.ramp import RampSpec
+from servedeck.workloads.ramp import RampSpec
 from servedeck.fsio import read_jsonl
 
 pytestmark = [pytest.mark.engine, pytest.mark.llamacpp]

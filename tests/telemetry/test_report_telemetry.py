@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from servedeck.campaign import BenchSpec
+from servedeck.workloads.points import BenchSpec
 from servedeck.loadgen import ClosedLoop
 from servedeck.report.build import write
 from servedeck.report.collect import from_runs

@@ -1,28 +1,14 @@
-"""The campaign: gate a server, benchmark it, and record every run in a folder.
+"""Campaigns: one file declares launches (variants × repeats) and workloads; servedeck runs every cell unattended.
 
-    servedeck gate MODEL    → session.gate   (gates.niah into a run folder)
-    servedeck bench MODEL   → session.bench  (gate, then one loadgen point per concurrency or rate)
-    servedeck bench MODEL --workload ramp → session.ramp (gate, then one conversation grown to its cut-off)
-    servedeck compare-outputs A B → outputs.compare_runs (greedy outputs of two launches, token by token)
+    file.py      the campaign file: read, validated (every key path named), its matrix expanded into variants
+    cells.py     the cells (variant × repeat), their states, which run next and side by side
+    runner.py    `campaign run`: the one owner of the cells' states; `LocalPlacement` (this host) or a placement
+                 passed in (cluster/dispatch.py's Ray); `plan_campaign` for `campaign plan`
+    steps.py     a cell's steps wherever it runs: launch every replica, its gates, each workload, stop
+    accuracy.py  the gates a cell runs, from the file's gate keys
+    folder.py    the campaign folder: campaign.json (the cells' record), campaign.toml frozen, campaign.md
+    summary.py   campaign.md and `campaign status`, rebuilt from the run folders
 
-They are coroutines on a `Target` that `session.measured(cfg, model, launch, outcome)` opens (starting
-the model through the deck when asked) and closes; the caller owns the event loop:
-
-    with measured(cfg, "smollm2", launch=True, outcome=out) as target:
-        asyncio.run(session.bench(target, spec, outcome=out))
-
-`gate`, `bench` and `ramp` are reached through `session`, not re-exported here: a package attribute
-`bench` or `ramp` would hide the modules bench.py and ramp.py (`servedeck.campaign.bench` was the function,
-whatever was imported).
+What one server is measured with (the gate, every workload kind, the run folder each makes) is the workloads
+package's: a cell runs each [[workloads]] entry through workloads/kinds.py's registry and workloads/session.py.
 """
-
-from servedeck.campaign.bench import BenchSpec
-from servedeck.errors import ServerDied
-from servedeck.campaign.reporter import QuietReporter, Reporter
-from servedeck.campaign.outputs import compare_runs
-from servedeck.campaign.ramp import RampSpec
-from servedeck.campaign import session
-from servedeck.campaign.session import Outcome, measured
-
-__all__ = ["BenchSpec", "Outcome", "QuietReporter", "RampSpec", "Reporter", "ServerDied", "compare_runs", "measured",
-           "session"]

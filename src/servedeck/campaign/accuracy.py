@@ -1,40 +1,15 @@
-"""`servedeck gate MODEL --eval …`: an accuracy gate (gates/kinds.py) into a run folder of its own.
-
-The folder is a gate run (kind "gate") like the needle's: summary.json `gates.eval` says what was asked
-and its verdict, eval.jsonl holds one scored line per question (gates/samples.py), and the lm-eval kind
-keeps lm-eval's own results and samples under lm-eval/. Every later run on the same launch cites this
-folder (campaign/gating.py), so a failed accuracy gate marks their points as not results. `campaign_gates`:
-the gates a campaign cell runs, the needle among them.
-
-Endings, as for every run (campaign/session.py): finished → ok; the server died → failed naming how;
-Ctrl-C → failed, every scored question kept.
-"""
+"""The gates a campaign cell runs (`campaign_gates`: the needle, then `gate.eval`), from the campaign file's
+[campaign] gate keys, and their input checked before the first launch (`check_campaign_gate`). Each runs into a
+run folder of its own through workloads/session.py's `gate_run`, as `servedeck gate` does."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
-from servedeck.campaign.session import Outcome, gate_run
-from servedeck.campaign.target import Target
 from servedeck.errors import UsageError
 from servedeck.gates.kinds import AccuracyGate, Gate, accuracy_gate
 from servedeck.gates.niah import GateSpec, NeedleGate
-
-
-async def run_accuracy(target: Target, gate: AccuracyGate, *, outcome: Optional[Outcome] = None,
-                       on_sample: Optional[Callable[[dict[str, Any]], None]] = None,
-                       stage: Optional[Callable[[str], None]] = None) -> Outcome:
-    """Check the gate's input, open its run folder, ask every question, record the verdict
-    (campaign/session.py `gate_run`, as for every kind)."""
-    outcome = outcome or Outcome(target=target)
-
-    def started(g: Any) -> None:
-        if stage:
-            stage(f"gate {g.name} ({g.kind}): {g.spec_json().get('path') or g.spec_json().get('task')}")
-
-    await gate_run(target, gate, outcome, on_sample, started)
-    return outcome
 
 
 def campaign_gates(camp: Any) -> list[Gate]:

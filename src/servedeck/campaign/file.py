@@ -9,13 +9,9 @@ CampaignFile out); `variants()` expands `[matrix]` into named variants.
     [[variants]]   name + overrides of the model's entry (build, args, env, context, gpus, cpus, tp, dp, pp,
                    gpu_memory_utilization, replicas), host (--ray: which node)
     [matrix]       "args.max-num-seqs" = [64, 128]: every combination becomes a variant named after its values
-    [[workloads]]  kind = chat | long-prompt and the keys of `servedeck bench`; kind = capacity: find, slo
-                   (names of [slo.NAME] tables), max, resolution, start (campaign/capacity.py)
-                   kind = conversations: users, turns, turn_tokens, answer_tokens, think_time,
-                   system_prompt_tokens, max_context (campaign/conversations.py)
-                   kind = shared-prefix: groups, group_size, prefix_tokens, suffix_tokens;
-                   kind = trace: trace (a JSONL file beside the campaign file), time_scale, window,
-                   block_tokens (campaign/replay_keys.py)
+    [[workloads]]  kind = any workload kind (workloads/kinds.py), the keys every kind takes (below, as
+                   `servedeck bench`'s options), and the keys of its own, declared, checked and turned
+                   into what it sends by its module (docs/campaign.md lists them)
     [slo.NAME]     thresholds, like ttft_p95 = "2s", error_rate = "1%" (servedeck.slo)
 """
 
@@ -27,13 +23,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
 from servedeck.config.schema import ArgValue, split_cpu_table
 from servedeck.config.tomlfile import problems as validation_lines
 from servedeck.config.tomlfile import read_toml
-from servedeck.errors import ConfigError
+from servedeck.errors import ConfigError, UsageError
+from servedeck.slo import slo_of_table
 from servedeck.timeparse import seconds
+from servedeck.workloads.kinds import KINDS, keys as kind_keys, misplaced
+from servedeck.workloads.shape import Entry
 
 KEYS_DOC = "docs/campaign.md"  # where a campaign file's keys are described
 
@@ -213,10 +212,11 @@ class Variant(_Strict):
         return [list(s) for s in v] if isinstance(v[0], list) else [list(v)]
 
 
-class WorkloadCfg(_Strict):
-    """One `servedeck bench` per launch: the same keys as its options."""
+class _Workload(_Strict):
+    """One [[workloads]] entry: a run per launch, as `servedeck bench` would make it. The keys here every kind
+    takes; `WorkloadCfg` adds each kind's own (workloads/kinds.py)."""
 
-    kind: Literal["chat", "long-prompt", "capacity", "conversations", "shared-prefix", "trace"]
+    kind: Literal[tuple(KINDS)]  # type: ignore[valid-type]
     concurrency: Optional[list[int]] = None
     rate: Optional[list[float]] = None
     arrivals: Literal["poisson", "constant"] = "poisson"
@@ -229,40 +229,13 @@ class WorkloadCfg(_Strict):
     seed: Optional[int] = None
     client_procs: int = Field(default=1, ge=1)  # the load spread over this many client processes (first replica)
     label: Optional[str] = None
-    # kind = "capacity" only: what to find, against which [slo.NAME] tables, and the search's options
-    find: Optional[Literal["max-concurrency", "max-rate"]] = None
-    slo: list[str] = Field(default_factory=list)
-    max: Optional[float] = Field(default=None, gt=0)
-    resolution: Optional[str] = None
-    start: Optional[float] = Field(default=None, gt=0)
-    # kind = "conversations" only: as `servedeck bench --workload conversations`' options
-    users: Optional[int] = None
-    turns: Optional[int] = None
-    turn_tokens: Optional[Union[int, str]] = None  # conversations: a number, or a distribution ("uniform:128-384")
-    answer_tokens: Optional[Union[int, str]] = None
-    think_time: Optional[str] = None
-    system_prompt_tokens: Optional[int] = None
-    max_context: Optional[int] = None
-    # kind = "shared-prefix" / "trace" only: as `servedeck bench --workload shared-prefix | trace`' options
-    groups: Optional[int] = None
-    group_size: Optional[int] = None
-    prefix_tokens: Optional[int] = None
-    suffix_tokens: Optional[int] = None
-    trace: Optional[str] = None
-    time_scale: Optional[float] = None
-    window: Optional[str] = None
-    block_tokens: Optional[int] = None
 
     @model_validator(mode="after")
-    def _shape(self) -> "WorkloadCfg":
-        from servedeck.campaign.capacity_keys import check_workload  # the capacity keys' rules live with the search
-        from servedeck.campaign.conversation_keys import check_workload as check_conversations
-
-        from servedeck.campaign.replay_keys import check_workload as check_replays
-
-        check_workload(self)
-        check_conversations(self)
-        check_replays(self)
+    def _shape(self) -> "_Workload":
+        wrong = misplaced(self)  # another kind's keys
+        if wrong:
+            raise ValueError(wrong)
+        KINDS[self.kind].check_entry(self)  # its own keys' rules
         if self.concurrency and self.rate:
             raise ValueError("concurrency and rate are two different load shapes: give one")
         for key in ("concurrency", "rate"):
@@ -279,6 +252,11 @@ class WorkloadCfg(_Strict):
     @property
     def title(self) -> str:
         return self.label or self.kind
+
+
+WorkloadCfg = create_model(  # type: ignore[call-overload]
+    "WorkloadCfg", __base__=_Workload, __doc__=_Workload.__doc__,
+    **{k.name: (k.type, Field(default_factory=list) if k.default == [] else k.default) for k in kind_keys().values()})
 
 
 class CampaignFile(_Strict):
@@ -327,8 +305,6 @@ class Campaign:
     @property
     def slos(self) -> dict[str, Any]:
         """[slo.NAME] tables, parsed (servedeck.slo.SloSpec by name)."""
-        from servedeck.slo import slo_of_table
-
         return {name: slo_of_table(name, table) for name, table in self.file.slo.items()}
 
     @property
@@ -399,13 +375,15 @@ def parse(text: str, path: Path) -> Campaign:
     for n in sorted({n for n in names if names.count(n) > 1}):
         problems.append(f"variants: name {n!r} is used twice (variant names must be unique)")
     if not cf.workloads:
-        problems.append("workloads: no [[workloads]]: add at least one (kind = \"chat\" or \"long-prompt\")")
-    from servedeck.campaign.capacity_keys import campaign_problems
-
-    problems += campaign_problems(cf)
-    from servedeck.campaign.replay_keys import trace_problems
-
-    problems += trace_problems(cf.workloads, path)
+        problems.append(f"workloads: no [[workloads]]: add at least one (kind = one of {', '.join(KINDS)})")
+    for name, table in cf.slo.items():  # each [slo.NAME] parses
+        try:
+            slo_of_table(name, table)
+        except UsageError as e:
+            problems.append(e.message)
+    where = Entry(base=path.parent, slos=cf.slo)
+    for i, w in enumerate(cf.workloads):  # what a kind checks across the file (a trace read whole, SLOs named)
+        problems += KINDS[w.kind].file_problems(w, i, where)
     for key in ("base", "reference"):
         ref = getattr(cf.campaign, key)
         if ref is not None and ref not in names:

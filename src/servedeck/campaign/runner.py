@@ -27,9 +27,7 @@ from typing import Any, Optional, Protocol
 from servedeck.campaign import cells as C
 from servedeck.campaign.file import Campaign, parse
 from servedeck.campaign.folder import CampaignFolder, campaigns_root, newest_unfinished
-from servedeck.campaign.outputs import compare_runs
-from servedeck.campaign.conversation_keys import spec_of as conversation_spec
-from servedeck.campaign.steps import LOCK_WAIT_S, CellNews, CellSteps, bench_spec
+from servedeck.campaign.steps import LOCK_WAIT_S, CellNews, CellSteps
 from servedeck.campaign.summary import render_markdown
 from servedeck.config import Config
 from servedeck.deck import Deck
@@ -38,9 +36,12 @@ from servedeck.errors import ConfigError, RefusedError, RunError, ServedeckError
 from servedeck.hostcpu import usable_cpus
 from servedeck.runs.folder import runs_root
 from servedeck.supervisor import process as P
+from servedeck.workloads.kinds import KINDS
+from servedeck.workloads.outputs import compare_runs
+from servedeck.workloads.shape import Entry
 
-__all__ = ["CampaignReporter", "CellNews", "LocalPlacement", "Placement", "RunOptions", "Runner", "bench_spec",
-           "plan_campaign", "run_campaign"]
+__all__ = ["CampaignReporter", "CellNews", "LocalPlacement", "Placement", "RunOptions", "Runner", "plan_campaign",
+           "run_campaign"]
 
 
 class CampaignReporter(Protocol):
@@ -226,7 +227,7 @@ class Runner:
         prior = self.folder.cell(cell.id)
         earlier = prior.get("earlier_runs", []) + prior.get("runs", [])
         self.folder.move_cell(cell.id, C.CellState.RUNNING, runs=[], earlier_runs=earlier, reason=None,
-                              signature=None, started=S.now_iso(), ended=None)
+                              signature=None, started=S.now_iso(), ended=None, not_started=None)
         t0 = time.monotonic()
         ending = C.Ending(C.CellState.DONE)
         try:
@@ -465,7 +466,7 @@ def plan_campaign(cfg: Config, camp: Campaign, inv: Any = None) -> dict[str, Any
                        "gpus": sorted(c.gpus), "cpus": sorted(c.cpus)} for c in cells],
             "variants": variants,
             "workloads": [dict(w.model_dump(exclude_none=True),  # a capacity search picks its own points
-                               points=_points(w))
+                               points=_points(w, camp))
                           for w in camp.file.workloads]}
 
 
@@ -489,15 +490,8 @@ def on_topology(cfg: Config, numa: dict[int, list[int]]) -> tuple[Config, list[s
     return replace(cfg, deck=cfg.deck.model_copy(update={"models": models})), notes
 
 
-def _points(w: Any) -> list[str]:
-    """A workload's points as the plan lists them: a capacity search picks its own (none listed here); a
-    conversations workload is one point of all its users."""
-    if w.kind == "capacity":
-        return []
-    if w.kind == "conversations":
-        return conversation_spec(w).to_json()["points"]
-    if w.kind in ("shared-prefix", "trace"):
-        from servedeck.campaign.replay_keys import spec_for
-
-        return spec_for(w, None).to_json()["points"]
-    return bench_spec(w).to_json()["points"]
+def _points(w: Any, camp: Campaign) -> list[str]:
+    """A workload's points as the plan lists them, from its kind's specs (a capacity search picks its own: none
+    listed; a conversations workload is one point of all its users)."""
+    where = Entry(base=Path(camp.path).parent, slos=camp.slos, read_files=False)
+    return [p for spec in KINDS[w.kind].from_entry(w, where) for p in spec.to_json()["points"]]

@@ -2,44 +2,38 @@
 replica) → each workload (a run folder, inheriting the gate of this launch) → the engines stopped.
 
 The runner (runner.py) decides when a cell runs and records how it ends; a placement decides where
-(this process's threads, or a Ray node). Both call these steps and neither repeats them: a new workload
-kind, gate kind or per-point sampler changes this module (and what it calls), not a placement. The
-steps report through `CellNews`, the same on a Ray node as on this host.
+(this process's threads, or a Ray node). Both call these steps and neither repeats them. A workload of any
+kind is its kind's (workloads/kinds.py: the entry's specs, run by workloads/session.py), so a new workload kind,
+gate kind or per-point sampler changes neither this module nor a placement. The steps report through
+`CellNews`, the same on a Ray node as on this host. A cell stopped before all its workloads ran (its
+cell_timeout, Ctrl-C) says which never started.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Optional, Protocol
 
 from servedeck.campaign import cells as C
 from servedeck.campaign.accuracy import campaign_gates
-from servedeck.campaign.bench import DEFAULTS, BenchSpec
-from servedeck.campaign.capacity import campaign_specs as capacity_specs, capacity as capacity_on_target
-from servedeck.campaign.conversation_keys import spec_of as conversation_spec
-from servedeck.campaign.conversations import conversations as conversations_on_target
-from servedeck.campaign.replay_keys import spec_for as replay_spec
-from servedeck.campaign.shared_prefix import shared_prefix as shared_prefix_on_target
-from servedeck.campaign.trace import trace as trace_on_target
-from servedeck.campaign.file import Campaign, WorkloadCfg
-from servedeck.campaign.reporter import QuietReporter
-from servedeck.campaign.session import Outcome, bench as bench_on_target, gate_run
-from servedeck.campaign.target import Target, layout_facts
+from servedeck.campaign.file import Campaign
 from servedeck.deck import Deck
 from servedeck.deck import launch as L
 from servedeck.deck import state as S
 from servedeck.deck.deck import settings_of
 from servedeck.errors import LaunchError, ServedeckError
 from servedeck.gates.niah import GateSpec
-from servedeck.loadgen import ClosedLoop, OpenLoop
 from servedeck.report.render import markdown
 from servedeck.runs import inventory
 from servedeck.runs.folder import RunFolder
 from servedeck.runs.read import load as load_run
 from servedeck.supervisor import process as P
-from servedeck.timeparse import seconds
+from servedeck.workloads.kinds import KINDS
+from servedeck.workloads.reporter import QuietReporter
+from servedeck.workloads.session import Outcome, gate_run, run as run_on_target
+from servedeck.workloads.shape import Entry
+from servedeck.workloads.target import Target, layout_facts
 
 LOCK_WAIT_S = 3600.0  # parallel cells queue for the deck lock while another one boots
 
@@ -52,24 +46,6 @@ class CellNews(Protocol):
     def note(self, text: str) -> None: ...  # something the user should read
     def run_made(self, cell: str, run: str) -> None: ...  # a run folder of this cell exists (its name here)
     def placed(self, cell: str, **fields: Any) -> None: ...  # where it runs: node, ray_node_id, node_gpus, attempts
-
-
-def bench_spec(w: WorkloadCfg) -> BenchSpec:
-    """A [[workloads]] entry → what `servedeck bench` would run, with the same defaults."""
-    if w.rate:
-        shapes: tuple[Any, ...] = tuple(OpenLoop(r, w.arrivals) for r in w.rate)
-    else:
-        shapes = tuple(ClosedLoop(c) for c in (w.concurrency or [1]))
-    default = DEFAULTS[w.kind]  # the same per-workload defaults as `servedeck bench`'s
-    duration_s = seconds(w.duration, "duration") if w.duration else None
-    requests = w.requests
-    if duration_s is None and requests is None:
-        duration_s, requests = default.duration_s, default.requests
-    return BenchSpec(workload=w.kind, shapes=shapes, output_tokens=w.output_tokens or default.output_tokens,
-                     input_tokens=w.input_tokens if w.kind == "chat" else None,
-                     prompt_tokens=w.prompt_tokens if w.kind == "long-prompt" else None,
-                     duration_s=duration_s, requests=requests, warmup=w.warmup, seed=w.seed,
-                     client_procs=w.client_procs)
 
 
 class CellSteps:
@@ -121,33 +97,39 @@ class CellSteps:
                 news.phase(cell.id, f"gate {gate.name}" + (f" (replica {i + 1})" if len(on) > 1 else ""))
                 _one_run(cell, news, lambda out, t=t, gate=gate: gate_run(t, gate, out))
         for k, w in enumerate(self.camp.file.workloads):
+            if stopping():  # the cell's cut-off (cell_timeout) or Ctrl-C came between two workloads
+                return self._cut_short(k, None)
             news.phase(cell.id, f"workload {w.title}")
-            if w.kind == "capacity":  # one search (one run folder) per SLO it names
-                for cspec in capacity_specs(w, self.camp.slos):
-                    news.phase(cell.id, f"workload {w.title}: {cspec.find} under {cspec.slo.name}")
-                    _one_run(cell, news, lambda out, cspec=cspec: capacity_on_target(
-                        main, cspec, gate_mode=None if needle else False, gate_spec=GateSpec(context=gate_ctx),
+            specs = KINDS[w.kind].from_entry(w, self._where(k))
+            try:
+                for spec in specs:  # a run folder each (a capacity search: one per SLO it names)
+                    if len(specs) > 1:
+                        news.phase(cell.id, f"workload {w.title}: {getattr(spec, 'label', spec.kind)}")
+                    _one_run(cell, news, lambda out, spec=spec: run_on_target(
+                        main, spec, gate_mode=None if needle else False, gate_spec=GateSpec(context=gate_ctx),
                         reporter=_PhaseReporter(news, cell.id), outcome=out))
-                continue
-            if w.kind == "conversations":  # one run folder of every user's conversation
-                _one_run(cell, news, lambda out, w=w: conversations_on_target(
-                    main, conversation_spec(w), gate_mode=None if needle else False,
-                    gate_spec=GateSpec(context=gate_ctx), reporter=_PhaseReporter(news, cell.id), outcome=out))
-                continue
-            if w.kind in ("shared-prefix", "trace"):  # one run folder each, one point of its own
-                run = shared_prefix_on_target if w.kind == "shared-prefix" else trace_on_target
-                _one_run(cell, news, lambda out, w=w, run=run: run(
-                    main, replay_spec(w, self.camp.path), gate_mode=None if needle else False,
-                    gate_spec=GateSpec(context=gate_ctx), reporter=_PhaseReporter(news, cell.id), outcome=out))
-                continue
-            spec = bench_spec(w)
-            if head.reference and k == 0:  # the fixed greedy prompts, compared with the reference variant's
-                spec = replace(spec, check_outputs=True, check_prompts=head.reference_prompts,
-                               check_tokens=head.reference_tokens)
-            _one_run(cell, news, lambda out, spec=spec: bench_on_target(
-                main, spec, gate_mode=None if needle else False, gate_spec=GateSpec(context=gate_ctx),
-                reporter=_PhaseReporter(news, cell.id), outcome=out))
+            except Exception as e:
+                if not stopping():
+                    raise
+                return self._cut_short(k + 1, e)  # stopped under this workload: its folder says how it ended
         return C.Ending(C.CellState.DONE)
+
+    def _cut_short(self, k: int, err: Optional[BaseException]) -> C.Ending:
+        """The cell was stopped with workloads k… not started: the ending names them (campaign.json keeps them
+        as `not_started`), after how the one running ended, if one was."""
+        left = [w.title for w in self.camp.file.workloads[k:]]
+        why = getattr(err, "message", None) or (f"{type(err).__name__}: {err}" if err is not None else "")
+        never = f"never started: {', '.join(left)}" if left else ""
+        return C.Ending(C.CellState.FAILED, "; ".join(x for x in (why, never) if x) or "stopped",
+                        fields={"not_started": left})
+
+    def _where(self, k: int) -> Entry:
+        """Where workload k of the campaign file is read; the first one answers the output check when the
+        campaign names a `reference` variant."""
+        head = self.camp.head
+        return Entry(base=Path(self.camp.path).parent, slos=self.camp.slos,
+                     output_check=(head.reference_prompts, head.reference_tokens) if head.reference and k == 0
+                     else None)
 
     def kill(self, cell: C.Cell) -> None:
         """Stop a cell's engines from outside its thread (timeout, Ctrl-C): their group, then the deck settles."""

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from servedeck.report.capacity import campaign_section, capacity_rows
+from servedeck.report.render import gate_cell, headline_cell
 from servedeck.runs.read import load
 
 
@@ -13,31 +14,53 @@ def _num(x: Optional[float], digits: int = 1) -> str:
     return "—" if x is None else f"{x:,.{digits}f}"
 
 
-def point_rows(doc: dict[str, Any], runs_root: Path) -> list[dict[str, Any]]:
-    """One row per measured point of every workload run of every cell, figures from requests.jsonl."""
-    rows = []
+def _workload_runs(doc: dict[str, Any], runs_root: Path) -> Iterator[tuple[dict[str, Any], str, dict[str, Any]]]:
+    """(cell, run folder name, its view) for every workload run (not a gate's) of every cell, rebuilt from its folder."""
     for cell in doc.get("cells", []):
         for run in cell.get("runs", []):
             path = runs_root / run
-            if not path.exists():
-                continue
-            view = load(path)
-            if view.get("kind") != "bench":
-                continue
-            gate = view["gate"]
-            g = gate.get("result") or {}
-            gate_txt = gate["status"] if not g.get("probes") else f"{gate['status']} {g.get('found')}/{g.get('probes')}"
-            for p in view.get("points", []):
-                f = p.get("figures") or {}
-                rows.append({"variant": cell["variant"], "cell": cell["id"], "run": run,
-                             "workload": (view.get("workload") or {}).get("workload"), "point": p.get("label"),
-                             "status": p.get("status"),
-                             "output_tok_s": f.get("output_tok_s"),
-                             "per_user_tok_s_p50": (f.get("per_user_tok_s") or {}).get("p50"),
-                             "ttft_p50_ms": (f.get("ttft_ms") or {}).get("p50"),
-                             "ok": (f.get("counts") or {}).get("ok"), "errors": (f.get("counts") or {}).get("error"),
-                             "gate": gate_txt, "replicas": [r.get("requests") for r in p.get("replicas") or []] or None})
+            if path.exists() and (view := load(path)).get("kind") == "bench":
+                yield cell, run, view
+
+
+def point_rows(doc: dict[str, Any], runs_root: Path) -> list[dict[str, Any]]:
+    """One row per measured point of every workload run of every cell, figures from requests.jsonl."""
+    rows = []
+    for cell, run, view in _workload_runs(doc, runs_root):
+        gate = view["gate"]
+        g = gate.get("result") or {}
+        gate_txt = gate["status"] if not g.get("probes") else f"{gate['status']} {g.get('found')}/{g.get('probes')}"
+        for p in view.get("points", []):
+            f = p.get("figures") or {}
+            rows.append({"variant": cell["variant"], "cell": cell["id"], "run": run,
+                         "workload": (view.get("workload") or {}).get("workload"), "point": p.get("label"),
+                         "status": p.get("status"),
+                         "output_tok_s": f.get("output_tok_s"),
+                         "per_user_tok_s_p50": (f.get("per_user_tok_s") or {}).get("p50"),
+                         "ttft_p50_ms": (f.get("ttft_ms") or {}).get("p50"),
+                         "ok": (f.get("counts") or {}).get("ok"), "errors": (f.get("counts") or {}).get("error"),
+                         "gate": gate_txt, "replicas": [r.get("requests") for r in p.get("replicas") or []] or None})
     return rows
+
+
+def stretch_rows(doc: dict[str, Any], runs_root: Path) -> list[dict[str, Any]]:
+    """One row per workload run without load points (a ramp's conversation): its figures in a line, as its kind
+    writes them for `servedeck runs` (workloads/kinds.py)."""
+    rows = []
+    for cell, run, view in _workload_runs(doc, runs_root):
+        if not view.get("points"):
+            rows.append({"variant": cell["variant"], "cell": cell["id"], "run": run,
+                         "workload": (view.get("workload") or {}).get("workload"), "status": view.get("status"),
+                         "figures": headline_cell(view), "gate": gate_cell(view)})
+    return rows
+
+
+def stretch_table(rows: list[dict[str, Any]]) -> list[str]:
+    out = ["| variant | workload | status | figures | gate |", "|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['variant']} | {r['workload']} | {r['status']} | {r['figures'].replace('|', '/')} | "
+                   f"{r['gate']} |")
+    return out
 
 
 def capacity_of(doc: dict[str, Any], runs_root: Path) -> list[dict[str, Any]]:
@@ -54,7 +77,8 @@ def status_view(doc: dict[str, Any], runs_root: Path, folder: Path) -> dict[str,
         counts[c["state"]] = counts.get(c["state"], 0) + 1
     return {"folder": str(folder), "name": doc.get("name"), "file": doc.get("file"), "model": doc.get("model"),
             "started": doc.get("started"), "updated": doc.get("updated"), "counts": counts, "cells": cells,
-            "points": point_rows(doc, runs_root), "capacity": capacity_of(doc, runs_root)}
+            "points": point_rows(doc, runs_root), "stretches": stretch_rows(doc, runs_root),
+            "capacity": capacity_of(doc, runs_root)}
 
 
 def table(rows: list[dict[str, Any]]) -> list[str]:
@@ -78,6 +102,8 @@ def status_markdown(view: dict[str, Any]) -> str:
         lines.append(f"| {c['id']} | {c['state']} | {len(c.get('runs') or [])} | {reason} |")
     if view.get("points"):
         lines += ["", *table(view["points"]), "", "A figure whose gate is not `passed` is recorded but is not a result."]
+    if view.get("stretches"):
+        lines += ["", *stretch_table(view["stretches"])]
     if view.get("capacity"):
         lines += ["", *campaign_section(view["capacity"])]
     return "\n".join(lines) + "\n"
@@ -94,6 +120,9 @@ def render_markdown(doc: dict[str, Any], runs_root: Path) -> str:
     rows = point_rows(doc, runs_root)
     if rows:
         lines += ["", "## Figures (from each run's requests.jsonl)", "", *table(rows)]
+    stretches = stretch_rows(doc, runs_root)
+    if stretches:
+        lines += ["", "## Runs without load points (a ramp's conversation)", "", *stretch_table(stretches)]
     capacity = capacity_of(doc, runs_root)
     if capacity:
         lines += ["", *campaign_section(capacity)]

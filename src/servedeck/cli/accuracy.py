@@ -9,8 +9,7 @@ from typing import Any, Optional
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from servedeck.campaign.accuracy import run_accuracy
-from servedeck.campaign.session import Outcome, measured
+from servedeck.workloads.session import Outcome, measured, run_accuracy
 from servedeck.cli.app import console, err_console, print_json
 from servedeck.config import Config
 from servedeck.errors import ServedeckError

@@ -16,7 +16,7 @@ from servedeck.campaign.accuracy import check_campaign_gate
 from servedeck.campaign.file import load as load_campaign
 from servedeck.campaign.folder import CampaignFolder, campaigns_root, find_campaign
 from servedeck.campaign.runner import RunOptions, plan_campaign, run_campaign
-from servedeck.campaign.summary import status_markdown, status_view, table
+from servedeck.campaign.summary import status_markdown, status_view, stretch_table, table
 from servedeck.cli.app import app, configured_results_dir, console, err_console, load_config, print_json
 from servedeck.errors import ConfigError, ServedeckError
 from servedeck.report.capacity import campaign_section
@@ -178,5 +178,7 @@ def _render_status(view: dict[str, Any]) -> None:
     console.print(t)
     if view["points"]:
         console.print(Markdown("\n".join(table(view["points"]))))
+    if view.get("stretches"):  # runs without load points (a ramp's conversation), a line of figures each
+        console.print(Markdown("\n".join(stretch_table(view["stretches"]))))
     if view.get("capacity"):  # per variant and SLO, with the launches' gate, and the recommendation
         console.print(Markdown("\n".join(campaign_section(view["capacity"]))))

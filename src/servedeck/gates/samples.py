@@ -5,7 +5,7 @@
     summary.json gates    {"eval": {"kind", "status", "source", "file", "spec", "result"}}
 
 `source` is "this run", or the name of the run folder (a sibling) that holds the record: a bench run
-of a launch cites every gate its launch passed or failed (campaign/session.py), the needle too.
+of a launch cites every gate its launch passed or failed (workloads/session.py), the needle too.
 Reading back (`view`, per gate; gates/kinds.py for a whole run) rescores from the lines, never from the
 summary's numbers; `combined` folds every gate into the run's gate status, so a failed one marks the
 run's points as not results, exactly where a failed needle does.

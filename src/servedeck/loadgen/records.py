@@ -87,11 +87,11 @@ class RequestRecord:
     prompt_tokens_expected: int | None = None
     prompt_index: int | None = None
     prompt_digest: str | None = None
-    # Multi-turn workloads (campaign/conversations.py): which conversation, which turn (from 1); None elsewhere,
+    # Multi-turn workloads (workloads/conversations.py): which conversation, which turn (from 1); None elsewhere,
     # and then left out of the JSON line.
     conversation: int | None = None
     turn: int | None = None
-    # The shared-prefix workload (campaign/shared_prefix.py): which group shares this prompt's prefix, and this
+    # The shared-prefix workload (workloads/shared_prefix.py): which group shares this prompt's prefix, and this
     # request's place in it (from 1: the first one finds the prefix cold); None elsewhere, and left out.
     group: int | None = None
     in_group: int | None = None

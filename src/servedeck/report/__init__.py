@@ -13,6 +13,19 @@
     build.py     writes both; copies the sources in when the report sits outside their results tree
 """
 
-from servedeck.report.render import banner, gate_cell, headline_cell, list_row, markdown
+from typing import Any
+
+_RENDER = ("banner", "gate_cell", "headline_cell", "list_row", "markdown")
+
+
+def __getattr__(name: str) -> Any:
+    # render.py is read on first use: it shows each workload kind's figures (workloads/kinds.py), and the kinds
+    # format theirs with report/text.py, which must not load every kind with this package
+    if name in _RENDER:
+        from servedeck.report import render
+
+        return getattr(render, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["banner", "gate_cell", "headline_cell", "list_row", "markdown"]

@@ -17,6 +17,7 @@ from servedeck.doctor.forensics import classify, read_log
 from servedeck.errors import RunError
 from servedeck.fsio import tail_text
 from servedeck.report.knobs import changed, config_knobs, knobs_of
+from servedeck.workloads.kinds import curve_of
 from servedeck.runs.read import load, summary_of
 
 EXCERPT_LINES = 12
@@ -47,6 +48,12 @@ class Run:
     @property
     def workload(self) -> str:
         return str((self.view.get("workload") or {}).get("workload") or "")
+
+    @property
+    def curve(self) -> Optional[str]:
+        """Where its points go: "load" (latency, Pareto, energy against load) or "length" (prefill against
+        prompt length), as its workload kind says (workloads/kinds.py)."""
+        return curve_of(self.view)
 
     @property
     def workload_key(self) -> str:
@@ -108,8 +115,9 @@ class Collection:
             out.setdefault(r.variant, []).append(r)
         return out
 
-    def bench_runs(self, workload: Optional[str] = None) -> list[Run]:
-        return [r for r in self.runs if r.kind == "bench" and (workload is None or r.workload == workload)]
+    def bench_runs(self, curve: Optional[str] = None) -> list[Run]:
+        """The runs of a workload (not a gate's), those whose points go on `curve` when given."""
+        return [r for r in self.runs if r.kind == "bench" and (curve is None or r.curve == curve)]
 
 
 def _read(path: Path) -> Run:

@@ -35,7 +35,7 @@ def energy_rows(coll: Collection) -> list[ParetoRow]:
     across repeats; points with no energy figure are left out."""
     rows = []
     for lp in load_points(coll):
-        if lp.workload == "long-prompt":
+        if lp.curve != "load":
             continue
         ys = [g["output_tokens_per_j"] for g in map(gpu_of, lp.figures)
               if isinstance(g.get("output_tokens_per_j"), (int, float))]

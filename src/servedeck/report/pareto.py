@@ -27,6 +27,7 @@ class LoadPoint:
     workload: str
     runs: list[Run]
     figures: list[dict[str, Any]]  # one per run, same order
+    curve: Optional[str] = "load"  # where its kind's points go (workloads/kinds.py): "load" or "length"
 
     def values(self, key: str, stat: str = "p50") -> list[float]:
         out = []
@@ -55,10 +56,11 @@ class ParetoRow:
         return not self.why_not
 
 
-def load_points(coll: Collection, workload: Optional[str] = None) -> list[LoadPoint]:
-    """Every measured point of every bench run, grouped across repeats by (variant, workload, label)."""
+def load_points(coll: Collection, curve: Optional[str] = None) -> list[LoadPoint]:
+    """Every measured point of every bench run (those whose kind puts them on `curve`, when given), grouped across
+    repeats by (variant, workload, label)."""
     groups: dict[tuple[str, str, str], LoadPoint] = {}
-    for run in coll.bench_runs(workload):
+    for run in coll.bench_runs(curve):
         for p in run.view.get("points") or []:
             shape = p.get("shape") or {}
             loop = shape.get("type") or "closed"
@@ -66,7 +68,8 @@ def load_points(coll: Collection, workload: Optional[str] = None) -> list[LoadPo
             key = (run.variant, run.workload, p.get("label"))
             lp = groups.get(key)
             if lp is None:
-                lp = groups[key] = LoadPoint(run.variant, str(p.get("label")), order, loop, run.workload, [], [])
+                lp = groups[key] = LoadPoint(run.variant, str(p.get("label")), order, loop, run.workload, [], [],
+                                             run.curve)
             lp.runs.append(run)
             lp.figures.append({**(p.get("figures") or {}), "_status": p.get("status")})
     return sorted(groups.values(), key=lambda lp: (list(coll.variants()).index(lp.variant), lp.loop, lp.order))
@@ -95,7 +98,7 @@ def frontier(rows: list[ParetoRow]) -> None:
 def pareto(coll: Collection) -> list[ParetoRow]:
     rows = []
     for lp in load_points(coll):
-        if lp.workload == "long-prompt":
+        if lp.curve != "load":  # prefill against length is not a point of the frontier
             continue
         tpots = lp.values("tpot_ms")
         xs = [1000.0 / t for t in tpots if t > 0]

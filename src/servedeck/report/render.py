@@ -6,13 +6,13 @@ run, or did not finish says so in its first line and in every row that shows its
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from servedeck.gates.samples import describe as describe_gates
-from servedeck.report.capacity import run_section as capacity_run
 from servedeck.report.knobs import gpu_facts
-from servedeck.report.conversations import conversations_section
-from servedeck.report.workloads import outputs_section, ramp_section, speculation_section
+from servedeck.report.text import ms, num, pct
+from servedeck.report.workloads import outputs_section, speculation_section
+from servedeck.workloads.kinds import kind_of
 
 NOT_A_RESULT = {
     "failed": "NOT A RESULT: the server failed its correctness gate",
@@ -23,37 +23,25 @@ NOT_A_RESULT = {
 }
 
 
-def ms(x: Optional[float]) -> str:
-    if x is None:
-        return "-"
-    if abs(x) >= 10_000:
-        return f"{x / 1000:.1f} s"
-    if abs(x) >= 100:
-        return f"{x:.0f} ms"
-    return f"{x:.1f} ms"
-
-
-def num(x: Optional[float], digits: int = 1) -> str:
-    if x is None:
-        return "-"
-    if abs(x) >= 1000:
-        return f"{x:,.0f}"
-    return f"{x:.{digits}f}"
-
-
-def pct(x: Optional[float]) -> str:
-    return "-" if x is None else f"{x:.1%}"
-
-
 def gate_cell(view: dict[str, Any]) -> str:
     g = view.get("gate") or {}
     status = g.get("status", "not run")
     r = g.get("result") or {}
+    cited = _cited(g)
     if g.get("accuracy"):  # accuracy gates beside (or instead of) the needle
-        return f"{status} ({describe_gates(g)})"
+        return f"{status} ({describe_gates(g)}){cited}"
     if status in ("passed", "failed") and "score" in r:
-        return f"{status} {round(r['score'], 2)} ({r.get('found')}/{r.get('probes')})"
+        return f"{status} {round(r['score'], 2)} ({r.get('found')}/{r.get('probes')}){cited}"
     return "no gate" if status == "not run" else status
+
+
+def _cited(g: dict[str, Any]) -> str:
+    """", cited from RUN" where a gate was inherited from an earlier run on the same launch (a --no-gate run stands
+    on its launch's gate: its listing must not read as if it ran one)."""
+    needle = g.get("source") if g.get("needle", g.get("status")) != "not run" else None
+    runs = {s for s in [needle, *((a.get("source") for a in (g.get("accuracy") or {}).values()))]
+            if s and s != "this run"}
+    return f", cited from {', '.join(sorted(runs))}" if runs else ""
 
 
 def banner(view: dict[str, Any]) -> str:
@@ -80,7 +68,8 @@ def banner(view: dict[str, Any]) -> str:
         extra = f" (score {round(r['score'], 2)} < {r['threshold']})" if gate == "failed" and r else ""
         lines.append(f"**{NOT_A_RESULT.get(gate, 'NOT A RESULT')}**{extra}")
     else:
-        lines.append(f"**Result**: gate passed (niah score {round(r['score'], 2)}, {r['found']}/{r['probes']})")
+        lines.append(f"**Result**: gate passed (niah score {round(r['score'], 2)}, {r['found']}/{r['probes']}"
+                     f"{_cited(view.get('gate') or {})})")
     lines += [f"**WARNING**: {w}" for w in view.get("warnings") or []]
     return "\n\n".join(lines)
 
@@ -135,62 +124,24 @@ def _accuracy_section(g: dict[str, Any]) -> list[str]:
 
 
 def _workload(view: dict[str, Any]) -> list[str]:
+    """The run's workload in a line, as its kind says it (workloads/kinds.py)."""
     w = view.get("workload") or {}
     if view.get("kind") == "gate":
         return []
-    bits = [f"workload **{w.get('workload')}**", f"points {', '.join(w.get('points') or [])}"]
-    if w.get("workload") == "ramp":
-        return ["## Workload", "", f"workload **ramp** ({w.get('content')}): {w.get('turn_tokens')} tokens a turn, "
-                f"{w.get('answer_tokens')} answer tokens, needle every {w.get('needle_every')} turns, time cap "
-                f"{w.get('time_cap_s')} s, turn timeout {w.get('turn_timeout_s')} s, stall after "
-                f"{w.get('stall_after_s')} s" + (", stop on a miss" if w.get("stop_on_miss") else "") + "."]
-    if w.get("workload") == "long-prompt":
-        bits.append(f"prompt {w.get('prompt_tokens')} tokens")
-    elif w.get("workload") == "decode":
-        bits.append(f"one fixed prompt of about {w.get('input_tokens')} tokens on /v1/completions, the same for "
-                    "the warm-up and every measured call")
-    else:
-        bits.append(f"input {w.get('input_tokens')} tokens")
-    bits.append(f"{w.get('content', 'random')} text after a unique tag")
-    bits.append(f"output {w.get('output_tokens')} tokens (ignore_eos)")
-    bits.append(f"{w['requests']} requests per point" if w.get("requests") else f"{w.get('duration_s')} s per point")
-    if w.get("workload") == "decode":
-        bits.append(f"warm-up {w.get('warmup')} per point with that same prompt")
-    else:
-        bits.append(f"warm-up {w.get('warmup')} per point (prompts distinct from the measured ones)")
-    if w.get("repeat_prompt"):
-        bits.append("**one repeated prompt (a prefix-cache demonstration, not a benchmark)**")
-    if w.get("workload") == "decode":
-        bits.append("**decode speed only: TPOT and decode tok/s; prefill (TTFT) is excluded**")
-    if w.get("slo"):
-        bits.append("SLO " + ", ".join(f"{k}={v}" for k, v in w["slo"].items() if v is not None))
-    return ["## Workload", "", "; ".join(bits) + "."]
-
-
-def _decode_figures(view: dict[str, Any], pts: list[dict[str, Any]], mark: str) -> list[str]:
-    rows = []
-    for p in pts:
-        d = p["figures"].get("decode") or {}
-        c = p["figures"]["counts"]
-        tp, rate = d.get("tpot_ms") or {}, d.get("decode_tok_s") or {}
-        name = p["label"] + ("" if p.get("status") == "ok" else f" ({p.get('status')})")
-        rows.append([name, f"{c['ok']}/{c['measured']}", f"{ms(tp.get('p50'))} / {ms(tp.get('max'))}",
-                     f"{num(rate.get('p50'))} / {num(rate.get('min'))}"])
-    return [f"## Figures{mark}", "",
-            _table(["point", "ok/measured", "TPOT p50/max", "decode tok/s p50/min"], rows), "",
-            "Decode only: TPOT = (E2E − TTFT)/(output tokens − 1) per call, decode tok/s = 1/TPOT. Prefill is "
-            "excluded: TTFT, prefill tok/s and throughput over the window include the prompt and are not "
-            "figures of this workload."]
+    kind = kind_of(view)
+    if kind is not None and kind.describe is not None:
+        return ["## Workload", "", kind.describe(w)]
+    return ["## Workload", "", f"workload **{w.get('workload')}**; points {', '.join(w.get('points') or [])}."]
 
 
 def _figures(view: dict[str, Any]) -> list[str]:
     pts = view.get("points") or []
     if not pts:
         return []
-    if (view.get("workload") or {}).get("workload") == "decode":
-        mark = "" if (view.get("gate") or {}).get("status") == "passed" else f" ({gate_cell(view)}: not a result)"
-        return _decode_figures(view, pts, mark)
     mark = "" if (view.get("gate") or {}).get("status") == "passed" else f" ({gate_cell(view)}: not a result)"
+    kind = kind_of(view)
+    if kind is not None and kind.figures is not None:  # figures of its own in place of the load-point tables
+        return kind.figures(view, mark)
     lat, thr = [], []
     for p in pts:
         f = p["figures"]
@@ -289,29 +240,26 @@ def markdown(view: dict[str, Any]) -> str:
                 str(view.get("model")), str(view.get("engine")), str(view.get("layout")), str(view.get("context")),
                 str(view.get("kind")), str(view.get("status")), str(view.get("created_at")),
                 str(view.get("finished_at"))]]), ""]
-    body = (_gate_section(view) + [""] + _workload(view) + [""] + capacity_run(view) + [""] + outputs_section(view)
+    kind = kind_of(view)
+    head_sections = kind.head_sections if kind is not None and kind.head_sections else (lambda v: [])
+    tail_sections = kind.tail_sections if kind is not None and kind.tail_sections else (lambda v: [])
+    body = (_gate_section(view) + [""] + _workload(view) + [""] + head_sections(view) + [""] + outputs_section(view)
             + [""] + _figures(view)
-            + [""] + speculation_section(view) + [""] + ramp_section(view) + [""] + conversations_section(view)
+            + [""] + speculation_section(view) + [""] + tail_sections(view)
             + [""] + _where(view))
     return "\n".join(head + body).replace("\n\n\n", "\n\n") + "\n"
 
 
 def headline_cell(view: dict[str, Any]) -> str:
-    """One line of figures for the `runs` list, per point."""
+    """One line of figures for the `runs` list: as the run's kind says it, else per point."""
+    kind = kind_of(view)
+    if kind is not None and kind.headline is not None:
+        return kind.headline(view)
     parts = []
-    r = view.get("ramp")
-    if isinstance(r, dict) and r.get("cutoff"):
-        return (f"ramp: {r.get('ok_turns')} turns to {r.get('max_context_tokens')} tokens, needle "
-                f"{r.get('needle_found')}/{r.get('needle_checks')}; stopped: {r['cutoff'].get('reason')}")
     for p in view.get("points") or []:
         h = p.get("headline") or {}
-        if view.get("workload", {}).get("workload") == "decode":
-            parts.append(f"{p['label']}: TPOT {ms(h.get('tpot_p50_ms'))}, decode {num(h.get('decode_tok_s_p50'))} tok/s")
-        elif view.get("workload", {}).get("workload") == "long-prompt":
-            parts.append(f"{p['label']}: TTFT {ms(h.get('ttft_p50_ms'))}, prefill {num(h.get('prefill_tok_s_p50'))} tok/s")
-        else:
-            parts.append(f"{p['label']}: TTFT {ms(h.get('ttft_p50_ms'))}, TPOT {ms(h.get('tpot_p50_ms'))}, "
-                         f"{num(h.get('output_tok_s'))} tok/s")
+        parts.append(f"{p['label']}: TTFT {ms(h.get('ttft_p50_ms'))}, TPOT {ms(h.get('tpot_p50_ms'))}, "
+                     f"{num(h.get('output_tok_s'))} tok/s")
         if h.get("cached_fraction"):
             parts[-1] += f", cached {pct(h['cached_fraction'])}"
     return "; ".join(parts) or "-"

@@ -269,7 +269,7 @@ def _engine_gap(p: LoadPoint, key: str = "ttft") -> Optional[float]:
 
 
 def latency(coll: Collection) -> Optional[Section]:
-    pts = [p for p in load_points(coll) if p.workload != "long-prompt"]
+    pts = [p for p in load_points(coll) if p.curve == "load"]
     if not pts:
         return None
     blocks: list[Block] = []
@@ -313,7 +313,8 @@ def latency(coll: Collection) -> Optional[Section]:
 
 
 def long_prompt(coll: Collection) -> Optional[Section]:
-    runs = coll.bench_runs("long-prompt")
+    """The runs whose kind puts its points against prompt length (workloads/kinds.py `curve`)."""
+    runs = coll.bench_runs("length")
     if not runs:
         return None
     busy = busy_hosts(coll)

@@ -1,4 +1,4 @@
-"""Sections for the workloads beyond plain load points: the ramp, speculation, identical output.
+"""Sections of a run's summary beyond its kind's: speculation (the engine's own account), identical output.
 
 Pure functions from a run's view (runs.read.load) or a comparison dict to markdown.
 """
@@ -20,34 +20,6 @@ def _n(x: Optional[float], digits: int = 1) -> str:
 
 def _p(x: Optional[float]) -> str:
     return "-" if x is None else f"{x:.1%}"
-
-
-def ramp_section(view: dict[str, Any]) -> list[str]:
-    r = view.get("ramp")
-    if not r:
-        return []
-    cut = r.get("cutoff") or {}
-    out = ["## Ramp: one conversation grown turn by turn", "",
-           f"Stopped after turn {cut.get('turn', '-')}: {cut.get('reason') or 'still running'}. "
-           f"Needle (code planted in turn 1): found {r.get('needle_found', 0)} of {r.get('needle_checks', 0)} checks. "
-           f"Largest context {r.get('max_context_tokens', '-')} tokens of {r.get('limit', '-')}.", ""]
-    rows = []
-    for ln in r.get("turns") or []:
-        needle = ln.get("needle")
-        rows.append([str(ln.get("turn")), ln.get("status", "-"), str(ln.get("context_tokens") or "-"),
-                     _n(ln.get("ttft_s"), 2), _n(ln.get("prefill_tok_s"), 0), _n(ln.get("decode_tok_s")),
-                     _p(ln.get("cached_share")),
-                     "-" if not needle else ("found" if needle.get("found") else "MISSED")])
-    if rows:
-        out += [_t(["turn", "status", "context tokens", "TTFT s", "prefill tok/s (new part)", "decode tok/s",
-                    "cached", "needle"], rows), "",
-                "Context: prompt tokens by the server's count. Prefill: tokens not served from the prefix cache / "
-                "TTFT. Decode: (answer tokens − 1) / (end − first token). Cached: the engine's own count "
-                "(usage, timings or its counters). Lines: ramp.jsonl."]
-    notes = [ln["cache_note"] for ln in r.get("turns") or [] if ln.get("cache_note")]
-    if notes:
-        out += ["", f"**Prefix cache**: {len(notes)} turn(s) did not reuse the conversation prefix ({notes[0]})."]
-    return out
 
 
 def speculation_section(view: dict[str, Any]) -> list[str]:

@@ -10,11 +10,12 @@ Beyond loadgen.stats.summarize, a point gets:
   agreement  llama.cpp only: servedeck's TTFT/TPOT against the engine's `timings` per request
   engine_agreement  engines with latency histograms on /metrics (vLLM): servedeck's TTFT/TPOT/E2E against
              the engine's own account of the same measured phase
+and then its workload kind's own (`add_figures`: workloads/shape.py's `point_figures`).
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 import numpy as np
 
@@ -189,18 +190,20 @@ def point_figures(records: list[RequestRecord], point: dict[str, Any], workload:
                                       point.get("speculation_configured"), point.get("spec_timing_fields") or {})
     if fig["speculation"] and point.get("spec_note"):
         fig["speculation"]["note"] = point["spec_note"]
-    if workload.get("workload") == "decode":
-        fig["decode"] = decode_figures(records)
     return fig
 
 
-def decode_figures(records: list[RequestRecord]) -> dict[str, Any]:
-    """The decode workload's figures: TPOT and decode tok/s per measured request, nothing of prefill."""
-    tp = [t for t in (tpot(r) for r in records if r.kind == "measured" and r.status == "ok") if t]
-    return {"tpot_ms": dist([t * 1000 for t in tp]), "decode_tok_s": dist([1 / t for t in tp]),
-            "requests": len(tp),
-            "excluded": "prefill: TTFT, prefill tok/s and rates over the window include the prompt and are "
-                        "not figures of this workload"}
+def add_figures(fig: dict[str, Any], extra: Optional[Callable[[list[RequestRecord]], tuple[dict[str, Any], dict[str, Any]]]],
+                records: list[RequestRecord]) -> dict[str, Any]:
+    """A point's figures with its kind's own (workloads/shape.py `point_figures`) added: its warnings after the
+    point's; returns the kind's additions to the point's headline."""
+    if extra is None:
+        return {}
+    more, head = extra(records)
+    more = dict(more)
+    fig["warnings"] = list(fig.get("warnings") or []) + list(more.pop("warnings", []))
+    fig.update(more)
+    return head
 
 
 def headline(fig: dict[str, Any]) -> dict[str, Any]:
@@ -212,7 +215,6 @@ def headline(fig: dict[str, Any]) -> dict[str, Any]:
     return {"ok": (fig.get("counts") or {}).get("ok"), "errors": (fig.get("counts") or {}).get("error"),
             "ttft_p50_ms": p50("ttft_ms"), "tpot_p50_ms": p50("tpot_ms"), "output_tok_s": fig.get("output_tok_s"),
             "prefill_tok_s_p50": p50("prefill_tok_s"), "cached_fraction": fig.get("cached_fraction"),
-            **({"decode_tok_s_p50": (fig["decode"]["decode_tok_s"] or {}).get("p50")} if fig.get("decode") else {}),
             # GPU energy over the measured window (telemetry/figures.py), where the GPUs were sampled
             **({"j_per_output_token": j} if (j := ((fig.get("telemetry") or {}).get("gpu") or {})
                                                 .get("j_per_output_token")) is not None else {})}

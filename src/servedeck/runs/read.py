@@ -1,8 +1,9 @@
 """Reading run folders back: find them, list them, and rebuild a run's view from its files alone.
 
 The view is summary.json's facts (what ran, where, with what) with every figure recomputed from
-requests.jsonl and every gate rescored from its record (niah.log, eval.jsonl), so a summary written by a crashed or older
-servedeck cannot show numbers its own records do not support.
+requests.jsonl (the figures of the run's workload kind too: workloads/kinds.py) and every gate rescored from its
+record (niah.log, eval.jsonl), so a summary written by a crashed or older servedeck cannot show numbers its own
+records do not support.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ from servedeck.errors import RunError
 from servedeck.fsio import read_jsonl
 from servedeck.gates.kinds import gates_view
 from servedeck.loadgen.records import RequestRecord
-from servedeck.runs.figures import headline, point_figures
-from servedeck.runs.turns import place_figures, turn_figures
+from servedeck.runs.figures import add_figures, headline, point_figures
 from servedeck.supervisor.process import alive
 from servedeck.telemetry.figures import point_telemetry, read_lines as read_telemetry
+from servedeck.workloads.kinds import kind_of
 
 RUN_FILES = ("summary.json", "requests.jsonl", "niah.log")
 
@@ -157,6 +158,7 @@ def load(path: Path) -> dict[str, Any]:
     # every gate's verdict folded into one (gates/kinds.py): any failed → not a result
     view["gate"] = gates_view(path, summary)
     workload = summary.get("workload") or {}
+    kind = kind_of(summary)  # its figures of its own (workloads/shape.py), rebuilt here from its records
     lines = read_jsonl(path / "requests.jsonl")
     by_point: dict[int, list[RequestRecord]] = {}
     bad, first_bad = 0, None
@@ -178,8 +180,9 @@ def load(path: Path) -> dict[str, Any]:
             p["status"] = "incomplete"  # the run ended while this point was being prepared or measured
         recs = by_point.get(p.get("index"), [])
         p["figures"] = point_figures(recs, p, workload)
+        more = add_figures(p["figures"], kind.point_figures if kind else None, recs)
         p["figures"]["telemetry"] = point_telemetry(telemetry.get(p.get("index"), []), p, recs)
-        p["headline"] = headline(p["figures"])
+        p["headline"] = {**headline(p["figures"]), **more}
     view["points"] = sorted(points, key=lambda p: p.get("index", 0))
     bad += lines.skipped
     view["requests"] = {"lines": len(lines) + lines.skipped, "unreadable": bad, "torn_last_line": bool(lines.torn),
@@ -188,13 +191,8 @@ def load(path: Path) -> dict[str, Any]:
     if bad:  # never silently: figures below leave these lines out
         view["warnings"].append(f"{bad} of {len(lines) + lines.skipped} lines of requests.jsonl could not be read "
                                 f"and are left out of every figure (first: {lines.first_error or first_bad})")
-    if isinstance(view.get("ramp"), dict):
-        view["ramp"] = {**view["ramp"], "turns": read_jsonl(path / "ramp.jsonl")}
-    if isinstance(view.get("conversations"), dict):  # per-turn figures, rebuilt from requests.jsonl
-        view["conversations"] = {**view["conversations"],
-                                 **turn_figures(r for rs in by_point.values() for r in rs)}
-    if isinstance(view.get("shared_prefix"), dict):
-        view["shared_prefix"] = {**view["shared_prefix"], **place_figures(r for rs in by_point.values() for r in rs)}
+    if kind is not None and kind.view is not None:
+        view.update(kind.view(path, view, [r for rs in by_point.values() for r in rs]))
     view["label"] = result_label(view)
     return view
 

@@ -1,4 +1,4 @@
-"""The hook a measured point (a bench point, a campaign cell's point, a ramp) runs inside:
+"""The hook a measured point (a bench point, a campaign cell's point, a workload's stretch) runs inside:
 `async with sampled(folder_path, target, point) as s:` starts the sampler before the point's load
 and stops it after; `s.facts` then says what was sampled, and telemetry.jsonl holds the samples."""
 
@@ -69,7 +69,7 @@ async def sampled(folder_path: Path, target: Any, point: Any) -> AsyncIterator[P
 @asynccontextmanager
 async def sampled_stretch(folder: Any, target: Any, point: str,
                           tally: Callable[[], tuple[int, int]]) -> AsyncIterator[PointSampler]:
-    """A stretch that is not a bench point (a ramp's conversation, a soak), sampled as one: its figures
+    """A stretch that is not a bench point (a ramp's conversation: workloads/ramp.py; a soak), sampled as one: its figures
     over the whole stretch (output tokens and finished requests from `tally()` once it ends) go to
     summary.json's `telemetry` ({"point", "figures", "sampler"})."""
     from servedeck.telemetry.figures import read_lines, span_telemetry
@@ -81,18 +81,6 @@ async def sampled_stretch(folder: Any, target: Any, point: str,
     tokens, requests = tally()
     fig = span_telemetry(read_lines(folder.path).get(point, []), (begin, end), tokens, requests)
     folder.update(telemetry={"point": point, "figures": fig, "sampler": sampler.facts})
-
-
-def sampled_ramp(folder: Any, target: Any) -> Any:
-    """A ramp's conversation (point "ramp"; output tokens and turns from ramp.jsonl's finished turns)."""
-    from servedeck.fsio import read_jsonl
-
-    def tally() -> tuple[int, int]:
-        f = folder.path / "ramp.jsonl"
-        turns = [t for t in read_jsonl(f) if t.get("status") == "ok"] if f.exists() else []
-        return sum(t.get("completion_tokens") or 0 for t in turns), len(turns)
-
-    return sampled_stretch(folder, target, "ramp", tally)
 
 
 def sampled_soak(folder: Any, rec: Any, records: list[dict[str, Any]]) -> Any:

@@ -18,18 +18,10 @@ import asyncio
 import random
 import time
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
-from servedeck.campaign.bench import _finish_point, _put_point
-from servedeck.campaign.conversations import QUESTION, _calibrate
-from servedeck.campaign.reporter import QuietReporter, Reporter
-from servedeck.campaign.session import (Outcome, _finish, _gate_or_inherit, _guarded, _open_run, _served_context,
-                                        check_output_cap)
-from servedeck.campaign.target import Target
-from servedeck.campaign.window import engine_window, to_run_clock
 from servedeck.config.schema import merge_request
 from servedeck.errors import ServerDied, UsageError
-from servedeck.gates.niah import GateSpec
 from servedeck.gates.server import ServerTokens
 from servedeck.loadgen import texts
 from servedeck.loadgen.api import ApiClient
@@ -38,10 +30,18 @@ from servedeck.loadgen.records import RequestRecord
 from servedeck.loadgen.texts import Content
 from servedeck.runs.folder import RunFolder
 from servedeck.runs.turns import place_figures
+from servedeck.workloads import options as O
+from servedeck.workloads.conversations import QUESTION
+from servedeck.workloads.points import finish_point, put_point
+from servedeck.workloads.reporter import Reporter
+from servedeck.workloads.shape import Key, Kind, Option
+from servedeck.workloads.target import Target
+from servedeck.workloads.window import calibrate, engine_window, keep
 
 
 @dataclass(frozen=True)
 class SharedPrefixSpec:
+    kind: ClassVar[str] = "shared-prefix"
     groups: int = 4
     group_size: int = 4  # requests per group
     prefix_tokens: int = 1024  # shared by the requests of a group
@@ -87,12 +87,12 @@ async def run_shared_prefix(spec: SharedPrefixSpec, target: Target, folder: RunF
     nonce = seeded_nonce(spec.seed, 0) if spec.seed is not None else new_nonce()
     point: dict[str, Any] = {"index": 0, "label": spec.label, "shape": {"concurrency": spec.concurrency},
                              "nonce": nonce, "status": "running"}
-    _put_point(folder, point)
+    put_point(folder, point)
     records: list[RequestRecord] = []
     async with ApiClient(target.base_url) as api:
         tokens = ServerTokens(api, target.served_name, target.engine)
         reporter.stage("shared-prefix: sizing prompts with the server's tokenizer")
-        cpt = await _calibrate(tokens, spec.content, texts.start_of(spec.content, rng), spec.prefix_tokens)
+        cpt = await calibrate(tokens, spec.content, texts.start_of(spec.content, rng), spec.prefix_tokens)
         point["prompts"] = {"sized_by": "server tokenizer, calibrated chars/token (approximate)",
                             "chars_per_token": round(cpt, 4), "content": spec.content}
         jobs: asyncio.Queue[tuple[int, int, str]] = asyncio.Queue()
@@ -114,10 +114,7 @@ async def run_shared_prefix(spec: SharedPrefixSpec, target: Target, folder: RunF
                 reply = await api.chat(body, timeout_s=spec.request_timeout_s)
                 rec = reply.record
                 rec.id, rec.kind, rec.group, rec.in_group = f"{nonce}-g{g}-r{k}", "measured", g, k
-                to_run_clock(rec, start, t_target)
-                line = rec.to_json()
-                folder.request({"point": 0, **line})
-                records.append(RequestRecord.from_json(line))
+                keep(folder, records, rec, start, t_target)
                 reporter.stage(f"group {g} request {k}: {rec.status}, cached {rec.cached_tokens}/{rec.prompt_tokens}")
 
         async with engine_window(target, folder, point) as window:
@@ -128,34 +125,24 @@ async def run_shared_prefix(spec: SharedPrefixSpec, target: Target, folder: RunF
             finally:
                 point["load"] = window.load(start)
                 folder.update(shared_prefix=place_figures(records))
-    _finish_point(folder, point, records, spec)  # type: ignore[arg-type]
+    finish_point(folder, point, records, spec.to_json())
     reporter.point_done(spec.label, point)
     if window.death is not None:
         raise ServerDied(f"{window.death} (during the shared-prefix workload, after {len(records)} requests)")
     return point
 
 
-async def shared_prefix(target: Target, spec: SharedPrefixSpec, *, gate_mode: Optional[bool] = None,
-                        gate_spec: Optional[GateSpec] = None, reporter: Optional[Reporter] = None,
-                        outcome: Optional[Outcome] = None) -> Outcome:
-    """`servedeck bench MODEL --workload shared-prefix`: gate (as bench), then every group, one run folder."""
-    outcome = outcome or Outcome(target=target)
-    reporter = reporter or QuietReporter()
-    ctx = await _served_context(target)
+def fitted(spec: SharedPrefixSpec, target: Target, ctx: int) -> SharedPrefixSpec:
     spec.check(ctx)
-    check_output_cap(target.cfg, target.name, spec.output_tokens, "--output-tokens")
-    folder, gate_spec_, inherited = _open_run(target, ctx, spec.to_json(), gate_spec or GateSpec(context=0),
-                                              gate_mode, outcome, prompt_seed=spec.seed)
+    target.check_output_cap(spec.output_tokens, "--output-tokens")
+    return spec
 
-    async def work() -> None:
-        await _gate_or_inherit(folder, target, gate_mode, gate_spec_, inherited, reporter, outcome)
-        point = await run_shared_prefix(spec, target, folder, reporter)
-        counts = point["figures"]["counts"]
-        _finish(folder, "failed" if counts["error"] else "ok",
-                f"requests failed: {counts['error']} of {counts['measured']}" if counts["error"] else None)
 
-    await _guarded(folder, work())
-    return outcome
+async def run(spec: SharedPrefixSpec, target: Target, ctx: int, folder: RunFolder, reporter: Reporter
+              ) -> Optional[str]:
+    point = await run_shared_prefix(spec, target, folder, reporter)
+    counts = point["figures"]["counts"]
+    return f"requests failed: {counts['error']} of {counts['measured']}" if counts["error"] else None
 
 
 def spec_from_options(*, groups: int, group_size: int, prefix_tokens: int, suffix_tokens: int,
@@ -173,3 +160,63 @@ def spec_from_options(*, groups: int, group_size: int, prefix_tokens: int, suffi
                             request_timeout_s=600.0 if request_timeout_s == "default" else request_timeout_s)
     spec.check(None)
     return spec
+
+
+# --- the shared prefix as a kind: options, keys, figures --------------------------------------------
+
+OPTIONS = (
+    Option("groups", ("--groups",), int, 4, "shared-prefix: groups of requests, each its own prefix"),
+    Option("group_size", ("--group-size",), int, 4, "shared-prefix: requests per group"),
+    Option("prefix_tokens", ("--prefix-tokens",), int, 1024, "shared-prefix: tokens the requests of a group share"),
+    Option("suffix_tokens", ("--suffix-tokens",), int, 64, "shared-prefix: each request's own tokens after the prefix"),
+    O.OUTPUT_TOKENS, O.CONCURRENCY, O.CONTENT, O.SEED, O.REQUEST_TIMEOUT,
+)
+SHARED_PREFIX_KEYS = ("groups", "group_size", "prefix_tokens", "suffix_tokens")
+KEYS = tuple(Key(k, Optional[int]) for k in SHARED_PREFIX_KEYS)
+
+
+def from_options(o: Any) -> SharedPrefixSpec:
+    return spec_from_options(
+        groups=o.get("groups", 4), group_size=o.get("group_size", 4), prefix_tokens=o.get("prefix_tokens", 1024),
+        suffix_tokens=o.get("suffix_tokens", 64), output_tokens=o.get("output_tokens"),
+        concurrency=O.numbers(o["concurrency"], "--concurrency") if o.get("concurrency") else None,
+        content=o.get("content"), seed=o.get("seed"), request_timeout_s=O.request_timeout(o))
+
+
+def shared_prefix_spec(w: Any) -> SharedPrefixSpec:
+    """A kind = "shared-prefix" entry → the SharedPrefixSpec `servedeck bench` would run, same defaults."""
+    d = SharedPrefixSpec()
+    return spec_from_options(groups=d.groups if w.groups is None else w.groups,
+                             group_size=d.group_size if w.group_size is None else w.group_size,
+                             prefix_tokens=d.prefix_tokens if w.prefix_tokens is None else w.prefix_tokens,
+                             suffix_tokens=d.suffix_tokens if w.suffix_tokens is None else w.suffix_tokens,
+                             output_tokens=w.output_tokens, concurrency=w.concurrency, content=None, seed=w.seed,
+                             request_timeout_s="default")
+
+
+def check_entry(w: Any) -> None:
+    if w.rate:
+        raise ValueError("a shared-prefix workload runs closed loop: drop rate (concurrency = [1])")
+    O.entry_rules(lambda: shared_prefix_spec(w), SHARED_PREFIX_KEYS + ("output_tokens", "concurrency"))
+
+
+def view(path: Any, v: dict[str, Any], records: list[RequestRecord]) -> dict[str, Any]:
+    """The first request of each group apart from the rest, rebuilt from requests.jsonl."""
+    if not isinstance(v.get("shared_prefix"), dict):
+        return {}
+    return {"shared_prefix": {**v["shared_prefix"], **place_figures(records)}}
+
+
+def describe(w: dict[str, Any]) -> str:
+    return (f"workload **shared-prefix** ({w.get('content')}): {w.get('groups')} groups of {w.get('group_size')} "
+            f"requests, each group sharing a prefix of {w.get('prefix_tokens')} tokens, each request {w.get('suffix_tokens')} "
+            f"tokens of its own, output {w.get('output_tokens')} tokens, {w.get('concurrency')} at a time.")
+
+
+KIND = Kind(
+    name="shared-prefix", help="--groups of --group-size requests sharing --prefix-tokens",
+    options=OPTIONS, from_options=from_options,
+    keys=KEYS, check_entry=check_entry, from_entry=lambda w, where: [shared_prefix_spec(w)],
+    fitted=fitted, run=run,
+    view=view, describe=describe,
+)

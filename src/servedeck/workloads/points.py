@@ -17,15 +17,14 @@ propagates as CancelledError.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from functools import partial
 from typing import Any, Callable, Iterator, Literal, Optional, Sequence
 
-
-from servedeck.campaign.reporter import Reporter
-from servedeck.campaign.stall import StallJudge
-from servedeck.campaign.target import Target
+from servedeck.workloads.reporter import Reporter
+from servedeck.workloads.stall import StallJudge
+from servedeck.workloads.target import Target
 from servedeck.engines import get_engine
 from servedeck.engines.metrics import Snapshot, metrics_snapshot_async, parse_prometheus
 from servedeck.errors import RunError, ServerDied, UsageError
@@ -38,27 +37,18 @@ from servedeck.loadgen.procs import ProcessLoadRun
 from servedeck.loadgen.prompts import TooShort, chars_per_token, seeded_nonce
 from servedeck.loadgen.schedule import shape_json
 from servedeck.loadgen.spread import Spread
-from servedeck.loadgen.texts import CONTENTS, Content
-from servedeck.runs.figures import counter_delta, headline, point_figures
+from servedeck.loadgen.stats import dist, tpot
+from servedeck.loadgen.texts import Content
+from servedeck.report.text import pct
+from servedeck.runs.figures import add_figures, counter_delta, headline, point_figures
 from servedeck.runs.folder import RunFolder
 from servedeck.telemetry.figures import of_point as point_telemetry
 from servedeck.telemetry.point import sampled
-
-Workload = Literal["chat", "long-prompt", "decode"]
-
-
-class WorkloadChoice(str, Enum):
-    """`servedeck bench --workload`: the three kinds a BenchSpec runs, the ramp (campaign/ramp.py's
-    RampSpec, also `servedeck ramp`) and the conversations (campaign/conversations.py's ConversationsSpec)."""
-
-    chat = "chat"  # --input-tokens of prompt, --output-tokens of answer, per request
-    long_prompt = "long-prompt"  # a prompt near the context
-    decode = "decode"  # one fixed prompt: decode speed only
-    ramp = "ramp"  # one conversation grown turn by turn
-    conversations = "conversations"  # many users, each a multi-turn conversation (campaign/conversations.py)
-    shared_prefix = "shared-prefix"  # groups of requests sharing a prefix (campaign/shared_prefix.py)
-    trace = "trace"  # a recorded trace replayed on its own schedule (campaign/trace.py)
-
+from servedeck.timeparse import seconds
+from servedeck.workloads import options as O
+from servedeck.workloads import outputs
+from servedeck.workloads.options import ContentChoice
+from servedeck.workloads.shape import Entry, Option
 
 class ArrivalsChoice(str, Enum):
     """`--arrivals` with `--rate`: how an open loop spaces its requests."""
@@ -67,13 +57,9 @@ class ArrivalsChoice(str, Enum):
     constant = "constant"  # evenly spaced
 
 
-# `--content`: what follows each prompt's unique tag (loadgen/texts.py says what each one is)
-ContentChoice = Enum("ContentChoice", {c: c for c in CONTENTS}, type=str)  # type: ignore[misc]
-
-
 @dataclass(frozen=True)
 class WorkloadDefaults:
-    """What `servedeck bench` uses for an option the user left out, per workload."""
+    """What `servedeck bench` uses for an option the user left out, per load-point kind."""
 
     output_tokens: int
     duration_s: Optional[float]  # a point's length when neither --duration nor --requests is given
@@ -81,20 +67,49 @@ class WorkloadDefaults:
     request_timeout_s: Optional[float]  # None: no limit (a long prefill takes minutes)
 
 
-DEFAULTS: dict[str, WorkloadDefaults] = {
-    "chat": WorkloadDefaults(output_tokens=1024, duration_s=60.0, requests=None, request_timeout_s=600.0),
-    "long-prompt": WorkloadDefaults(output_tokens=64, duration_s=None, requests=3, request_timeout_s=None),
-    "decode": WorkloadDefaults(output_tokens=256, duration_s=None, requests=3, request_timeout_s=None),
-}
+@dataclass(frozen=True)
+class PointKind:
+    """What a load-point kind changes in the machinery here: its defaults, the option that sizes its prompts,
+    whether that size fills the context (a long prompt), whether one fixed prompt on /v1/completions is sent
+    for the warm-up and every measured call (decode speed), and the figures of its own a point gets, from its
+    records ((figures, headline) added to the point's)."""
 
+    name: str
+    defaults: WorkloadDefaults
+    size_flag: str = "--input-tokens"
+    fills_context: bool = False
+    fixed_prompt: bool = False
+    figures: Optional[Callable[[list[RequestRecord]], tuple[dict[str, Any], dict[str, Any]]]] = None
+
+
+def decode_figures(records: list[RequestRecord]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The decode kind's figures: TPOT and decode tok/s per measured request, nothing of prefill."""
+    tp = [t for t in (tpot(r) for r in records if r.kind == "measured" and r.status == "ok") if t]
+    fig = {"tpot_ms": dist([t * 1000 for t in tp]), "decode_tok_s": dist([1 / t for t in tp]),
+           "requests": len(tp),
+           "excluded": "prefill: TTFT, prefill tok/s and rates over the window include the prompt and are "
+                       "not figures of this workload"}
+    return {"decode": fig}, {"decode_tok_s_p50": (fig["decode_tok_s"] or {}).get("p50")}
+
+
+# The built-in load-point kinds (their registry entries: chat.py, long_prompt.py, decode.py). A load-point
+# kind from elsewhere names its own PointKind in its spec (`BenchSpec(points=...)`).
+POINT_KINDS = {k.name: k for k in (
+    PointKind("chat", WorkloadDefaults(output_tokens=1024, duration_s=60.0, requests=None, request_timeout_s=600.0)),
+    PointKind("long-prompt", WorkloadDefaults(output_tokens=64, duration_s=None, requests=3, request_timeout_s=None),
+              size_flag="--prompt-tokens", fills_context=True),
+    PointKind("decode", WorkloadDefaults(output_tokens=256, duration_s=None, requests=3, request_timeout_s=None),
+              fixed_prompt=True, figures=decode_figures),
+)}
+DEFAULTS = {name: k.defaults for name, k in POINT_KINDS.items()}
 
 @dataclass(frozen=True)
 class BenchSpec:
-    workload: Workload
+    workload: str  # the load-point kind: chat, long-prompt, decode (POINT_KINDS) or one naming `points`
     shapes: tuple[Shape, ...]
     output_tokens: int
-    input_tokens: Optional[int] = None  # chat: prompt tokens as the server prefills them
-    prompt_tokens: Optional[int] = None  # long-prompt: same, near the context
+    input_tokens: Optional[int] = None  # prompt tokens as the server prefills them
+    prompt_tokens: Optional[int] = None  # a prompt that fills the context (long-prompt): same, near the context
     duration_s: Optional[float] = None
     requests: Optional[int] = None  # per point
     warmup: int = 1  # per point, distinct prompts
@@ -108,14 +123,24 @@ class BenchSpec:
     check_prompts: int = 8  # the output check: how many of its fixed prompts (the CLI always asks 8)
     check_tokens: int = 128  # and the answer room of each
     client_procs: int = 1  # client processes the streams are split across (one schedule for all)
+    points: Optional[PointKind] = field(default=None, compare=False, repr=False)  # None: POINT_KINDS[workload]
+
+    @property
+    def kind(self) -> str:
+        return self.workload
+
+    @property
+    def point_kind(self) -> PointKind:
+        return self.points or POINT_KINDS[self.workload]
 
     @property
     def api(self) -> str:
-        """The endpoint the requests use: decode is a plain completion (no chat template), as the seed's check."""
-        return "completions" if self.workload == "decode" else "chat"
+        """The endpoint the requests use: one fixed prompt is a plain completion (no chat template), as the
+        seed's decode check."""
+        return "completions" if self.point_kind.fixed_prompt else "chat"
 
     @classmethod
-    def from_options(cls, workload: WorkloadChoice | str, *, concurrency: Optional[Sequence[int]] = None,
+    def from_options(cls, workload: Any, *, concurrency: Optional[Sequence[int]] = None,
                      rate: Optional[Sequence[float]] = None, arrivals: ArrivalsChoice | str = "poisson",
                      input_tokens: int = 1024, output_tokens: Optional[int] = None,
                      prompt_tokens: Optional[int] = None, duration_s: Optional[float] = None,
@@ -124,37 +149,40 @@ class BenchSpec:
                      request_timeout_s: Optional[float] | Literal["default"] = "default",
                      stall_after_s: Optional[float] = 300.0, check_outputs: bool = False,
                      client_procs: int = 1) -> "BenchSpec":
-        """`servedeck bench`'s options, parsed (lists, seconds, the choices) → a checked spec. None (and
-        "default" for the request timeout, where None means no limit) takes the workload's DEFAULTS.
-        What needs the server's context (a long prompt's size, whether it fits) is checked when it is known."""
-        kind = WorkloadChoice(workload).value
-        if kind not in DEFAULTS:
-            raise ValueError(f"workload {kind!r} is not a BenchSpec's (the ramp is a RampSpec)")
+        """`servedeck bench`'s options, parsed (lists, seconds, the choices) → a checked spec. `workload`: a
+        PointKind, or a built-in one's name. None (and "default" for the request timeout, where None means no
+        limit) takes the kind's defaults. What needs the server's context (a long prompt's size, whether it
+        fits) is checked when it is known."""
+        pk = workload if isinstance(workload, PointKind) else POINT_KINDS.get(getattr(workload, "value", workload))
+        if pk is None:
+            raise ValueError(f"workload {workload!r} is not a load-point kind's (chat, long-prompt, decode): the ramp "
+                             "is a RampSpec, every other kind has a spec of its own (workloads/kinds.py)")
         if concurrency and rate:
             raise UsageError("--concurrency and --rate are two different load shapes",
                              hint="give one: --concurrency 1,4,16 (closed loop) or --rate 2,4,8 (open loop)")
         gaps = ArrivalsChoice(arrivals).value
         shapes = tuple(OpenLoop(r, gaps) for r in rate) if rate else \
             tuple(ClosedLoop(c) for c in (concurrency or [1]))  # type: ignore[arg-type]
-        default = DEFAULTS[kind]
+        default = pk.defaults
         if duration_s is None and requests is None:
             duration_s, requests = default.duration_s, default.requests
-        spec = cls(workload=kind, shapes=shapes,  # type: ignore[arg-type]
+        spec = cls(workload=pk.name, shapes=shapes,
                    output_tokens=default.output_tokens if output_tokens is None else output_tokens,
-                   input_tokens=input_tokens if kind in ("chat", "decode") else None,
-                   prompt_tokens=prompt_tokens if kind == "long-prompt" else None,
+                   input_tokens=None if pk.fills_context else input_tokens,
+                   prompt_tokens=prompt_tokens if pk.fills_context else None,
                    duration_s=duration_s, requests=requests, warmup=warmup, slo=slo,
                    repeat_prompt=repeat_prompt, seed=seed,
                    content=ContentChoice(content or "random").value,
                    request_timeout_s=default.request_timeout_s if request_timeout_s == "default"
                    else request_timeout_s,  # type: ignore[arg-type]
-                   stall_after_s=stall_after_s, check_outputs=check_outputs, client_procs=client_procs)
+                   stall_after_s=stall_after_s, check_outputs=check_outputs, client_procs=client_procs,
+                   points=None if pk.name in POINT_KINDS and POINT_KINDS[pk.name] is pk else pk)
         spec.check(None)
         return spec
 
     @property
     def prompt_size(self) -> int:
-        size = self.prompt_tokens if self.workload == "long-prompt" else self.input_tokens
+        size = self.prompt_tokens if self.point_kind.fills_context else self.input_tokens
         assert size is not None
         return size
 
@@ -163,7 +191,7 @@ class BenchSpec:
         is to fill the context (prompt_tokens None) is not sized yet and only its output is checked."""
         if not self.shapes:
             raise UsageError("no load points", hint="give --concurrency 1,4 or --rate 2,4")
-        sized = self.workload != "long-prompt" or self.prompt_tokens is not None
+        sized = not self.point_kind.fills_context or self.prompt_tokens is not None
         if self.output_tokens < 1 or (sized and self.prompt_size < 16):
             raise UsageError("prompts need at least 16 tokens and outputs at least 1",
                              hint="check --input-tokens/--prompt-tokens and --output-tokens")
@@ -179,7 +207,7 @@ class BenchSpec:
             raise UsageError(f"--warmup must be 0 or more, got {self.warmup}",
                              hint="--warmup 0 skips warm-up; warm-up prompts never repeat measured ones")
         if context and sized and self.prompt_size + self.output_tokens > context:
-            flag = "--prompt-tokens" if self.workload == "long-prompt" else "--input-tokens"
+            flag = self.point_kind.size_flag
             raise UsageError(
                 f"{self.prompt_size} prompt + {self.output_tokens} output tokens do not fit the server's "
                 f"context of {context} tokens per request",
@@ -196,7 +224,7 @@ class BenchSpec:
                                                       "e2e_ms": self.slo.e2e_ms},
                 "api": self.api, "ignore_eos": True, "client_procs": self.client_procs,
                 **({"fixed_prompt": True, "excluded": "prefill (TTFT): one fixed prompt, cached after the warm-up"}
-                   if self.workload == "decode" else {})}
+                   if self.point_kind.fixed_prompt else {})}
 
 
 def shape_label(shape: Shape) -> str:
@@ -234,7 +262,7 @@ async def _prompts(spec: BenchSpec, tokens: ServerTokens, nonce: str, reporter: 
     async def count(text: str) -> int:
         return await tokens.count_chat([{"role": "user", "content": text}])
 
-    if spec.workload == "decode":
+    if spec.point_kind.fixed_prompt:
         # One fixed prompt for warm-up and measured calls alike: only decoding is measured, so its
         # exact size does not matter (the server's prompt_tokens stay on record per request).
         text = synthetic_text(0, size, nonce=nonce, seed=spec.seed)
@@ -252,7 +280,7 @@ async def _prompts(spec: BenchSpec, tokens: ServerTokens, nonce: str, reporter: 
             n = 1 if spec.repeat_prompt else spec.requests
             measured = await sized_requests(size, out, n, count, seed=spec.seed, nonce=nonce, content=spec.content)
     except TooShort as e:  # only the server's tokenizer knows how long the tag and its chat template are
-        flag = "--prompt-tokens" if spec.workload == "long-prompt" else "--input-tokens"
+        flag = spec.point_kind.size_flag
         raise UsageError(f"{flag} {size}: on this server the prompt's unique tag and the chat template alone take "
                          f"{e.fixed} tokens", hint=f"give {flag} {e.fixed + 16} or more") from None
     if spec.requests is not None:
@@ -295,7 +323,7 @@ async def run_point(index: int, shape: Shape, spec: BenchSpec, target: Target, f
     nonce = seeded_nonce(spec.seed, index) if spec.seed is not None else new_nonce()
     point: dict[str, Any] = {"index": index, "label": label, "shape": shape_json(shape), "nonce": nonce,
                              "status": "running"}
-    _put_point(folder, point)
+    put_point(folder, point)
     watch = _Watch(target)
     records: list[RequestRecord] = []
 
@@ -321,7 +349,7 @@ async def run_point(index: int, shape: Shape, spec: BenchSpec, target: Target, f
             # With client processes the connections that matter are theirs; this one only warms up.
             await client.prewarm(min(conc or 16, 256) if spec.client_procs == 1 else max(1, len(warm)))
             if warm:
-                same = "the measured prompt" if spec.workload == "decode" else "distinct prompts"
+                same = "the measured prompt" if spec.point_kind.fixed_prompt else "distinct prompts"
                 reporter.stage(f"{label}: warm-up ({len(warm)} requests, {same})")
                 await LoadRun(client, ClosedLoop(min(len(warm), conc or 4)), [], warmup=warm,
                               on_record=on_record).run()
@@ -436,14 +464,142 @@ async def _watch_long(client: StreamingClient, judge: StallJudge, spec: BenchSpe
                 client.end(conn, verdict["detail"])
 
 
-def _finish_point(folder: RunFolder, point: dict[str, Any], records: list[RequestRecord], spec: BenchSpec) -> None:
-    point["figures"] = point_figures(records, point, spec.to_json())
+def finish_point(folder: RunFolder, point: dict[str, Any], records: list[RequestRecord], workload: dict[str, Any],
+                 extra: Optional[Callable[[list[RequestRecord]], tuple[dict[str, Any], dict[str, Any]]]] = None
+                 ) -> None:
+    """A point's figures from its records as written (runs/figures.py, and the kind's own: `extra`), its
+    telemetry and headline, into summary.json."""
+    point["figures"] = point_figures(records, point, workload)
+    more = add_figures(point["figures"], extra, records)
     point["figures"]["telemetry"] = point_telemetry(folder.path, point, records)
-    point["headline"] = headline(point["figures"])
-    _put_point(folder, point)
+    point["headline"] = {**headline(point["figures"]), **more}
+    put_point(folder, point)
 
 
-def _put_point(folder: RunFolder, point: dict[str, Any]) -> None:
+def _finish_point(folder: RunFolder, point: dict[str, Any], records: list[RequestRecord], spec: BenchSpec) -> None:
+    finish_point(folder, point, records, spec.to_json(), spec.point_kind.figures)
+
+
+def put_point(folder: RunFolder, point: dict[str, Any]) -> None:
     points = [p for p in folder.summary.get("points", []) if p.get("index") != point["index"]]
     folder.update(points=sorted(points + [point], key=lambda p: p["index"]))
 
+
+# --- a run of load points (chat, long-prompt, decode) ----------------------------------------------
+
+def fitted(spec: BenchSpec, target: Target, ctx: int) -> BenchSpec:
+    """A long prompt left unsized fills what the context leaves after the output; every rule against the context
+    and the model's output cap."""
+    if spec.point_kind.fills_context and spec.prompt_tokens is None:
+        spec = replace(spec, prompt_tokens=ctx - spec.output_tokens)
+    spec.check(ctx)
+    target.check_output_cap(spec.output_tokens, "--output-tokens")
+    return spec
+
+
+async def run(spec: BenchSpec, target: Target, ctx: int, folder: RunFolder, reporter: Reporter) -> Optional[str]:
+    """The output check when asked, then every point; the failure, if requests failed."""
+    if spec.check_outputs:
+        await outputs.check(folder, target, reporter, spec.check_prompts, spec.check_tokens)
+    for i, shape in enumerate(spec.shapes):
+        await run_point(i, shape, spec, target, folder, reporter)
+    errors = [(p["label"], p["figures"]["counts"]) for p in folder.summary["points"]
+              if p["figures"]["counts"]["error"]]
+    if not errors:
+        return None
+    first = next((w for p in folder.summary["points"] for w in p["figures"]["warnings"] if "failed" in w), "")
+    return "requests failed: " + "; ".join(f"{label}: {c['error']} of {c['measured']}" for label, c in errors) \
+        + f" ({first})"
+
+
+# --- options and keys, shared by the load-point kinds ------------------------------------------------
+
+OPTIONS = (
+    O.CONCURRENCY,
+    Option("rate", ("--rate",), Optional[str], None, "open-loop points in requests/s, e.g. 2,4,8"),
+    Option("arrivals", ("--arrivals",), ArrivalsChoice, ArrivalsChoice.poisson,
+           "with --rate: poisson (random gaps at the given mean rate) | constant (evenly spaced)"),
+    Option("input_tokens", ("--input-tokens",), int, 1024, "chat, decode: prompt tokens as the server counts them"),
+    O.OUTPUT_TOKENS,
+    Option("duration", ("--duration",), Optional[str], None, "per point, e.g. 60s (default for chat)"),
+    Option("requests", ("--requests",), Optional[int], None, "per point (long-prompt and decode default 3)"),
+    Option("warmup", ("--warmup",), int, 1, "warm-up requests per point, with their own prompts"),
+    Option("slo", ("--slo",), Optional[str], None, "goodput bounds, e.g. ttft=2s,tpot=50ms; with --find the "
+           "target, e.g. ttft_p95<=2s,tpot_p95<=50ms,itl_p99<=100ms,error_rate<=1%"),
+    Option("repeat_prompt", ("--repeat-prompt",), bool, False,
+           "send one prompt over and over: shows the prefix cache at work; not a benchmark"),
+    O.SEED, O.CONTENT, O.REQUEST_TIMEOUT, O.STALL_AFTER,
+    Option("check_outputs", ("--check-outputs",), bool, False,
+           "first answer 8 fixed prompts greedily into outputs.jsonl (see compare-outputs)"),
+    Option("client_procs", ("--client-procs",), int, 1,
+           "split the streams over N client processes (one schedule); for hosts with spare cores"),
+)
+
+
+def from_options(points: PointKind, o: Any, *, slo: bool = True) -> BenchSpec:
+    """`servedeck bench --workload NAME`'s options (as typed) → the checked spec. `slo` False: --slo is a
+    capacity search's target, not goodput bounds."""
+    if not o.get("find") and (o.get("max_load") is not None or o.get("resolution") is not None):
+        raise UsageError("--max and --resolution bound a capacity search", hint="add --find max-concurrency --slo ...")
+    return BenchSpec.from_options(
+        points, concurrency=O.numbers(o["concurrency"], "--concurrency") if o.get("concurrency") else None,
+        rate=O.numbers(o["rate"], "--rate", float) if o.get("rate") else None, arrivals=o.get("arrivals", "poisson"),
+        input_tokens=o.get("input_tokens", 1024), output_tokens=o.get("output_tokens"),
+        prompt_tokens=o.get("prompt_tokens"),
+        duration_s=seconds(o["duration"], "--duration") if o.get("duration") else None, requests=o.get("requests"),
+        warmup=o.get("warmup", 1), slo=O.goodput_slo(o.get("slo")) if slo else None,
+        repeat_prompt=bool(o.get("repeat_prompt")), seed=o.get("seed"), content=o.get("content"),
+        request_timeout_s=O.request_timeout(o), stall_after_s=O.limit(o.get("stall_after") or "5m", "--stall-after"),
+        check_outputs=bool(o.get("check_outputs")), client_procs=o.get("client_procs", 1))
+
+
+def from_entry(points: PointKind, w: Any, where: Entry) -> BenchSpec:
+    """A [[workloads]] entry → what `servedeck bench` would run, with the same defaults (and, first in a
+    campaign with a `reference`, the output check)."""
+    if w.rate:
+        shapes: tuple[Any, ...] = tuple(OpenLoop(r, w.arrivals) for r in w.rate)
+    else:
+        shapes = tuple(ClosedLoop(c) for c in (w.concurrency or [1]))
+    default = points.defaults
+    duration_s = seconds(w.duration, "duration") if w.duration else None
+    requests = w.requests
+    if duration_s is None and requests is None:
+        duration_s, requests = default.duration_s, default.requests
+    spec = BenchSpec(workload=points.name, shapes=shapes, output_tokens=w.output_tokens or default.output_tokens,
+                     input_tokens=None if points.fills_context else w.input_tokens,
+                     prompt_tokens=w.prompt_tokens if points.fills_context else None,
+                     duration_s=duration_s, requests=requests, warmup=w.warmup, seed=w.seed,
+                     client_procs=w.client_procs, points=None if POINT_KINDS.get(points.name) is points else points)
+    if where.output_check:
+        spec = replace(spec, check_outputs=True, check_prompts=where.output_check[0],
+                       check_tokens=where.output_check[1])
+    return spec
+
+
+# --- the load points for people (report/render.py shows them through each kind's entry) ---------------
+
+def describe(w: dict[str, Any], prompt: str, *, fixed: bool = False) -> str:
+    """summary.md's workload line of a load-point run; `prompt` says how its prompts are sized."""
+    bits = [f"workload **{w.get('workload')}**", f"points {', '.join(w.get('points') or [])}", prompt,
+            f"{w.get('content', 'random')} text after a unique tag", f"output {w.get('output_tokens')} tokens (ignore_eos)",
+            f"{w['requests']} requests per point" if w.get("requests") else f"{w.get('duration_s')} s per point",
+            f"warm-up {w.get('warmup')} per point with that same prompt" if fixed
+            else f"warm-up {w.get('warmup')} per point (prompts distinct from the measured ones)"]
+    if w.get("repeat_prompt"):
+        bits.append("**one repeated prompt (a prefix-cache demonstration, not a benchmark)**")
+    if fixed:
+        bits.append("**decode speed only: TPOT and decode tok/s; prefill (TTFT) is excluded**")
+    if w.get("slo"):
+        bits.append("SLO " + ", ".join(f"{k}={v}" for k, v in w["slo"].items() if v is not None))
+    return "; ".join(bits) + "."
+
+
+def headlines(view: dict[str, Any], line: Callable[[str, dict[str, Any]], str]) -> str:
+    """`servedeck runs`' figures of a run of points: `line(label, headline)` per point, the cached share after."""
+    parts = []
+    for p in view.get("points") or []:
+        h = p.get("headline") or {}
+        parts.append(line(p["label"], h))
+        if h.get("cached_fraction"):
+            parts[-1] += f", cached {pct(h['cached_fraction'])}"
+    return "; ".join(parts) or "-"

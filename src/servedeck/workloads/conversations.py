@@ -27,27 +27,26 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from dataclasses import dataclass
-from typing import Any, Literal, Optional
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar, Literal, Optional
 
-from servedeck.campaign.bench import _finish_point, _put_point
-from servedeck.campaign.reporter import QuietReporter, Reporter
-from servedeck.campaign.session import (Outcome, _finish, _gate_or_inherit, _guarded, _open_run, _served_context,
-                                        check_output_cap)
-from servedeck.campaign.target import Target
-from servedeck.campaign.window import engine_window, to_run_clock
 from servedeck.config.schema import merge_request
 from servedeck.errors import ServerDied, UsageError
-from servedeck.gates.niah import GateSpec
 from servedeck.gates.server import ServerTokens
 from servedeck.loadgen import texts
 from servedeck.loadgen.api import ApiClient
 from servedeck.loadgen.drawn import Drawn, fixed, parse_drawn
-from servedeck.loadgen.prompts import _tag, chars_per_token, new_nonce, seeded_nonce
+from servedeck.loadgen.prompts import _tag, new_nonce, seeded_nonce
 from servedeck.loadgen.records import RequestRecord
 from servedeck.loadgen.texts import Content
 from servedeck.runs.folder import RunFolder
 from servedeck.runs.turns import turn_figures
+from servedeck.workloads import options as O
+from servedeck.workloads.points import finish_point, put_point
+from servedeck.workloads.reporter import Reporter
+from servedeck.workloads.shape import Key, Kind, Option
+from servedeck.workloads.target import Target
+from servedeck.workloads.window import calibrate, engine_window, keep
 
 DEFAULT_TURN_TOKENS = 256
 QUESTION = "In one sentence, what is the text above about?"
@@ -57,6 +56,7 @@ PER_TURN_EXTRA = 24  # about what the question and the template add per user + a
 
 @dataclass(frozen=True)
 class ConversationsSpec:
+    kind: ClassVar[str] = "conversations"
     users: int = 4
     turns: int = 4
     turn_tokens: int = DEFAULT_TURN_TOKENS  # text tokens each user turn adds
@@ -71,6 +71,7 @@ class ConversationsSpec:
     turn_dist: Optional[Drawn] = None
     answer_dist: Optional[Drawn] = None
     think_dist: Optional[Drawn] = None
+    served_context: Optional[int] = None  # set once fitted to the server (`fitted`)
 
     @property
     def turn(self) -> Drawn:
@@ -120,7 +121,14 @@ class ConversationsSpec:
                 "think_time_s": self.think_time_s, "system_prompt_tokens": self.system_prompt_tokens,
                 "content": self.content, "seed": self.seed, "request_timeout_s": self.request_timeout_s,
                 "max_context": self.max_context, "warmup": 0, "api": "chat", "temperature": 0,
-                **({"drawn": drawn} if drawn else {})}
+                **({"drawn": drawn} if drawn else {}), **self._cut()}
+
+    def _cut(self) -> dict[str, Any]:
+        """Once fitted to the server: where its context will cut the conversations, as said before the first turn."""
+        if self.served_context is None:
+            return {}
+        limit = self.max_context or self.served_context
+        return {"expected_cut_turn": self.cut_turn(limit), "cut_note": cut_note(self, limit)}
 
     @property
     def label(self) -> str:
@@ -137,18 +145,6 @@ def cut_note(spec: ConversationsSpec, context: int) -> Optional[str]:
             f"context of {context} tokens; turns {t}–{spec.turns} will not be sent")
 
 
-async def _calibrate(tokens: ServerTokens, content: Content, start: int, size: int) -> float:
-    """Characters per token of this content on this server's tokenizer (chat template left out by
-    counting two lengths)."""
-    cpt = chars_per_token(content)
-    bare = await tokens.count_chat([{"role": "user", "content": ""}])
-    for _ in range(2):
-        text = texts.piece(content, start, int(size * cpt))
-        n = await tokens.count_chat([{"role": "user", "content": text}]) - bare
-        cpt = len(text) / max(n, 1)
-    return cpt
-
-
 class _Run:
     """One run's shared state: the client, the records as written, the cut-offs."""
 
@@ -162,10 +158,7 @@ class _Run:
     def keep(self, rec: RequestRecord, c: int, t: int, t_target: float) -> None:
         """The turn's record on the run's clock, written to requests.jsonl at once."""
         rec.id, rec.kind, rec.conversation, rec.turn = f"{self.nonce}-c{c}-t{t}", "measured", c, t
-        to_run_clock(rec, self.start, t_target)
-        line = rec.to_json()
-        self.folder.request({"point": 0, **line})
-        self.records.append(RequestRecord.from_json(line))
+        keep(self.folder, self.records, rec, self.start, t_target)
 
     async def converse(self, c: int, rng: random.Random) -> None:
         spec = self.spec
@@ -215,11 +208,11 @@ async def run_conversations(spec: ConversationsSpec, target: Target, context: in
     nonce = seeded_nonce(spec.seed, 0) if spec.seed is not None else new_nonce()
     point: dict[str, Any] = {"index": 0, "label": spec.label, "shape": {"conversations": spec.users},
                              "nonce": nonce, "status": "running"}
-    _put_point(folder, point)
+    put_point(folder, point)
     async with ApiClient(target.base_url) as api:
         tokens = ServerTokens(api, target.served_name, target.engine)
         reporter.stage("conversations: sizing turns with the server's tokenizer")
-        cpt = await _calibrate(tokens, spec.content, texts.start_of(spec.content, rng), spec.turn_tokens)
+        cpt = await calibrate(tokens, spec.content, texts.start_of(spec.content, rng), spec.turn_tokens)
         system = ""
         if spec.system_prompt_tokens:
             system = ("You are a careful assistant. Answer briefly. Background reading follows.\n\n"
@@ -237,41 +230,27 @@ async def run_conversations(spec: ConversationsSpec, target: Target, context: in
                 point["load"] = window.load(run.start)
                 folder.update(conversations={"cutoffs": sorted(run.cutoffs, key=lambda x: x["conversation"]),
                                              **turn_figures(run.records)})
-    _finish_point(folder, point, run.records, spec)  # type: ignore[arg-type]
+    finish_point(folder, point, run.records, spec.to_json())
     reporter.point_done(spec.label, point)
     if window.death is not None:
         raise ServerDied(f"{window.death} (during the conversations, after {len(run.records)} turns)")
     return point
 
 
-async def conversations(target: Target, spec: ConversationsSpec, *, gate_mode: Optional[bool] = None,
-                        gate_spec: Optional[GateSpec] = None, reporter: Optional[Reporter] = None,
-                        outcome: Optional[Outcome] = None) -> Outcome:
-    """`servedeck bench MODEL --workload conversations`: gate (as bench), then every conversation, one run folder."""
-    outcome = outcome or Outcome(target=target)
-    reporter = reporter or QuietReporter()
-    ctx = await _served_context(target)
+def fitted(spec: ConversationsSpec, target: Target, ctx: int) -> ConversationsSpec:
     spec.check(ctx)
-    check_output_cap(target.cfg, target.name, int(spec.answer.high), "--answer-tokens")
-    limit = spec.max_context or ctx
-    note = cut_note(spec, limit)
+    target.check_output_cap(int(spec.answer.high), "--answer-tokens")
+    return replace(spec, served_context=ctx)
+
+
+async def run(spec: ConversationsSpec, target: Target, ctx: int, folder: RunFolder, reporter: Reporter
+              ) -> Optional[str]:
+    note = cut_note(spec, spec.max_context or ctx)
     if note:
         reporter.stage(note)
-    workload = {**spec.to_json(), "expected_cut_turn": spec.cut_turn(limit), "cut_note": note}
-    folder, gate_spec_, inherited = _open_run(target, ctx, workload, gate_spec or GateSpec(context=0), gate_mode,
-                                              outcome, prompt_seed=spec.seed)
-
-    async def work() -> None:
-        await _gate_or_inherit(folder, target, gate_mode, gate_spec_, inherited, reporter, outcome)
-        point = await run_conversations(spec, target, ctx, folder, reporter)
-        counts = point["figures"]["counts"]
-        if counts["error"]:
-            _finish(folder, "failed", f"requests failed: {counts['error']} of {counts['measured']} turns")
-        else:
-            _finish(folder, "ok", None)
-
-    await _guarded(folder, work())
-    return outcome
+    point = await run_conversations(spec, target, ctx, folder, reporter)
+    counts = point["figures"]["counts"]
+    return f"requests failed: {counts['error']} of {counts['measured']} turns" if counts["error"] else None
 
 
 def spec_from_options(*, users: int, turns: int, turn_tokens: Optional[int | str], answer_tokens: int | str,
@@ -292,3 +271,117 @@ def spec_from_options(*, users: int, turns: int, turn_tokens: Optional[int | str
                              think_dist=None if think.fixed else think)
     spec.check(None)
     return spec
+
+
+# --- the conversations as a kind: options, keys, figures --------------------------------------------
+
+OPTIONS = (
+    Option("users", ("--users",), int, 4, "conversations: users talking at once"),
+    Option("turns", ("--turns",), int, 4, "conversations: turns per conversation"),
+    O.TURN_TOKENS, O.ANSWER_TOKENS, O.MAX_CONTEXT,
+    Option("think_time", ("--think-time",), str, "0", "conversations: pause between an answer and the next turn, "
+           "e.g. 2s, or drawn per turn: uniform:1s-3s, exp:2s"),
+    Option("system_prompt_tokens", ("--system-prompt-tokens",), int, 0,
+           "conversations: a system prompt of this many tokens shared by every user (0: none)"),
+    O.CONTENT, O.SEED, O.REQUEST_TIMEOUT,
+)
+KEYS = (Key("users", Optional[int]), Key("turns", Optional[int]), O.TURN_TOKENS_KEY, O.ANSWER_TOKENS_KEY,
+        Key("think_time", Optional[str]), Key("system_prompt_tokens", Optional[int]), O.MAX_CONTEXT_KEY)
+CONVERSATION_KEYS = ("users", "turns", "turn_tokens", "answer_tokens", "think_time", "system_prompt_tokens",
+                     "max_context")
+
+
+def from_options(o: Any) -> ConversationsSpec:
+    return spec_from_options(
+        users=o.get("users", 4), turns=o.get("turns", 4), turn_tokens=o.get("turn_tokens"),
+        answer_tokens=o.get("answer_tokens") or "64", think_time=o.get("think_time") or "0",
+        system_prompt_tokens=o.get("system_prompt_tokens", 0), content=o.get("content"), seed=o.get("seed"),
+        request_timeout_s=O.request_timeout(o), max_context=o.get("max_context"))
+
+
+def spec_of(w: Any) -> ConversationsSpec:
+    """A kind = "conversations" entry → the ConversationsSpec `servedeck bench` would run, same defaults."""
+    d = ConversationsSpec()
+    return spec_from_options(users=d.users if w.users is None else w.users,
+                             turns=d.turns if w.turns is None else w.turns, turn_tokens=w.turn_tokens,
+                             answer_tokens=d.answer_tokens if w.answer_tokens is None else w.answer_tokens,
+                             think_time=w.think_time or "0",
+                             system_prompt_tokens=0 if w.system_prompt_tokens is None else w.system_prompt_tokens,
+                             content=None, seed=w.seed, request_timeout_s="default", max_context=w.max_context)
+
+
+def check_entry(w: Any) -> None:
+    if w.concurrency or w.rate:
+        raise ValueError("a conversations workload's load is its users: drop concurrency/rate (users = 16)")
+    O.entry_rules(lambda: spec_of(w), CONVERSATION_KEYS)
+
+
+def view(path: Any, v: dict[str, Any], records: list[RequestRecord]) -> dict[str, Any]:
+    """Per-turn figures, rebuilt from requests.jsonl."""
+    if not isinstance(v.get("conversations"), dict):
+        return {}
+    return {"conversations": {**v["conversations"], **turn_figures(records)}}
+
+
+def _ms(x: Optional[float]) -> str:
+    return "-" if x is None else f"{x:.0f}"
+
+
+def _share(x: Optional[float]) -> str:
+    return "-" if x is None else f"{x:.0%}"
+
+
+def _tok(x: Optional[float]) -> str:
+    return "-" if x is None else f"{x:.0f}"
+
+
+def section(view: dict[str, Any]) -> list[str]:
+    c = view.get("conversations")
+    if not isinstance(c, dict):
+        return []
+    w = view.get("workload") or {}
+    head = ["turn", "turns sent", "ok", "prompt tokens p50", "cached tokens p50", "cached share",
+            "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms"]
+
+    def row(label: str, f: dict[str, Any]) -> str:
+        cells = [label, str(f.get("requests")), str(f.get("ok")), _tok(f.get("prompt_tokens_p50")),
+                 _tok(f.get("cached_tokens_p50")), _share(f.get("cached_share")), _ms(f.get("ttft_ms_p50")),
+                 _ms(f.get("ttft_ms_p99")), _ms(f.get("tpot_ms_p50"))]
+        return "| " + " | ".join(cells) + " |"
+
+    out = ["## Conversations: figures per turn", "",
+           f"{w.get('users')} users at once, {w.get('turns')} turns each: {w.get('turn_tokens')} tokens of "
+           f"{w.get('content')} a turn, {w.get('answer_tokens')} answer tokens, think time {w.get('think_time_s')} s, "
+           + (f"a shared system prompt of {w.get('system_prompt_tokens')} tokens." if w.get("system_prompt_tokens")
+              else "no system prompt."), ""]
+    if w.get("cut_note"):
+        out += [f"Said before the first request: {w['cut_note']}.", ""]
+    out += ["| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
+    out += [row(str(f["turn"]), f) for f in c.get("per_turn") or []]
+    out += [row("all", c.get("overall") or {}), "",
+            "Prompt tokens: the whole history as the server counted it. Cached: what the engine reported served "
+            "from its prefix cache (usage.prompt_tokens_details.cached_tokens, or llama.cpp's timings.cache_n); "
+            "share = Σ cached / Σ prompt tokens. Lines: requests.jsonl (conversation, turn)."]
+    stops: dict[str, int] = {}
+    for cut in c.get("cutoffs") or []:
+        stops[cut["reason"]] = stops.get(cut["reason"], 0) + 1
+    if stops:
+        out += ["", "Where the conversations stopped: " + "; ".join(f"{n} × {r}" for r, n in stops.items()) + "."]
+    return out
+
+
+def describe(w: dict[str, Any]) -> str:
+    return (f"workload **conversations** ({w.get('content')}): {w.get('users')} users at once, {w.get('turns')} turns "
+            f"each, {w.get('turn_tokens')} tokens a turn, {w.get('answer_tokens')} answer tokens, think time "
+            f"{w.get('think_time_s')} s, " + (f"a shared system prompt of {w.get('system_prompt_tokens')} tokens"
+                                              if w.get("system_prompt_tokens") else "no system prompt")
+            + (f", drawn per turn: {', '.join(w['drawn'])}" if w.get("drawn") else "") + ".")
+
+
+KIND = Kind(
+    name="conversations", help="--users at once, --turns each, the whole history every turn",
+    options=OPTIONS, from_options=from_options,
+    keys=KEYS, check_entry=check_entry, from_entry=lambda w, where: [spec_of(w)],
+    fitted=fitted, run=run,
+    view=view, describe=describe, tail_sections=section,
+)

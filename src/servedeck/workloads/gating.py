@@ -16,7 +16,7 @@ from pathlib import Path
 from time import perf_counter
 from typing import Any, Callable, Optional
 
-from servedeck.campaign.target import Target
+from servedeck.workloads.target import Target
 from servedeck.errors import RunError, ServerDied
 from servedeck.gates.kinds import KINDS, Gate, entry, records, stored
 from servedeck.runs.folder import RunFolder

@@ -1,41 +1,46 @@
-"""`gate` and `bench` from start to finish: target, run folder, gate, points, verdict, summary.
+"""Every run on one server from start to finish: target, run folder, gate, the kind's measuring, verdict, summary.
 
-Every way a run can end writes its folder's final state before the error travels on:
+    servedeck gate MODEL            → gate      (the needle into a run folder; gate_run: any gate kind)
+    servedeck bench MODEL --workload K, a campaign cell's workload, `servedeck ramp`
+                                    → run       (gate, or cite this launch's, then KINDS[spec.kind]'s run)
+
+Every kind runs the same way (workloads/kinds.py finds it by the spec's `kind`): the served context read, the
+spec fitted to it (`Kind.fitted`: refused before anything is written when it cannot run here), the run folder
+opened (named by the campaign's labels, secrets scrubbed from the log it copies), the gates of this launch
+cited or the needle run, then `Kind.run` into the folder. Every way a run can end writes its folder's final state
+before the error travels on:
     finished            status ok
-    requests failed     status failed, reason names how many and the first error
+    the kind's failure  status failed, reason as the kind said (requests failed: how many and the first error)
     server died         status failed, reason says how (exit code or signal, from the launch folder)
     Ctrl-C              status failed, reason "interrupted"; CancelledError/KeyboardInterrupt propagate
-An engine this run started (--launch) is stopped afterwards, whatever happened.
+An engine this run started (--launch) is stopped afterwards, whatever happened:
+
+    with measured(cfg, "smollm2", launch=True, outcome=out) as target:
+        asyncio.run(session.run(target, spec, outcome=out))
 """
 
 from __future__ import annotations
 
 import asyncio
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
-
-from servedeck.campaign import outputs
-from servedeck.campaign.bench import BenchSpec, run_point
-from servedeck.campaign.ramp import RampSpec, run_ramp
-from servedeck.campaign.reporter import QuietReporter, Reporter
-from servedeck.campaign.target import Target, close_target, open_target
 from servedeck.config import Config
 from servedeck.deck.deck import settings_of
-from servedeck.errors import RunError, ServedeckError, ServerDied, UsageError
-from servedeck.campaign.gating import cite_gate, run_gate_into
+from servedeck.errors import ServedeckError
 from servedeck.gates.kinds import Gate, cites, views
 from servedeck.gates.niah import GateResult, GateSpec, NeedleGate, ProbeResult
-from servedeck.gates.server import server_context
-from servedeck.loadgen.api import ApiClient
 from servedeck.report.render import markdown
 from servedeck.runs import inventory
 from servedeck.runs.folder import RunFolder, runs_root
-from servedeck.telemetry.point import sampled_ramp
-from servedeck.watch.notices import Redactor
 from servedeck.runs.read import list_runs, load, summary_of
+from servedeck.watch.notices import Redactor
+from servedeck.workloads.gating import cite_gate, run_gate_into
+from servedeck.workloads.kinds import of_spec
+from servedeck.workloads.reporter import QuietReporter, Reporter
+from servedeck.workloads.target import Target, close_target, open_target
 
 
 @dataclass
@@ -72,17 +77,6 @@ def base_summary(target: Target, context: int, kind: str, workload: dict[str, An
         "workload": workload, "gate": {"status": "pending"}, "points": [],
         **target.extra,
     }
-
-
-async def _served_context(target: Target) -> int:
-    """The context one request may fill: what the server reports, else models.toml."""
-    async with ApiClient(target.base_url) as api:
-        served = await server_context(api)
-    ctx = served or target.cfg.models[target.name].context
-    if ctx is None:
-        raise RunError(f"the server does not report its context and models.{target.name}.context is unset",
-                       hint=f"set models.{target.name}.context in models.toml")
-    return ctx
 
 
 def _fitted(target: Target, gate: Gate, served: int) -> Gate:
@@ -140,15 +134,6 @@ def _guarded(folder: RunFolder, work: Any) -> Any:
     return inner()
 
 
-def check_output_cap(cfg: Config, name: str, asked: int, flag: str) -> None:
-    """A run that asks for more output than the model's max_output_tokens is refused, not cut short:
-    its figures would describe requests it did not make."""
-    cap = cfg.models[name].max_output_tokens
-    if cap and asked > cap:
-        raise UsageError(f"{flag} {asked} is above models.{name}.max_output_tokens ({cap})",
-                         hint=f"ask for {cap} or fewer ({flag} {cap}), or raise max_output_tokens in models.toml")
-
-
 # --- gate -------------------------------------------------------------------------------------
 
 async def gate_run(target: Target, gate: Gate, outcome: Outcome,
@@ -157,7 +142,7 @@ async def gate_run(target: Target, gate: Gate, outcome: Outcome,
     """A run folder (kind "gate") of one gate of any kind, fitted to the running server: its record and its
     verdict. Ends as every run does (finished → ok; server died, Ctrl-C → failed, every scored sample kept)."""
     gate.check(target.engine)
-    ctx = await _served_context(target)
+    ctx = await target.served_context()
     gate = _fitted(target, gate, ctx)
     if on_start:
         on_start(gate)
@@ -202,11 +187,28 @@ async def gate(target: Target, spec: GateSpec, *, reporter: Optional[Reporter] =
     return outcome
 
 
-# --- bench ------------------------------------------------------------------------------------
+async def run_accuracy(target: Target, gate: Gate, *, outcome: Optional[Outcome] = None,
+                       on_sample: Optional[Callable[[dict[str, Any]], None]] = None,
+                       stage: Optional[Callable[[str], None]] = None) -> Outcome:
+    """`servedeck gate MODEL --eval …`: an accuracy gate (gates/kinds.py) into a run folder of its own, a gate run
+    like the needle's: summary.json `gates.eval` says what was asked and its verdict, eval.jsonl holds one scored
+    line per question (gates/samples.py), the lm-eval kind keeps lm-eval's own results under lm-eval/. Every later
+    run on the same launch cites this folder, so a failed accuracy gate marks their points as not results."""
+    outcome = outcome or Outcome(target=target)
+
+    def started(g: Any) -> None:
+        if stage:
+            stage(f"gate {g.name} ({g.kind}): {g.spec_json().get('path') or g.spec_json().get('task')}")
+
+    await gate_run(target, gate, outcome, on_sample, started)
+    return outcome
+
+
+# --- a workload of any kind ------------------------------------------------------------------------------------
 
 def _open_run(target: Target, ctx: int, workload: dict[str, Any], gate_spec: GateSpec, gate_mode: Optional[bool],
               outcome: Outcome, **summary: Any) -> tuple[RunFolder, GateSpec, dict[str, Path]]:
-    """The run folder a bench or a ramp writes into (named by the campaign's labels, secrets scrubbed from the
+    """The run folder a workload writes into (named by the campaign's labels, secrets scrubbed from the
     log it copies), the needle sized to the served context, and the gates already run on this launch."""
     gate_spec = NeedleGate(gate_spec).fitted(ctx, None, target.name).spec
     model = target.cfg.models[target.name]
@@ -220,35 +222,6 @@ def _open_run(target: Target, ctx: int, workload: dict[str, Any], gate_spec: Gat
     folder.scrub = Redactor.from_config(target.cfg).text
     folder.attach_launch(target.launch_dir, whole_log=target.launched)
     return folder, gate_spec, inherited
-
-
-async def _bench_async(target: Target, spec: BenchSpec, gate_mode: Optional[bool], gate_spec: GateSpec,
-                       reporter: Reporter, outcome: Outcome) -> None:
-    ctx = await _served_context(target)
-    if spec.workload == "long-prompt" and spec.prompt_tokens is None:
-        spec = replace(spec, prompt_tokens=ctx - spec.output_tokens)
-    spec.check(ctx)
-    check_output_cap(target.cfg, target.name, spec.output_tokens, "--output-tokens")
-    # prompt_seed: runs with the same one sent the same prompts (compare pairs them request by request)
-    folder, gate_spec, inherited = _open_run(target, ctx, spec.to_json(), gate_spec, gate_mode, outcome,
-                                             prompt_seed=spec.seed)
-
-    async def work() -> None:
-        await _gate_or_inherit(folder, target, gate_mode, gate_spec, inherited, reporter, outcome)
-        if spec.check_outputs:
-            await _check_outputs(folder, target, reporter, spec.check_prompts, spec.check_tokens)
-        for i, shape in enumerate(spec.shapes):
-            await run_point(i, shape, spec, target, folder, reporter)
-        errors = [(p["label"], p["figures"]["counts"]) for p in folder.summary["points"]
-                  if p["figures"]["counts"]["error"]]
-        if errors:
-            first = next((w for p in folder.summary["points"] for w in p["figures"]["warnings"] if "failed" in w), "")
-            _finish(folder, "failed", "requests failed: " + "; ".join(
-                f"{label}: {c['error']} of {c['measured']}" for label, c in errors) + f" ({first})")
-        else:
-            _finish(folder, "ok", None)
-
-    await _guarded(folder, work())
 
 
 async def _gate_or_inherit(folder: RunFolder, target: Target, gate_mode: Optional[bool], gate_spec: GateSpec,
@@ -269,60 +242,28 @@ async def _gate_or_inherit(folder: RunFolder, target: Target, gate_mode: Optiona
                        "the figures below are recorded but marked as not a result")
 
 
-# --- ramp -------------------------------------------------------------------------------------
+async def run(target: Target, spec: Any, *, gate_mode: Optional[bool] = None, gate_spec: Optional[GateSpec] = None,
+              reporter: Optional[Reporter] = None, outcome: Optional[Outcome] = None) -> Outcome:
+    """`spec` (of any kind) on `target`: gate (run, or inherited from this launch), then the kind's run, into one
+    run folder.
 
-async def _ramp_async(target: Target, spec: RampSpec, gate_mode: Optional[bool], gate_spec: GateSpec,
-                      reporter: Reporter, outcome: Outcome) -> None:
-    ctx = await _served_context(target)
-    spec.check(ctx)
-    folder, gate_spec, inherited = _open_run(target, ctx, spec.to_json(), gate_spec, gate_mode, outcome)
+    gate_mode None: reuse a gate already run on this launch, else run one; True: always run one;
+    False: run none (a gate already run on this launch is still recorded, and said to be cited).
+    """
+    outcome = outcome or Outcome(target=target)
+    reporter = reporter or QuietReporter()
+    kind = of_spec(spec)
+    ctx = await target.served_context()
+    spec = kind.fitted(spec, target, ctx)
+    # prompt_seed: runs with the same one sent the same prompts (compare pairs them request by request)
+    seed = spec.prompt_seed if hasattr(spec, "prompt_seed") else getattr(spec, "seed", None)
+    folder, gate_spec, inherited = _open_run(target, ctx, spec.to_json(), gate_spec or GateSpec(context=0), gate_mode,
+                                             outcome, prompt_seed=seed)
 
     async def work() -> None:
         await _gate_or_inherit(folder, target, gate_mode, gate_spec, inherited, reporter, outcome)
-        async with sampled_ramp(folder, target):
-            cutoff = await run_ramp(spec, target, ctx, folder, reporter)
-        reporter.stage(f"ramp stopped after turn {cutoff['turn']}: {cutoff['reason']}")
-        failed = (folder.summary.get("ramp") or {}).get("ok_turns", 0) == 0
-        _finish(folder, "failed" if failed else "ok", f"no turn finished: {cutoff['reason']}" if failed else None)
+        failed = await kind.run(spec, target, ctx, folder, reporter)
+        _finish(folder, "failed" if failed else "ok", failed)
 
     await _guarded(folder, work())
-
-
-async def ramp(target: Target, spec: RampSpec, *, gate_mode: Optional[bool] = None,
-               gate_spec: Optional[GateSpec] = None, reporter: Optional[Reporter] = None,
-               outcome: Optional[Outcome] = None) -> Outcome:
-    """`servedeck bench MODEL --workload ramp`: gate (as bench), then one conversation to its cut-off."""
-    outcome = outcome or Outcome(target=target)
-    await _ramp_async(target, spec, gate_mode, gate_spec or GateSpec(context=0), reporter or QuietReporter(),
-                      outcome)
-    return outcome
-
-
-async def _check_outputs(folder: RunFolder, target: Target, reporter: Reporter, n: int, max_tokens: int) -> None:
-    """The fixed greedy prompt set (campaign/outputs.py) into outputs.jsonl, before any load."""
-    reporter.stage(f"output check: {n} fixed prompts, temperature 0, {max_tokens} tokens")
-    folder.update(outputs={"status": "running", "file": outputs.FILE})
-    lines = await outputs.collect(target.base_url, target.served_name, target.engine, target.request,
-                                  lambda line: folder.append_jsonl(outputs.FILE, line), n=n, max_tokens=max_tokens)
-    errors = [ln["error"] for ln in lines if ln.get("error")]
-    death = target.death()
-    if death:
-        raise ServerDied(f"{death} (during the output check)")
-    folder.update(outputs={"status": "failed" if errors else "ok", "file": outputs.FILE, "prompts": len(lines),
-                           "errors": len(errors), "first_error": errors[0] if errors else None,
-                           "unit": "token" if all(ln.get("token_ids") is not None for ln in lines if not ln.get("error"))
-                           else "character", "seed": outputs.PROMPT_SEED, "max_tokens": max_tokens})
-
-
-async def bench(target: Target, spec: BenchSpec, *, gate_mode: Optional[bool] = None,
-                gate_spec: Optional[GateSpec] = None, reporter: Optional[Reporter] = None,
-                outcome: Optional[Outcome] = None) -> Outcome:
-    """`servedeck bench`: gate (run, or inherited from this launch), then every point, into one run folder.
-
-    gate_mode None: reuse a gate already run on this launch, else run one; True: always run one;
-    False: run none (a gate already run on this launch is still recorded).
-    """
-    outcome = outcome or Outcome(target=target)
-    await _bench_async(target, spec, gate_mode, gate_spec or GateSpec(context=0), reporter or QuietReporter(),
-                       outcome)
     return outcome

@@ -1,6 +1,8 @@
 """One measured stretch that is a single point of its own (conversations, shared-prefix, trace): the
-telemetry sampled through it and the engine's counters read before and after it, into the point. The bench's
-points do the same inside `bench.run_point`, with the client's own bookkeeping around it."""
+telemetry sampled through it and the engine's counters read before and after it, into the point, and the
+client's self-check over it (`Window.load`). The load points do the same inside `points.run_point`, with the
+client's own bookkeeping around it. `calibrate`: characters per token of real text on the server's tokenizer,
+which these kinds size their text with."""
 
 from __future__ import annotations
 
@@ -9,8 +11,12 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Optional
 
-from servedeck.campaign.target import Target
+from servedeck.workloads.target import Target
 from servedeck.engines.metrics import Snapshot, metrics_snapshot_async
+from servedeck.gates.server import ServerTokens
+from servedeck.loadgen import texts
+from servedeck.loadgen.prompts import chars_per_token
+from servedeck.loadgen.texts import Content
 from servedeck.loadgen.loop import current as current_loop
 from servedeck.loadgen.records import RequestRecord
 from servedeck.runs.figures import counter_delta
@@ -48,6 +54,27 @@ async def engine_window(target: Target, folder: RunFolder, point: dict[str, Any]
             point["counters"] = counter_delta(before.prefix, after.prefix)
             point["engine_histograms"] = {"before": before.histograms, "after": after.histograms}
             point["telemetry"] = telemetry.facts
+
+
+async def calibrate(tokens: ServerTokens, content: Content, start: int, size: int) -> float:
+    """Characters per token of this content on this server's tokenizer (chat template left out by
+    counting two lengths)."""
+    cpt = chars_per_token(content)
+    bare = await tokens.count_chat([{"role": "user", "content": ""}])
+    for _ in range(2):
+        text = texts.piece(content, start, int(size * cpt))
+        n = await tokens.count_chat([{"role": "user", "content": text}]) - bare
+        cpt = len(text) / max(n, 1)
+    return cpt
+
+
+def keep(folder: RunFolder, records: list[RequestRecord], rec: RequestRecord, start: float, t_target: float) -> None:
+    """A point-0 record on the run's clock, written to requests.jsonl at once and kept as written (the figures come
+    from the record as written, times rounded to the µs, so summary.json and a later `show` agree)."""
+    to_run_clock(rec, start, t_target)
+    line = rec.to_json()
+    folder.request({"point": 0, **line})
+    records.append(RequestRecord.from_json(line))
 
 
 def to_run_clock(rec: RequestRecord, start: float, t_target: float) -> None:

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from servedeck.campaign.target import Target
+from servedeck.workloads.target import Target
 from servedeck.engines import get_engine
 from servedeck.engines.metrics import read_counters
 from servedeck.loadgen.api import ApiClient
@@ -102,12 +102,17 @@ class StallWatch:
     """Watches one request task: progress ticks, its time limit, and stalls."""
 
     def __init__(self, target: Target, stall_after_s: Optional[float], timeout_s: Optional[float],
-                 on_tick: Callable[[Quiet], None], tick_s: Optional[float] = None):
+                 on_tick: Callable[[Quiet], None], tick_s: Optional[float] = None, cap_at: Optional[float] = None,
+                 cap_what: str = "the time cap"):
         self.judge = StallJudge(target, stall_after_s or float("inf"))
         self.stall_after_s = stall_after_s
         self.timeout_s = timeout_s
         self.on_tick = on_tick
-        limits = [x for x in (stall_after_s, timeout_s) if x]
+        # a deadline of the whole run (perf_counter), not of this request: passing it ends the request as
+        # "time-capped", which its caller leaves out of the figures
+        self.cap_at, self.cap_what = cap_at, cap_what
+        left = cap_at - time.perf_counter() if cap_at is not None else None
+        limits = [x for x in (stall_after_s, timeout_s, left) if x and x > 0]
         self.tick_s = tick_s or max(0.2, min([10.0] + [x / 4 for x in limits]))
 
     async def watch(self, task: "asyncio.Future[Any]", quiet: Quiet) -> Optional[dict[str, Any]]:
@@ -123,7 +128,10 @@ class StallWatch:
                 self.on_tick(quiet)
                 last_tick = now
             verdict = None
-            if self.timeout_s is not None and now - quiet.t_begin >= self.timeout_s:
+            if self.cap_at is not None and now >= self.cap_at:
+                verdict = {"status": "time-capped", "detail": f"{self.cap_what} passed during this request "
+                                                              f"({quiet.tokens} tokens had come)"}
+            elif self.timeout_s is not None and now - quiet.t_begin >= self.timeout_s:
                 verdict = {"status": "timed-out", "detail": f"no complete answer within {self.timeout_s:g} s "
                                                             f"({quiet.tokens} tokens had come)"}
             elif self.stall_after_s is not None:

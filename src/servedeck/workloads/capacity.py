@@ -1,5 +1,6 @@
-"""`servedeck bench MODEL --find max-concurrency|max-rate --slo ...`: the most load the server carries
-within an SLO, found by the search in search.py, every step an ordinary measured point of one run folder.
+"""`servedeck bench MODEL --find max-concurrency|max-rate --slo ...` (a campaign file's `kind = "capacity"`): the
+most load the server carries within an SLO, found by the search in search.py, every step an ordinary measured
+point of one run folder, of the chat or long-prompt kind.
 
     run folder/
         requests.jsonl, summary.json   every measured point, as `servedeck bench` writes them
@@ -19,21 +20,23 @@ import asyncio
 import time
 from enum import Enum
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Optional
+from typing import Any, ClassVar, Literal, Optional
 
-from servedeck.campaign import session as S
-from servedeck.campaign.bench import BenchSpec, run_point, shape_label
-from servedeck.campaign.overload import OverloadJudge
-from servedeck.campaign.reporter import QuietReporter, Reporter
-from servedeck.campaign.search import Resolution, Search, SearchOptions, parse_resolution
-from servedeck.campaign.target import Target
 from servedeck.engines import get_engine
 from servedeck.errors import UsageError
 from servedeck.fsio import atomic_write_json, read_jsonl
-from servedeck.gates.niah import GateSpec
 from servedeck.loadgen import ClosedLoop, OpenLoop, Progress, RequestRecord
+from servedeck.report.capacity import run_section
 from servedeck.runs.folder import RunFolder
 from servedeck.slo import SloSpec, judge
+from servedeck.workloads import chat, long_prompt
+from servedeck.workloads.overload import OverloadJudge
+from servedeck.workloads.points import BenchSpec, from_entry as points_from_entry, from_options as points_from_options
+from servedeck.workloads.points import fitted as points_fitted, run_point, shape_label
+from servedeck.workloads.reporter import Reporter
+from servedeck.workloads.search import Resolution, Search, SearchOptions, parse_resolution
+from servedeck.workloads.shape import Entry, Key, Kind, Option
+from servedeck.workloads.target import Target
 
 Find = Literal["max-concurrency", "max-rate"]
 FINDS = ("max-concurrency", "max-rate")
@@ -53,6 +56,7 @@ DEFAULT_MAX = {"max-concurrency": 512.0, "max-rate": 256.0}
 class CapacitySpec:
     """What to find, against which SLO, and how each step is measured (`bench`: its shapes are unused)."""
 
+    kind: ClassVar[str] = "capacity"
     find: Find
     slo: SloSpec
     bench: BenchSpec
@@ -61,6 +65,20 @@ class CapacitySpec:
     start: Optional[float] = None  # the smallest load (default 1)
     arrivals: Literal["poisson", "constant"] = "poisson"
     max_steps: int = 30
+    cap: Optional[float] = None  # once fitted to the server: the highest load the search may try
+    cap_reason: Optional[str] = None  # and what set it
+
+    @property
+    def kind_of_steps(self) -> str:
+        return self.bench.workload
+
+    @property
+    def prompt_seed(self) -> Optional[int]:
+        return self.bench.seed
+
+    @property
+    def label(self) -> str:
+        return f"{self.find} under {self.slo.name}"
 
     def check(self) -> None:
         if self.find not in FINDS:
@@ -75,10 +93,16 @@ class CapacitySpec:
             raise UsageError("--find needs the chat or long-prompt workload",
                              hint="decode's one fixed prompt measures decoding only, not a user's latency")
 
-    def to_json(self) -> dict[str, Any]:
+    def search_json(self) -> dict[str, Any]:
+        """What search.json says of the search."""
         return {"find": self.find, "slo": self.slo.to_json(), "max": self.max_load,
                 "resolution": self.resolution.text, "start": self.start or 1.0, "arrivals": self.arrivals,
                 "max_steps": self.max_steps}
+
+    def to_json(self) -> dict[str, Any]:
+        """The run's workload entry: its steps' load points, the search beside them (its cap once fitted)."""
+        cap = {"cap": self.cap, "cap_reason": self.cap_reason} if self.cap is not None else {}
+        return {**self.bench.to_json(), "points": [], "capacity": {**self.search_json(), **cap}}
 
 
 def spec_from_options(find: str, slo_text: Optional[str], bench: BenchSpec, *, max_load: Optional[float] = None,
@@ -210,7 +234,7 @@ def _mark_failed(folder: RunFolder, index: int, reason: str) -> None:
 
 def _write_search(folder: RunFolder, cspec: CapacitySpec, search: Search) -> dict[str, Any]:
     result = search.result()
-    doc = {"schema": SEARCH_SCHEMA, **cspec.to_json(), **result}
+    doc = {"schema": SEARCH_SCHEMA, **cspec.search_json(), **result}
     atomic_write_json(folder.path / SEARCH_FILE, doc)
     return doc
 
@@ -230,68 +254,126 @@ def headline(doc: dict[str, Any]) -> dict[str, Any]:
             "point": at.get("point"), "file": SEARCH_FILE}
 
 
-async def _capacity_async(target: Target, cspec: CapacitySpec, gate_mode: Optional[bool], gate_spec: GateSpec,
-                          reporter: Reporter, outcome: S.Outcome) -> None:
-    ctx = await S._served_context(target)
+def fitted(cspec: CapacitySpec, target: Target, ctx: int) -> CapacitySpec:
+    """Its steps' spec fitted as a load point's (a long prompt sized to the context), and the highest load it may
+    try, with what set it, recorded in its workload entry."""
+    cspec.check()
     spec = cspec.bench
     if not spec.shapes:  # the search picks each step's load; the spec's own list only has to pass its check
         spec = replace(spec, shapes=(ClosedLoop(1),))
-    if spec.workload == "long-prompt" and spec.prompt_tokens is None:
-        spec = replace(spec, prompt_tokens=ctx - spec.output_tokens)
-    spec.check(ctx)
-    S.check_output_cap(target.cfg, target.name, spec.output_tokens, "--output-tokens")
+    spec = points_fitted(spec, target, ctx)
     cspec = replace(cspec, bench=spec)
     cap, cap_reason = caps(cspec, target, ctx)
+    return replace(cspec, cap=cap, cap_reason=cap_reason)
+
+
+async def run(cspec: CapacitySpec, target: Target, ctx: int, folder: RunFolder, reporter: Reporter) -> Optional[str]:
+    assert cspec.cap is not None and cspec.cap_reason is not None
+    spec, cap = cspec.bench, cspec.cap
     start = min(cspec.start or 1.0, cap)
-    workload = {**spec.to_json(), "points": [], "capacity": {**cspec.to_json(), "cap": cap, "cap_reason": cap_reason}}
-    folder, gate_spec, inherited = S._open_run(target, ctx, workload, gate_spec, gate_mode, outcome,
-                                               prompt_seed=spec.seed)
-
-    async def work() -> None:
-        await S._gate_or_inherit(folder, target, gate_mode, gate_spec, inherited, reporter, outcome)
-        search = Search(SearchOptions(start=start, cap=cap, cap_reason=cap_reason, resolution=cspec.resolution,
-                                      integer=cspec.find == "max-concurrency", max_steps=cspec.max_steps))
-        index = 0
-        while (load := search.next_load()) is not None:
-            reporter.stage(f"capacity step {index + 1}: {search.why_next}")
-            judged = await measure(index, load, cspec, spec, target, folder, reporter)
-            search.tell(load, judged)
-            _write_search(folder, cspec, search)
-            reporter.stage(f"{judged['label']}: {search.steps[-1].then}")
-            index += 1
-        doc = _write_search(folder, cspec, search)
-        folder.update(capacity=headline(doc),
-                      workload={**folder.summary["workload"], "points": [p["label"] for p in folder.summary["points"]]})
-        S._finish(folder, "ok", None)
-
-    await S._guarded(folder, work())
+    search = Search(SearchOptions(start=start, cap=cap, cap_reason=cspec.cap_reason, resolution=cspec.resolution,
+                                  integer=cspec.find == "max-concurrency", max_steps=cspec.max_steps))
+    index = 0
+    while (load := search.next_load()) is not None:
+        reporter.stage(f"capacity step {index + 1}: {search.why_next}")
+        judged = await measure(index, load, cspec, spec, target, folder, reporter)
+        search.tell(load, judged)
+        _write_search(folder, cspec, search)
+        reporter.stage(f"{judged['label']}: {search.steps[-1].then}")
+        index += 1
+    doc = _write_search(folder, cspec, search)
+    folder.update(capacity=headline(doc),
+                  workload={**folder.summary["workload"], "points": [p["label"] for p in folder.summary["points"]]})
+    return None
 
 
-async def capacity(target: Target, cspec: CapacitySpec, *, gate_mode: Optional[bool] = None,
-                   gate_spec: Optional[GateSpec] = None, reporter: Optional[Reporter] = None,
-                   outcome: Optional[S.Outcome] = None) -> S.Outcome:
-    """`servedeck bench MODEL --find ...`: gate (as bench), then the search, into one run folder."""
-    outcome = outcome or S.Outcome(target=target)
-    cspec.check()
-    await _capacity_async(target, cspec, gate_mode, gate_spec or GateSpec(context=0), reporter or QuietReporter(),
-                          outcome)
-    return outcome
+# --- the capacity search as a kind: options, keys, figures --------------------------------------------
+
+KIND_NAME = "capacity"
+BASES = {p.name: p for p in (chat.POINTS, long_prompt.POINTS)}  # what a search's steps may send
+OPTIONS = (
+    Option("find", ("--find",), Optional[FindChoice], None, "max-concurrency (closed loop) | max-rate (open loop): "
+           "search for the most load within --slo; --workload says what each step sends (chat, long-prompt)"),
+    Option("max_load", ("--max",), Optional[float], None, "--find: the highest load to try (default 512 streams, "
+           "256 req/s; the engine's slots and KV cache also cap it)"),
+    Option("resolution", ("--resolution",), Optional[str], None, "--find: how close the boundary must be, 10% "
+           "(default) of the first failing load, or a step like 2"),
+)
+CAPACITY_KEYS = ("find", "slo", "max", "resolution", "start")
+KEYS = (Key("find", Optional[Literal["max-concurrency", "max-rate"]]), Key("slo", list[str], []),
+        Key("max", Optional[float]), Key("resolution", Optional[str]), Key("start", Optional[float]))
+
+
+def from_options(o: Any) -> CapacitySpec:
+    """`servedeck bench [--workload chat|long-prompt] --find ... --slo ... --max ... --resolution ...`: everything
+    checked before anything launches."""
+    find = getattr(o.get("find"), "value", o.get("find"))
+    if not find:
+        raise UsageError("--workload capacity searches for the most load within an SLO: give --find",
+                         hint="--find max-concurrency (closed loop) or --find max-rate (open loop), with --slo")
+    if o.get("concurrency") or o.get("rate"):
+        raise UsageError("--find chooses the loads itself: drop --concurrency/--rate",
+                         hint="bound the search with --max (and its step with --resolution)")
+    base = getattr(o.get("workload"), "value", o.get("workload")) or KIND_NAME
+    steps = chat.POINTS if base == KIND_NAME else BASES.get(base)
+    if steps is None:
+        raise UsageError("--find needs the chat or long-prompt workload",
+                         hint="decode's one fixed prompt measures decoding only, not a user's latency"
+                         if base == "decode" else f"each step of a search is a load point; --workload {base} sends "
+                                                  "no load points: give --workload chat or long-prompt")
+    bench = points_from_options(steps, o, slo=False)
+    return spec_from_options(find, o.get("slo"), bench, max_load=o.get("max_load"), resolution=o.get("resolution"),
+                             arrivals=getattr(o.get("arrivals"), "value", o.get("arrivals")) or "poisson")
+
+
+def check_entry(w: Any) -> None:
+    """One [[workloads]] entry's capacity keys (a ValueError names what is wrong; pydantic adds the path)."""
+    if w.find is None:
+        raise ValueError('a capacity workload says what to find: find = "max-concurrency" or "max-rate"')
+    if not w.slo:
+        raise ValueError('a capacity workload names its SLOs: slo = ["interactive"] with an [slo.interactive] table')
+    if w.concurrency or w.rate:
+        raise ValueError("a capacity workload chooses its loads itself: drop concurrency/rate (bound them with max)")
+    if w.resolution is not None:
+        try:
+            parse_resolution(w.resolution)
+        except UsageError as e:
+            raise ValueError(e.message.replace("--resolution", "resolution")) from None
+
+
+def file_problems(w: Any, i: int, where: Entry) -> list[str]:
+    """Every SLO a capacity workload names is one of the file's [slo.NAME] tables."""
+    known = ", ".join(where.slos) or "none"
+    return [f"workloads[{i}].slo: no [slo.{name}] table (tables: {known})" for name in w.slo if name not in where.slos]
 
 
 def campaign_specs(w: Any, slos: dict[str, SloSpec]) -> list[CapacitySpec]:
     """A campaign's `kind = "capacity"` workload → one search per SLO it names, each step sending chat
     requests as `servedeck bench --workload chat` would with the same keys."""
-    from servedeck.campaign.bench import DEFAULTS
-    from servedeck.timeparse import seconds
-
-    default = DEFAULTS["chat"]
-    duration_s = seconds(w.duration, "duration") if w.duration else None
-    requests = w.requests
-    if duration_s is None and requests is None:
-        duration_s, requests = default.duration_s, default.requests
-    bench = BenchSpec(workload="chat", shapes=(), output_tokens=w.output_tokens or default.output_tokens,
-                      input_tokens=w.input_tokens, duration_s=duration_s, requests=requests, warmup=w.warmup,
-                      seed=w.seed, client_procs=w.client_procs)
+    bench = replace(points_from_entry(chat.POINTS, w, Entry()), shapes=())
     return [CapacitySpec(find=w.find, slo=slos[name], bench=bench, max_load=w.max,
                          resolution=parse_resolution(w.resolution or "10%"), start=w.start, arrivals=w.arrivals)
             for name in w.slo]
+
+
+def owns(workload: Any) -> bool:
+    """A search's workload entry is its steps' (chat or long-prompt) with the search beside it."""
+    return isinstance(workload.get("capacity"), dict)
+
+
+def describe(w: dict[str, Any]) -> str:
+    """Its steps' workload line (chat or long-prompt), then the search."""
+    c = w.get("capacity") or {}
+    steps = (long_prompt.KIND if w.get("workload") == long_prompt.KIND.name else chat.KIND).describe
+    return ((steps(w) + " " if steps else "") + f"Every point is a step of a capacity search: {c.get('find')} under "
+            f"SLO {(c.get('slo') or {}).get('name')}, loads up to {c.get('cap')} ({c.get('cap_reason')}).")
+
+
+KIND = Kind(
+    name=KIND_NAME, help="the most load within an SLO (--find), each step a load point of --workload chat or "
+                          "long-prompt",
+    options=OPTIONS, from_options=from_options, takes_over="find",
+    keys=KEYS, check_entry=check_entry, file_problems=file_problems,
+    from_entry=lambda w, where: campaign_specs(w, dict(where.slos)),
+    fitted=fitted, run=run, owns=owns, describe=describe, head_sections=run_section, curve=None,
+)

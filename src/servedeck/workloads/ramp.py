@@ -16,7 +16,13 @@ ramp.jsonl the moment the turn ends:
 
 It stops at the first of: the next turn would not fit (`max_context`), the time cap, a failed,
 stalled or timed-out turn, or a needle miss with `stop_on_miss`; the cut-off and its reason go
-into summary.json.
+into summary.json. The time cap also ends a turn still in flight when it passes: that turn is kept in
+ramp.jsonl as `time-capped` and left out of the figures ("the last turn hit the run's time cap and is
+excluded", as seed 000 reported its ramp to 1M).
+
+`servedeck ramp MODEL`, `servedeck bench MODEL --workload ramp` and a campaign file's `kind = "ramp"`
+(turn_tokens, answer_tokens, max_context, needle_every, time_cap, turn_timeout, stop_on_miss, seed) run
+the same spec.
 """
 
 from __future__ import annotations
@@ -25,22 +31,29 @@ import asyncio
 import random
 import time
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
-from servedeck.campaign.reporter import Reporter
-from servedeck.campaign.stall import Quiet, StallWatch
-from servedeck.campaign.target import Target
 from servedeck.config.schema import merge_request
 from servedeck.engines.metrics import prefix_counters_async
 from servedeck.errors import UsageError
+from servedeck.fsio import read_jsonl
 from servedeck.gates.server import ServerTokens
 from servedeck.loadgen import texts
 from servedeck.loadgen.api import ApiClient
 from servedeck.loadgen.prompts import _tag, chars_per_token, fit_length, new_nonce
 from servedeck.loadgen.texts import Content
+from servedeck.report.text import table
 from servedeck.runs.folder import RunFolder
+from servedeck.telemetry.point import sampled_stretch
+from servedeck.workloads import options as O
+from servedeck.workloads.options import ContentChoice
+from servedeck.workloads.reporter import Reporter
+from servedeck.workloads.shape import Key, Kind, Option
+from servedeck.workloads.stall import Quiet, StallWatch
+from servedeck.workloads.target import Target
 
 FILE = "ramp.jsonl"
+CAPPED = "time-capped"  # a turn the run's time cap ended: kept in ramp.jsonl, left out of every figure
 NEEDLE_ANSWER_TOKENS = 32  # a needle turn's answer room at least (the gate's default answer_tokens)
 SUMMARY_Q = "In one sentence, what is the text above about?"
 NEEDLE_Q = ("What is the access code I gave you at the very start of this conversation? "
@@ -49,6 +62,7 @@ NEEDLE_Q = ("What is the access code I gave you at the very start of this conver
 
 @dataclass(frozen=True)
 class RampSpec:
+    kind: ClassVar[str] = "ramp"
     turn_tokens: int = 2000
     answer_tokens: int = 64
     max_context: Optional[int] = None  # None: what the server serves per request
@@ -168,13 +182,14 @@ def turn_line(i: int, turn: _Turn, needle: Optional[dict[str, Any]], cached_from
 
 
 def summarize(lines: list[dict[str, Any]]) -> dict[str, Any]:
-    """Ramp summary from ramp.jsonl lines (pure): TTFT and decode speed against context, needle results."""
+    """Ramp summary from ramp.jsonl lines (pure): TTFT and decode speed against context, needle results. A turn
+    the time cap ended is in the curve with its status and no figures; every count leaves it out."""
     ok = [ln for ln in lines if ln.get("status") == "ok"]
     needles = [ln["needle"] for ln in lines if ln.get("needle")]
     return {"turns": len(lines), "ok_turns": len(ok),
             "max_context_tokens": max((ln["context_tokens"] or 0 for ln in ok), default=0),
             "needle_checks": len(needles), "needle_found": sum(bool(n.get("found")) for n in needles),
-            "curve": [{"turn": ln["turn"], "context_tokens": ln["context_tokens"], "ttft_s": ln["ttft_s"],
+            "curve": [{"turn": ln["turn"], "status": ln.get("status"), "context_tokens": ln["context_tokens"], "ttft_s": ln["ttft_s"],
                        "decode_tok_s": ln["decode_tok_s"], "prefill_tok_s": ln["prefill_tok_s"],
                        "cached_share": ln["cached_share"], "needle": (ln.get("needle") or {}).get("found")}
                       for ln in lines]}
@@ -236,7 +251,9 @@ async def run_ramp(spec: RampSpec, target: Target, context: int, folder: RunFold
             quiet = Quiet()
             watch = StallWatch(target, spec.stall_after_s, spec.turn_timeout_s,
                                on_tick=lambda q, i=i: reporter.stage(
-                                   f"turn {i}: {q.tokens} tokens so far, last byte {q.since_byte():.0f} s ago"))
+                                   f"turn {i}: {q.tokens} tokens so far, last byte {q.since_byte():.0f} s ago"),
+                               cap_at=None if spec.time_cap_s is None else start + spec.time_cap_s,
+                               cap_what=f"the run's time cap of {spec.time_cap_s:g} s" if spec.time_cap_s else "")
             task = asyncio.ensure_future(stream_turn(api, body, quiet))
             verdict = await watch.watch(task, quiet)
             if verdict is not None:
@@ -262,6 +279,10 @@ async def run_ramp(spec: RampSpec, target: Target, context: int, folder: RunFold
             reporter.stage(f"turn {i}: {line['status']} context {line['context_tokens']} tokens, TTFT "
                            f"{line['ttft_s']} s, decode {_f(line['decode_tok_s'])} tok/s, cached {_pct(line['cached_share'])}"
                            + (f", needle {'found' if needle['found'] else 'MISSED'}" if needle else ""))
+            if turn.status == CAPPED:
+                cutoff = {"reason": f"time cap of {spec.time_cap_s:g} s reached during turn {i} (that turn is "
+                                    "excluded)", "turn": i - 1}
+                break
             if turn.status != "ok":
                 cutoff = {"reason": f"turn {i} {turn.status}: {turn.error}", "turn": i}
                 break
@@ -283,3 +304,147 @@ def _f(x: Optional[float]) -> str:
 
 def _pct(x: Optional[float]) -> str:
     return "-" if x is None else f"{x:.0%}"
+
+
+# --- the ramp as a kind: its options, keys, run and figures -----------------------------------------
+
+def sampled_ramp(folder: Any, target: Any) -> Any:
+    """The conversation sampled as one stretch (point "ramp"; output tokens and turns from ramp.jsonl's
+    finished turns)."""
+    def tally() -> tuple[int, int]:
+        f = folder.path / FILE
+        turns = [t for t in read_jsonl(f) if t.get("status") == "ok"] if f.exists() else []
+        return sum(t.get("completion_tokens") or 0 for t in turns), len(turns)
+
+    return sampled_stretch(folder, target, "ramp", tally)
+
+
+def fitted(spec: RampSpec, target: Target, ctx: int) -> RampSpec:
+    spec.check(ctx)
+    return spec
+
+
+async def run(spec: RampSpec, target: Target, ctx: int, folder: RunFolder, reporter: Reporter) -> Optional[str]:
+    async with sampled_ramp(folder, target):
+        cutoff = await run_ramp(spec, target, ctx, folder, reporter)
+    reporter.stage(f"ramp stopped after turn {cutoff['turn']}: {cutoff['reason']}")
+    failed = (folder.summary.get("ramp") or {}).get("ok_turns", 0) == 0
+    return f"no turn finished: {cutoff['reason']}" if failed else None
+
+
+WHOLE_HINT = "the ramp takes one value, e.g. 2000; distributions are for --workload conversations"
+OPTIONS = (
+    O.TURN_TOKENS, O.ANSWER_TOKENS, O.MAX_CONTEXT,
+    Option("needle_every", ("--needle-every",), int, 4,
+           "ramp: ask for the code planted in turn 1 every N turns (0: never)"),
+    Option("time_cap", ("--time-cap",), str, "2h", "ramp: stop after this long (a turn still running is ended and "
+                                                   "left out), or none"),
+    Option("turn_timeout", ("--turn-timeout",), str, "20m", "ramp: a turn taking longer ends the ramp, or none"),
+    Option("stop_on_miss", ("--stop-on-miss",), bool, False, "ramp: stop at the first needle missed"),
+    O.CONTENT, O.STALL_AFTER, O.SEED, O.REQUEST_TIMEOUT,
+)
+KEYS = (O.TURN_TOKENS_KEY, O.ANSWER_TOKENS_KEY, O.MAX_CONTEXT_KEY, Key("needle_every", Optional[int]),
+        Key("time_cap", Optional[str]), Key("turn_timeout", Optional[str]), Key("stop_on_miss", Optional[bool]))
+KEY_NAMES = tuple(k.name for k in KEYS)
+
+
+def from_options(o: Any) -> RampSpec:
+    """`servedeck ramp` / `bench --workload ramp`: --request-timeout, when given, bounds each turn (as it bounds
+    each request of the other kinds), else --turn-timeout."""
+    timeout = (o["request_timeout"], "--request-timeout") if o.get("request_timeout") else \
+        (o.get("turn_timeout") or "20m", "--turn-timeout")
+    spec = RampSpec(turn_tokens=2000 if o.get("turn_tokens") is None else O.whole(o["turn_tokens"], "--turn-tokens",
+                                                                                   WHOLE_HINT),
+                    answer_tokens=O.whole(o.get("answer_tokens") or "64", "--answer-tokens", WHOLE_HINT),
+                    max_context=o.get("max_context"), needle_every=o.get("needle_every", 4),
+                    time_cap_s=O.limit(o.get("time_cap") or "2h", "--time-cap"), turn_timeout_s=O.limit(*timeout),
+                    stop_on_miss=bool(o.get("stop_on_miss")), content=ContentChoice(o.get("content") or "prose").value,
+                    stall_after_s=O.limit(o.get("stall_after") or "5m", "--stall-after"), seed=o.get("seed"))
+    spec.check(None)  # what needs no server, before any launch; the context is checked once it is known
+    return spec
+
+
+def spec_of(w: Any) -> RampSpec:
+    """A kind = "ramp" entry → the RampSpec `servedeck ramp` would run, with the same defaults."""
+    return from_options({"turn_tokens": w.turn_tokens, "answer_tokens": w.answer_tokens, "max_context": w.max_context,
+                         "needle_every": 4 if w.needle_every is None else w.needle_every, "time_cap": w.time_cap,
+                         "turn_timeout": w.turn_timeout, "stop_on_miss": w.stop_on_miss, "seed": w.seed})
+
+
+def check_entry(w: Any) -> None:
+    if w.concurrency or w.rate:
+        raise ValueError("a ramp grows one conversation: drop concurrency/rate")
+    O.entry_rules(lambda: spec_of(w), KEY_NAMES)
+
+
+def describe(w: dict[str, Any]) -> str:
+    return (f"workload **ramp** ({w.get('content')}): {w.get('turn_tokens')} tokens a turn, "
+            f"{w.get('answer_tokens')} answer tokens, needle every {w.get('needle_every')} turns, time cap "
+            f"{w.get('time_cap_s')} s, turn timeout {w.get('turn_timeout_s')} s, stall after "
+            f"{w.get('stall_after_s')} s" + (", stop on a miss" if w.get("stop_on_miss") else "") + ".")
+
+
+def _n(x: Optional[float], digits: int = 1) -> str:
+    return "-" if x is None else f"{x:,.{digits}f}"
+
+
+def _p(x: Optional[float]) -> str:
+    return "-" if x is None else f"{x:.1%}"
+
+
+def section(view: dict[str, Any]) -> list[str]:
+    r = view.get("ramp")
+    if not r:
+        return []
+    cut = r.get("cutoff") or {}
+    out = ["## Ramp: one conversation grown turn by turn", "",
+           f"Stopped after turn {cut.get('turn', '-')}: {cut.get('reason') or 'still running'}. "
+           f"Needle (code planted in turn 1): found {r.get('needle_found', 0)} of {r.get('needle_checks', 0)} checks. "
+           f"Largest context {r.get('max_context_tokens', '-')} tokens of {r.get('limit', '-')}.", ""]
+    rows = []
+    for ln in r.get("turns") or []:
+        needle = ln.get("needle")
+        rows.append([str(ln.get("turn")), ln.get("status", "-"), str(ln.get("context_tokens") or "-"),
+                     _n(ln.get("ttft_s"), 2), _n(ln.get("prefill_tok_s"), 0), _n(ln.get("decode_tok_s")),
+                     _p(ln.get("cached_share")),
+                     "-" if not needle else ("found" if needle.get("found") else "MISSED")])
+    if rows:
+        out += [table(["turn", "status", "context tokens", "TTFT s", "prefill tok/s (new part)", "decode tok/s",
+                       "cached", "needle"], rows), "",
+                "Context: prompt tokens by the server's count. Prefill: tokens not served from the prefix cache / "
+                "TTFT. Decode: (answer tokens − 1) / (end − first token). Cached: the engine's own count "
+                "(usage, timings or its counters). Lines: ramp.jsonl."]
+    capped = [ln for ln in r.get("turns") or [] if ln.get("status") == CAPPED]
+    if capped:
+        out += ["", f"Turn {capped[-1].get('turn')} hit the run's time cap and is excluded from every figure."]
+    notes = [ln["cache_note"] for ln in r.get("turns") or [] if ln.get("cache_note")]
+    if notes:
+        out += ["", f"**Prefix cache**: {len(notes)} turn(s) did not reuse the conversation prefix ({notes[0]})."]
+    return out
+
+
+def headline(view: dict[str, Any]) -> str:
+    r = view.get("ramp")
+    if not isinstance(r, dict) or not r.get("cutoff"):
+        return "-"
+    return (f"ramp: {r.get('ok_turns')} turns to {r.get('max_context_tokens')} tokens, needle "
+            f"{r.get('needle_found')}/{r.get('needle_checks')}; stopped: {r['cutoff'].get('reason')}")
+
+
+def view(path: Any, v: dict[str, Any], records: list[Any]) -> dict[str, Any]:
+    """ramp.jsonl's turns beside the summary's tally."""
+    if not isinstance(v.get("ramp"), dict):
+        return {}
+    return {"ramp": {**v["ramp"], "turns": read_jsonl(path / FILE)}}
+
+
+KIND = Kind(
+    name="ramp", help="one conversation grown turn by turn to its cut-off, as `servedeck ramp`",
+    options=OPTIONS, from_options=from_options,
+    keys=KEYS, check_entry=check_entry, from_entry=lambda w, where: [spec_of(w)],
+    fitted=fitted, run=run,
+    command=("ramp", "Grow one conversation with MODEL turn by turn to its cut-off (context, time cap, a missed "
+                     "needle), after the gate, recorded as a run folder: the same run as `servedeck bench MODEL "
+                     "--workload ramp`."),
+    view=view, describe=describe, tail_sections=section, headline=headline,
+)

@@ -17,7 +17,9 @@ from servedeck.deck.deck import describe_exit
 from servedeck.engines import get_engine
 from servedeck.deck.records import LaunchState, LiveRecord
 from servedeck.engines.base import Endpoint
-from servedeck.errors import RunError
+from servedeck.errors import RunError, UsageError
+from servedeck.gates.server import server_context
+from servedeck.loadgen.api import ApiClient
 from servedeck.runs import inventory
 from servedeck.supervisor import process as P
 from servedeck.supervisor import ready as R
@@ -87,6 +89,24 @@ class Target:
     @property
     def server(self) -> Endpoint:
         return replace(self.record.endpoint, request=self.request)
+
+    async def served_context(self) -> int:
+        """The context one request may fill: what the server reports, else models.toml."""
+        async with ApiClient(self.base_url) as api:
+            served = await server_context(api)
+        ctx = served or self.cfg.models[self.name].context
+        if ctx is None:
+            raise RunError(f"the server does not report its context and models.{self.name}.context is unset",
+                           hint=f"set models.{self.name}.context in models.toml")
+        return ctx
+
+    def check_output_cap(self, asked: int, flag: str) -> None:
+        """A run that asks for more output than the model's max_output_tokens is refused, not cut short:
+        its figures would describe requests it did not make."""
+        cap = self.cfg.models[self.name].max_output_tokens
+        if cap and asked > cap:
+            raise UsageError(f"{flag} {asked} is above models.{self.name}.max_output_tokens ({cap})",
+                             hint=f"ask for {cap} or fewer ({flag} {cap}), or raise max_output_tokens in models.toml")
 
     def death(self) -> Optional[str]:
         """None while the engine (every replica) lives; otherwise how one ended, as its launch folder records it."""
