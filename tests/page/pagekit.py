@@ -30,10 +30,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from servedeck.campaign import BenchSpec
-from servedeck.workloads.capacity import CapacitySpec, capacity
+from servedeck.workloads.points import BenchSpec
+from servedeck.workloads.capacity import CapacitySpec
 from servedeck.workloads.search import Resolution
-from servedeck.workloads.session import Outcome, bench, gate, measured
+from servedeck.workloads.session import Outcome, gate, measured, run as bench
 from servedeck.deck import Deck
 from servedeck.errors import LaunchError
 from servedeck.gates import GateSpec
@@ -246,7 +246,7 @@ def make_history(tmp: Path) -> History:
         bench_next = out.folder
         cspec = CapacitySpec(find="max-concurrency", slo=parse_slo("ttft_p50<=60s,error_rate<=0%"),
                              bench=BenchSpec(shapes=(), **CHAT), max_load=2, resolution=Resolution(absolute=1))
-        run_loop(capacity(target, cspec, gate_spec=GATE, outcome=out))  # cites the bench's gate
+        run_loop(bench(target, cspec, gate_spec=GATE, outcome=out))  # cites the bench's gate
         capacity_run = out.folder
     os.kill(rec.engine_pid, signal.SIGSEGV)
     _wait(lambda: not alive(rec.pid), 30, "the shim to record the engine's end")

@@ -10,8 +10,8 @@ import pytest
 
 from pagekit import cli, page_json, TEST_MARK, SESSION
 from ports import starter_toml
-from servedeck.campaign import BenchSpec
-from servedeck.workloads.session import Outcome, bench, measured
+from servedeck.workloads.points import BenchSpec
+from servedeck.workloads.session import Outcome, measured, run as bench
 from servedeck.deck import Deck
 from servedeck.init import default_locations
 from servedeck.loadgen import ClosedLoop
