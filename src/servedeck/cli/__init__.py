@@ -12,6 +12,9 @@ from servedeck.errors import ServedeckError
 
 # Importing a module registers its commands on `root_app`.
 from servedeck.cli import campaign, campaigns, cluster, deck, doctor, door, page, report, watch  # noqa: E402
+from servedeck.cli.panels import arrange  # noqa: E402
+
+arrange(root_app)  # the help in the order of a user's day (cli/panels.py)
 
 __all__ = ["campaign", "campaigns", "cluster", "deck", "doctor", "door", "main", "page", "report", "watch"]
 

@@ -18,7 +18,7 @@ from servedeck.modelsfile import load
 app = typer.Typer(
     name="servedeck",
     help="Run LLM inference servers on your own GPUs, and measure them honestly.",
-    no_args_is_help=True,
+    invoke_without_command=True,  # `servedeck` alone: the help, then what to do first (_root)
     add_completion=False,
     pretty_exceptions_enable=False,
 )
@@ -32,11 +32,18 @@ class Ctx:
 
 @app.callback()
 def _root(
+    ctx: typer.Context,
     config: Optional[str] = typer.Option(
         None, "--config", "-c", envvar="SERVEDECK_CONFIG", help="models.toml to use (default: ./models.toml, then $SERVEDECK_HOME/models.toml)"
     ),
 ) -> None:
     Ctx.config_path = config
+    if ctx.invoked_subcommand is None:
+        from servedeck.cli.panels import first_step
+
+        console.print(ctx.get_help())
+        console.print(Text("\nWhat to do first: ", style="bold") + Text(first_step(paths.config_file(config).exists())))
+        raise typer.Exit(0)
 
 
 def load_config() -> Config:
