@@ -144,6 +144,9 @@ def test_a_model_that_cannot_fit_gets_503_naming_the_holder(door, monkeypatch):
     inv = Inventory(available=True, driver_version="570.0", gpus=(Gpu(
         index=0, name="NVIDIA H200", uuid="GPU-0", pci_bus_id="0000:01:00.0", memory_total=total,
         memory_used=held, memory_free=total - held, processes=(GpuProcess(live["engine_pid"] or live["pid"], held),)),))
+    # the deck's start reads NVML once through servedeck.gpu.inventory (the fit check and the PCI ids of
+    # the crash record share it); the fit module's own default is faked too for any path that uses it
+    monkeypatch.setattr("servedeck.gpu.inventory", lambda: inv)
     monkeypatch.setattr("servedeck.gpu.fit.inventory", lambda: inv)
     r = door.client.post("/v1/chat/completions", json={"model": "gemma-side", "messages": CHAT})
     assert r.status_code == 503, r.text

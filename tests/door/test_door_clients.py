@@ -93,15 +93,22 @@ def test_guidellm_runs_a_benchmark_through_the_door_offline(door, engines_ready,
     assert p.returncode == 0, f"guidellm exited {p.returncode}:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
     doc = json.loads(out.read_text())
     [bench] = doc["benchmarks"]
-    assert bench["scheduler_state"]["successful_requests"] == 6 and bench["scheduler_state"]["errored_requests"] == 0
+    state = bench["scheduler_state"]
+    lost = {k: [{f: q.get(f) for f in ("request_id", "info", "output_tokens", "output")} for q in v]
+            for k, v in bench["requests"].items() if k != "successful" and v}
+    # guidellm's own scheduler may cancel the last request in flight when its max_requests constraint
+    # fires (CI once saw 5 successful, on 2 busy cores; guidellm's worker marks it "Request was
+    # cancelled"): a request guidellm cancelled is not the door's fault, one that errored is
+    assert state["errored_requests"] == 0 and not bench["requests"].get("errored"), (state, lost)
     done = bench["requests"]["successful"]
-    assert len(done) == 6 and not bench["requests"]["errored"]
+    assert len(done) == state["successful_requests"] >= 5, (state, lost)
+    assert state["successful_requests"] + state.get("cancelled_requests", 0) >= 6, (state, lost)
     for q in done:  # the engine's own answers: 16 tokens each (SmolLM2's tokenizer), streamed, timed
         assert q["output_tokens"] == 16 and q["prompt_tokens"] > 0 and q["time_to_first_token_ms"] > 0, q
         assert q["response_id"].startswith("chatcmpl-") and q["output"]
     assert door.client.get("/health", params={"model": "smollm2"}).status_code == 200
     ttft = bench["metrics"]["time_to_first_token_ms"]["successful"]
-    print(f"\nguidellm through the door: 6/6 requests, TTFT median {ttft['median']:.0f} ms, "
+    print(f"\nguidellm through the door: {len(done)}/6 requests, TTFT median {ttft['median']:.0f} ms, "
           f"{bench['duration']:.1f} s in all")
 
 
