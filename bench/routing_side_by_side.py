@@ -287,6 +287,21 @@ def diff(after: list[dict[str, Any]], before: list[dict[str, Any]], key: str) ->
     return [None if a.get(key) is None or b.get(key) is None else a[key] - b[key] for a, b in zip(after, before)]
 
 
+def settled_counters(replicas: Any, before: list[dict[str, Any]], answered: int,
+                     wait_s: float = 10.0) -> list[dict[str, Any]]:
+    """The replicas' counters once they account for the `answered` requests the client saw end. An engine
+    counts a request after its last chunk has gone out (llama.cpp writes its `slot release` line then, and
+    through the deck that line reaches the launch's log by the shim), so a read at once can miss the last
+    one (seen as 3 of 4 on a busy 2-core box). Polls up to `wait_s`; past it, what the engines say."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        after = replicas.counters()
+        served = diff(after, before, "requests_finished")
+        if any(x is None for x in served) or sum(served) >= answered or time.monotonic() > deadline:  # type: ignore[arg-type]
+            return after
+        time.sleep(0.1)
+
+
 def arm(setup: Any, spec: ConversationsSpec, router: str, policy: str, tx: Texts, rep: int, work: Path,
         live: list[Any]) -> dict[str, Any]:
     la0 = os.getloadavg()
@@ -311,7 +326,7 @@ def arm(setup: Any, spec: ConversationsSpec, router: str, policy: str, tx: Texts
         folder = RunFolder(work / f"rep{rep}-{router}-{policy}", {})
         folder.path.mkdir(parents=True)
         run, wall = run_loop(converse_all(spec, front.url, tx, folder, replicas.served_name, replicas.request))
-        after = replicas.counters()
+        after = settled_counters(replicas, before, sum(1 for r in run.records if r.status == "ok"))
         front_cpu = front_cpu_s(front.proc) - cpu0
     finally:
         if front is not None:
