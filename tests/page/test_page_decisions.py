@@ -232,3 +232,18 @@ def test_a_secret_never_reaches_the_page(tmp_path, monkeypatch):
     for out in (json.dumps(doc), to_markdown(doc), to_html(doc)):
         assert secret not in out and "sk-verysecretkey0123456789" not in out
     assert "--api-key" in doc["sections"]["launch"]["argv"]
+
+
+def test_two_runs_stamped_in_one_second_are_ordered_by_the_folder_made_later():
+    """A gate and the bench after it often start in one second: the bench's folder is fsio.unique_dir's
+    `STAMP-2`. Newest first puts it before the gate's, whatever order the folders were read in (CI once saw
+    the gate first when the two ties were left to the read order)."""
+    from servedeck.page.history import newest_first_key
+
+    at = "2026-12-03T17:20:04+00:00"
+    gate = {"path": "/r/runs/smol__tp1__512__llamacpp__1203-172004", "at": at}
+    bench = {"path": "/r/runs/smol__tp1__512__llamacpp__1203-172004-2", "at": at}
+    third = {"path": "/r/runs/smol__tp1__512__llamacpp__1203-172004-10", "at": at}
+    later = {"path": "/r/runs/smol__tp1__512__llamacpp__1203-172005", "at": "2026-12-03T17:20:05+00:00"}
+    for order in ([gate, bench, third, later], [later, third, bench, gate], [bench, later, gate, third]):
+        assert sorted(order, key=newest_first_key, reverse=True) == [later, third, bench, gate]

@@ -5,6 +5,7 @@ version, the build) and a stale mark against today's launch (page/stale.py).
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -15,6 +16,16 @@ from servedeck.page.stale import Basis, basis, mark
 VersionOf = Callable[[Launch], tuple[Optional[str], Optional[str]]]
 WATCH_KINDS = ("crashed", "relaunch", "relaunched", "relaunch-failed", "gave-up", "stable", "stalled", "slow",
                "recovered", "reaped", "absent", "adopted", "resumed")
+
+
+_TAKEN = re.compile(r"\d{4}-\d{6}-(\d+)$")  # fsio.unique_dir's -2, -3 for a second run folder made in the same second
+
+
+def newest_first_key(e: dict[str, Any]) -> tuple[str, int]:
+    """Order of records stamped to the second: the stamp, then the -N that fsio.unique_dir gave a folder made
+    in a second already taken (a gate and the bench after it often share one), so the later one sorts later."""
+    m = _TAKEN.search(Path(str(e.get("path") or "")).name)
+    return (e.get("at") or "", int(m.group(1)) if m else 1)
 
 
 def version_finder(views: list[dict[str, Any]]) -> VersionOf:
@@ -140,7 +151,7 @@ def measured(views: list[dict[str, Any]], launches: dict[str, Launch], version_o
                         "capacity": ({k: cap.get(k) for k in ("slo", "slo_text", "find", "capacity", "verdict",
                                                               "binding", "output_tok_s", "goodput_request_s")}
                                      if isinstance(cap, dict) else None)})
-    entries.sort(key=lambda e: e["at"] or "", reverse=True)
+    entries.sort(key=newest_first_key, reverse=True)
     groups: dict[str, list] = {}
     for e in entries:
         groups.setdefault(e["provenance"]["engine_version"] or "not recorded", []).append(e)
@@ -228,7 +239,7 @@ def uptime(launches: list[Launch], views: list[dict[str, Any]], notices: list[di
                       "longest_clean_window_s": v.get("longest_clean_window_s"),
                       "faults": len(v.get("faults") or []), "kernel_log": v.get("kernel_log"),
                       "provenance": provenance(v, ver, src), "stale": mark(run_basis(v, ver), now)})
-    soaks.sort(key=lambda s: s["at"] or "", reverse=True)
+    soaks.sort(key=newest_first_key, reverse=True)
     watch = [n for n in notices if n.get("kind") in WATCH_KINDS]
     kinds: dict[str, int] = {}
     for n in watch:
