@@ -14,6 +14,7 @@ import threading
 import psutil
 
 from servedeck.deck.records import LiveRecord
+from servedeck.supervisor import ready as R
 from servedeck.workloads.target import Target
 
 
@@ -51,13 +52,13 @@ def test_a_live_engine_under_a_live_shim_is_no_death(tmp_path):
             p.wait()
 
 
-def test_an_engine_gone_and_no_exit_record_says_its_pid_is_gone(tmp_path):
+def test_an_engine_gone_and_no_exit_record_says_its_pid_is_gone(tmp_path, monkeypatch):
     shim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     engine = subprocess.Popen([sys.executable, "-c", "pass"])
     engine.wait()
     try:
         t = _target(tmp_path, shim, engine.pid)
-        t._exit_record = lambda wait_s: None  # type: ignore[method-assign]  # no 5 s wait in a test
+        monkeypatch.setattr(R, "wait_exit", lambda launch_dir, timeout_s: None)  # no 5 s wait in a test
         why = t.death()
         assert why == f"the llamacpp server died: its process (pid {engine.pid}) is gone", why
     finally:

@@ -514,9 +514,7 @@ class DeckOps:
         if timed_out or interrupted:
             P.stop_group(live.pgid, min(live.stop_timeout_s, 30.0))
         else:
-            deadline = time.monotonic() + 3.0  # let the shim write exit.json
-            while R.read_exit(d) is None and time.monotonic() < deadline:
-                time.sleep(0.05)
+            R.wait_exit(d, 3.0)  # let the shim write exit.json
             P.stop_group(live.pgid, 5.0)  # a dying engine may leave helpers behind
         remove_container(live)
         exit_info = R.read_exit(d)

@@ -281,10 +281,7 @@ class Soak:
         from pathlib import Path
 
         d = Path(self.rec.launch_dir)
-        deadline = time.monotonic() + 3.0
-        while R.read_exit(d) is None and time.monotonic() < deadline:
-            time.sleep(0.05)  # let the shim write exit.json
-        exit_info = R.read_exit(d)
+        exit_info = R.wait_exit(d, 3.0)  # let the shim write exit.json
         tail = L.log_tail(d, 40)
         mine = footprint_of(d, self.rec.image, self.rec.pid, self.rec.engine_pid)
         cause = classify(L.log_for_causes(d), exit_info, time.time(), self.rec.engine, mine)

@@ -102,3 +102,12 @@ def read_exit(launch_dir: Path) -> dict | None:
     except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
         return None
     return doc if isinstance(doc, dict) else None
+
+
+def wait_exit(launch_dir: Path, timeout_s: float) -> dict | None:
+    """exit.json once the shim has written it (it does so as its engine ends, then exits itself), waiting up
+    to `timeout_s`; None when it has not come by then."""
+    deadline = time.monotonic() + timeout_s
+    while (found := read_exit(launch_dir)) is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return found

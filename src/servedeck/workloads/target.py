@@ -7,7 +7,6 @@ the engine has gone, and what the shim recorded about how.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
@@ -122,21 +121,11 @@ class Target:
             # The engine is gone while its shim still lives: the shim writes exit.json, then ends. A request
             # that failed in between (a busy box: CI saw a SIGKILLed engine's point end as "requests failed",
             # exit 0) must still be told a death, so give the shim a moment to say how it ended.
-            exit_info = self._exit_record(wait_s=5.0)
+            exit_info = R.wait_exit(Path(self.launch_dir), 5.0) if self.launch_dir else None
             how = describe_exit(exit_info) if exit_info else f"its process (pid {eng}) is gone"
             return f"the {self.engine} server died: {how}"
         exit_info = R.read_exit(Path(self.launch_dir)) if self.launch_dir else None
         return f"the {self.engine} server died: {describe_exit(exit_info)}"
-
-    def _exit_record(self, wait_s: float) -> Optional[dict]:
-        if not self.launch_dir:
-            return None
-        deadline = time.monotonic() + wait_s
-        while True:
-            found = R.read_exit(Path(self.launch_dir))
-            if found is not None or time.monotonic() >= deadline:
-                return found
-            time.sleep(0.05)
 
 
 def layout_facts(ms: list[Model]) -> dict[str, Any]:
