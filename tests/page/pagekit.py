@@ -10,11 +10,15 @@
               (a real segfault of the real engine): the watch loop records the crash (classified
               `segfault`) and relaunches it
     launch 3  the watch loop's relaunch: a 15 s soak with a burst, then stopped
-    campaign  variants of the model at two users: base, p1 (--parallel 1: one slot, so the second user's
-              request waits for the first's whole 64-token answer and TTFT loses by a margin the load of the
-              box cannot hide (with 12-token answers it lost at load 15 and won on an idle box); a prefill-side variant, --ubatch-size 16 on 64-token prompts, lost by 84 %
-              once and won once here), rope (rope-freq-base 10: fails the gate), broken (a refused flag:
-              fails to boot)
+    campaign  variants of the model at two users: base, p1 (--parallel 1: one slot, so every request but the
+              first waits for the one before it to finish its whole 128-token answer: its TTFT is that answer's
+              decode time, against a 48-token prefill for base); rope (rope-freq-base 10: fails the gate),
+              broken (a refused flag: fails to boot). The answer length and the request count set how far the
+              loss stands above the box's noise: with 12-token answers p1 lost at load 15 and won on an idle
+              box; with 64-token answers and 6 requests it lost by 314 % [73 %, 648 %] on an idle box, and on
+              CI (2026-12-03) the interval reached 0 while its TPOT won, so p1 came out "won"; with 128 and 10
+              it lost by 823 % [550 %, 890 %] here, beside another test's engines. A prefill-side
+              variant, --ubatch-size 16 on 64-token prompts, lost by 84 % once and won once here
     verify    `servedeck verify-build next` (the CLI, so its verdict is kept)
 """
 
@@ -86,8 +90,8 @@ args = {{ no-such-flag-at-all = true }}
 kind = "chat"
 concurrency = [2]
 input_tokens = 48
-output_tokens = 64
-requests = 6
+output_tokens = 128
+requests = 10
 warmup = 0
 seed = {SEED}
 """
