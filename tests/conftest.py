@@ -200,6 +200,8 @@ def pytest_unconfigure(config):
 
 
 from ports import free_port, starter_toml  # noqa: E402, F401  (free_port: other tests import it from here; ports below the kernel's ephemeral range: tests/ports.py says why)
+# the session's shared real servers, one instance for every directory whose tests only read from them
+from shared_servers import campaign_config, campaign_home, gemma, llama, llama_spec, vllm  # noqa: E402, F401
 
 
 @pytest.fixture(scope="session")

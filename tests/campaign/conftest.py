@@ -1,6 +1,6 @@
-"""One real server per engine, booted once and shared by every campaign test, then stopped by
-process group. vLLM boots in ~70 s on 2 cores (minutes when the machine is busy), so booting it
-per test is not an option.
+"""The campaign tests run on the session's shared real servers (tests/shared_servers.py: SmolLM2 on
+llama.cpp and on vLLM's CPU build, booted once per session for every directory that uses them, and
+stopped by process group).
 
 The root conftest gives each test its own SERVEDECK_HOME and stops what that home started; the
 shared servers live in one session home instead, so this directory overrides `servedeck_home`:
@@ -10,109 +10,14 @@ results directory.
 
 from __future__ import annotations
 
-import os
-import re
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
-from servedeck.config import Config
-from servedeck.modelsfile import load
-from servedeck.deck import Deck
-from servedeck.supervisor.process import group_members, stop_group
-from ports import free_port, starter_toml  # below the kernel's ephemeral range: tests/ports.py says why
-
-TEST_MARK = "SERVEDECK_TEST_RUN"  # as tests/conftest.py: the session guard finds what carries this session's pid
-SESSION = str(os.getpid())
-
-
-LLAMA_CONTEXT = 8192  # per request: SmolLM2's training context, so a gate near the limit is possible
-
-
-@pytest.fixture(scope="session")
-def campaign_home(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("campaign-home")
+from shared_servers import uses_session_home
 
 
 @pytest.fixture(autouse=True)
 def servedeck_home(campaign_home, tmp_path, monkeypatch) -> Iterator[Path]:
-    monkeypatch.setenv("SERVEDECK_HOME", str(campaign_home))
-    monkeypatch.setenv(TEST_MARK, SESSION)
-    monkeypatch.setenv("SERVEDECK_RESULTS", str(tmp_path / "results"))
-    monkeypatch.delenv("SERVEDECK_CONFIG", raising=False)
-    yield campaign_home
-
-
-def campaign_toml() -> str:
-    """The starter models.toml with free ports, one slot per model, SmolLM2 at its 8K context on
-    llama.cpp, per-request cached-token counts on vLLM, and a throwaway model for the kill test."""
-    text = starter_toml()
-    n = iter(range(1, 10))
-    text = re.sub(r'slot = "main"', lambda m: f'slot = "s{next(n)}"', text)
-    llama = re.search(r"\[models\.smollm2\]\n(.*?)\n\n", text, re.S)
-    assert llama
-    block = llama.group(0).replace("context = 4096", f"context = {LLAMA_CONTEXT}")
-    text = text.replace(llama.group(0), block)
-    vllm = re.search(r"\[models\.smollm2-vllm\]\n(.*?)\n\n", text + "\n\n", re.S)
-    assert vllm
-    # the starter turns on per-request cached_tokens for vLLM; the cache tests rely on it
-    assert "enable-prompt-tokens-details = true" in vllm.group(0)
-    source = re.search(r'source = "([^"]+\.gguf)"', llama.group(0))
-    assert source
-    text += (f'\n[models.victim]\nsource = "{source.group(1)}"\nbuild = "llamacpp"\nport = {free_port()}\n'
-             'slot = "victim"\ncontext = 2048\nargs = { parallel = 2 }\n')
-    # issue 10: the same model speculating with n-grams (no draft model), for the speculation figures
-    # and the identical-output check against the plain launch above
-    text += (f'\n[models.smollm2-spec]\nsource = "{source.group(1)}"\nbuild = "llamacpp"\nport = {free_port()}\n'
-             'slot = "spec"\ncontext = 4096\n'
-             'args = { parallel = 1, spec-type = "ngram-simple", spec-draft-n-max = 4 }\n')
-    return text
-
-
-@pytest.fixture(scope="session")
-def campaign_config(tmp_path_factory, engines_ready) -> Config:
-    path = tmp_path_factory.mktemp("campaign-config") / "models.toml"
-    path.write_text(campaign_toml())
-    return load(path)
-
-
-def _shared_server(cfg: Config, home: Path, name: str) -> Iterator[dict]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SERVEDECK_HOME", str(home))
-        mp.setenv(TEST_MARK, SESSION)
-        rec = Deck(cfg).start(name).record
-        try:
-            yield rec
-        finally:
-            try:
-                Deck(cfg).stop([name], grace_s=20)
-            finally:
-                if group_members(rec.pgid):
-                    stop_group(rec.pgid, 5)
-            assert not group_members(rec.pgid), f"{name}'s process group outlived the session"
-
-
-@pytest.fixture(scope="session")
-def llama(campaign_config, campaign_home) -> Iterator[dict]:
-    """SmolLM2 on llama.cpp: 4 slots of 8192 tokens."""
-    yield from _shared_server(campaign_config, campaign_home, "smollm2")
-
-
-@pytest.fixture(scope="session")
-def llama_spec(campaign_config, campaign_home) -> Iterator[dict]:
-    """SmolLM2 on llama.cpp with n-gram speculation (--spec-type ngram-simple --spec-draft-n-max 4)."""
-    yield from _shared_server(campaign_config, campaign_home, "smollm2-spec")
-
-
-@pytest.fixture(scope="session")
-def gemma(campaign_config, campaign_home) -> Iterator[dict]:
-    """Gemma 3 270M on llama.cpp: a different model, whose greedy output must differ from SmolLM2's."""
-    yield from _shared_server(campaign_config, campaign_home, "gemma")
-
-
-@pytest.fixture(scope="session")
-def vllm(campaign_config, campaign_home) -> Iterator[dict]:
-    """SmolLM2 converted to HF layout, on vLLM's CPU build (context 4096)."""
-    yield from _shared_server(campaign_config, campaign_home, "smollm2-vllm")
-
+    yield from uses_session_home(campaign_home, tmp_path, monkeypatch)

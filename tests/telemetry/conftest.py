@@ -1,20 +1,16 @@
-"""The campaign tests' shared real servers (tests/campaign/conftest.py: SmolLM2 on llama.cpp and on
-vLLM's CPU build, booted once per session and stopped by process group), reused here as they are:
-the fixtures are that file's own functions, bound into this directory."""
+"""The telemetry tests run on the session's shared real servers (tests/shared_servers.py), the
+very instances the campaign tests use: SmolLM2 on llama.cpp and on vLLM's CPU build, booted once per session."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
+from typing import Iterator
 
-_spec = importlib.util.spec_from_file_location("campaign_conftest_for_telemetry",
-                                               Path(__file__).parents[1] / "campaign" / "conftest.py")
-assert _spec and _spec.loader
-_campaign = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_campaign)
+import pytest
 
-campaign_home = _campaign.campaign_home
-servedeck_home = _campaign.servedeck_home
-campaign_config = _campaign.campaign_config
-llama = _campaign.llama
-vllm = _campaign.vllm
+from shared_servers import uses_session_home
+
+
+@pytest.fixture(autouse=True)
+def servedeck_home(campaign_home, tmp_path, monkeypatch) -> Iterator[Path]:
+    yield from uses_session_home(campaign_home, tmp_path, monkeypatch)
