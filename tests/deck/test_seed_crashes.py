@@ -189,8 +189,7 @@ def attempt1(tmp_path_factory, engines_ready):
         try:
             rec = Deck(cfg).start("smollm2-vllm").record
             members = group_members(rec.pgid)
-            time.sleep(2.5)  # the shim notes its group's pids each second
-            seen = noted_pids(rec.launch_dir)
+            seen = wait_for_pids(rec.launch_dir, members)  # the shim notes its group's pids each second
             kernel.add(xid(31, 4242, "python3", "Ch 00000008, intr 00000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0"),
                        time.time() - 14)
             engine_writes(rec.launch_dir, written(ATTEMPT1))
