@@ -1,5 +1,5 @@
 """One real llama-server (SmolLM2, 4 slots), booted once for the capacity tests and stopped by process
-group; as tests/campaign/conftest.py, every test here sees the session home holding its live record
+group; as the shared servers (tests/shared_servers.py), every test here sees the session home holding its live record
 and its own results directory."""
 
 from __future__ import annotations
