@@ -37,7 +37,8 @@ def campaign_home(tmp_path_factory) -> Path:
 
 
 def uses_session_home(campaign_home: Path, tmp_path: Path, monkeypatch) -> Iterator[Path]:
-    """The body of a directory's `servedeck_home` override: the session home, this test's results."""
+    """The body of a directory's `servedeck_home` override: a session home (where its shared servers' live
+    records are), this test's results."""
     monkeypatch.setenv("SERVEDECK_HOME", str(campaign_home))
     monkeypatch.setenv(TEST_MARK, SESSION)
     monkeypatch.setenv("SERVEDECK_RESULTS", str(tmp_path / "results"))

@@ -16,6 +16,7 @@ from servedeck.deck import Deck
 from servedeck.modelsfile import load
 from servedeck.supervisor.process import group_members, stop_group
 from ports import starter_toml
+from shared_servers import uses_session_home
 
 TEST_MARK = "SERVEDECK_TEST_RUN"
 SESSION = str(os.getpid())
@@ -28,11 +29,7 @@ def capacity_home(tmp_path_factory) -> Path:
 
 @pytest.fixture(autouse=True)
 def servedeck_home(capacity_home, tmp_path, monkeypatch) -> Iterator[Path]:
-    monkeypatch.setenv("SERVEDECK_HOME", str(capacity_home))
-    monkeypatch.setenv(TEST_MARK, SESSION)
-    monkeypatch.setenv("SERVEDECK_RESULTS", str(tmp_path / "results"))
-    monkeypatch.delenv("SERVEDECK_CONFIG", raising=False)
-    yield capacity_home
+    yield from uses_session_home(capacity_home, tmp_path, monkeypatch)
 
 
 def capacity_toml() -> str:
