@@ -70,13 +70,6 @@ def settle_and_read(cfg_path: Path, kernel: KernelJournal) -> tuple[list[dict], 
     return json.loads(r.stdout), table.stdout
 
 
-def noted_pids(launch_dir: str) -> list[int]:
-    try:
-        return json.loads((Path(launch_dir) / "pids.json").read_text())["pids"]
-    except (OSError, ValueError, KeyError):
-        return []
-
-
 def wait_for_pids(launch_dir: str, pids: list[int], timeout_s: float = 10.0) -> list[int]:
     f = Path(launch_dir) / "pids.json"
     deadline = time.monotonic() + timeout_s
