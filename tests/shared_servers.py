@@ -86,7 +86,7 @@ def campaign_config(tmp_path_factory, engines_ready) -> Config:
     return load(path)
 
 
-def _shared_server(cfg: Config, home: Path, name: str) -> Iterator[dict]:
+def shared_server(cfg: Config, home: Path, name: str) -> Iterator[dict]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SERVEDECK_HOME", str(home))
         mp.setenv(TEST_MARK, SESSION)
@@ -105,23 +105,23 @@ def _shared_server(cfg: Config, home: Path, name: str) -> Iterator[dict]:
 @pytest.fixture(scope="session")
 def llama(campaign_config, campaign_home) -> Iterator[dict]:
     """SmolLM2 on llama.cpp: 4 slots of 8192 tokens."""
-    yield from _shared_server(campaign_config, campaign_home, "smollm2")
+    yield from shared_server(campaign_config, campaign_home, "smollm2")
 
 
 @pytest.fixture(scope="session")
 def llama_spec(campaign_config, campaign_home) -> Iterator[dict]:
     """SmolLM2 on llama.cpp with n-gram speculation (--spec-type ngram-simple --spec-draft-n-max 4)."""
-    yield from _shared_server(campaign_config, campaign_home, "smollm2-spec")
+    yield from shared_server(campaign_config, campaign_home, "smollm2-spec")
 
 
 @pytest.fixture(scope="session")
 def gemma(campaign_config, campaign_home) -> Iterator[dict]:
     """Gemma 3 270M on llama.cpp: a different model, whose greedy output must differ from SmolLM2's."""
-    yield from _shared_server(campaign_config, campaign_home, "gemma")
+    yield from shared_server(campaign_config, campaign_home, "gemma")
 
 
 @pytest.fixture(scope="session")
 def vllm(campaign_config, campaign_home) -> Iterator[dict]:
     """SmolLM2 converted to HF layout, on vLLM's CPU build (context 4096)."""
-    yield from _shared_server(campaign_config, campaign_home, "smollm2-vllm")
+    yield from shared_server(campaign_config, campaign_home, "smollm2-vllm")
 

@@ -3,7 +3,7 @@ runs it as a pytest session of its own, to show that the session guard in tests/
 campaign tests leave behind. Two real llama.cpp engines are left running on purpose:
 
 - `victim`, started by a session-scoped fixture in the style of the shared servers
-  (tests/shared_servers.py's `_shared_server`), which never stops it and sets no mark of its own;
+  (tests/shared_servers.py's `shared_server`), which never stops it and sets no mark of its own;
 - `gemma`, started by a `servedeck start` CLI subprocess inside a test, as test_cli and test_failures run
   the CLI.
 

@@ -4,7 +4,6 @@ and its own results directory."""
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 from typing import Iterator
@@ -12,14 +11,9 @@ from typing import Iterator
 import pytest
 
 from servedeck.config import Config
-from servedeck.deck import Deck
 from servedeck.modelsfile import load
-from servedeck.supervisor.process import group_members, stop_group
 from ports import starter_toml
-from shared_servers import uses_session_home
-
-TEST_MARK = "SERVEDECK_TEST_RUN"
-SESSION = str(os.getpid())
+from shared_servers import shared_server, uses_session_home
 
 
 @pytest.fixture(scope="session")
@@ -48,16 +42,5 @@ def capacity_config(tmp_path_factory, engines_ready) -> Config:
 
 @pytest.fixture(scope="session")
 def llama(capacity_config, capacity_home) -> Iterator[dict]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SERVEDECK_HOME", str(capacity_home))
-        mp.setenv(TEST_MARK, SESSION)
-        rec = Deck(capacity_config).start("smollm2").record
-        try:
-            yield rec
-        finally:
-            try:
-                Deck(capacity_config).stop(["smollm2"], grace_s=20)
-            finally:
-                if group_members(rec.pgid):
-                    stop_group(rec.pgid, 5)
-            assert not group_members(rec.pgid), "smollm2's process group outlived the session"
+    """SmolLM2 on llama.cpp, 4 slots, started and stopped as the shared servers are."""
+    yield from shared_server(capacity_config, capacity_home, "smollm2")
