@@ -23,8 +23,6 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Optional, Sequence
 
-from scipy.stats import binomtest
-
 ALPHA = 0.05
 CONFIDENCE = 0.95
 
@@ -59,6 +57,8 @@ class PairedAccuracy:
 
 def mcnemar_exact(gained: int, lost: int) -> float:
     """Two-sided exact McNemar p value from the discordant pairs."""
+    from scipy.stats import binomtest  # here, not at the top: scipy.stats takes ~0.4 s (report/stats.py)
+
     m = gained + lost
     return 1.0 if m == 0 else float(binomtest(min(gained, lost), m, 0.5).pvalue)
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from servedeck.report import plots
 from servedeck.report.attribution import Attribution, attribute
 from servedeck.report.capacity import section as capacity_section
 from servedeck.report.blocks import Block, Cell, Figure, Link, Para, Pre, Section, Table
@@ -231,6 +230,8 @@ def pareto_section(coll: Collection) -> Optional[Section]:
     if not rows:
         return None
     per = "GPU" if all(r.per == "GPU" for r in rows) else "host"
+    from servedeck.report import plots  # matplotlib (~0.3 s) only when a figure is drawn: the CLI imports this module
+
     svg = plots.pareto_svg(rows, list(coll.variants()))
     busy = busy_hosts(coll)
     table = []
@@ -269,6 +270,8 @@ def _engine_gap(p: LoadPoint, key: str = "ttft") -> Optional[float]:
 
 
 def latency(coll: Collection) -> Optional[Section]:
+    from servedeck.report import plots
+
     pts = [p for p in load_points(coll) if p.curve == "load"]
     if not pts:
         return None
@@ -314,6 +317,8 @@ def latency(coll: Collection) -> Optional[Section]:
 
 def long_prompt(coll: Collection) -> Optional[Section]:
     """The runs whose kind puts its points against prompt length (workloads/kinds.py `curve`)."""
+    from servedeck.report import plots
+
     runs = coll.bench_runs("length")
     if not runs:
         return None

@@ -14,7 +14,9 @@ from dataclasses import asdict, dataclass
 from typing import Any, Optional, Sequence
 
 import numpy as np
-from scipy import stats as st
+
+# scipy.stats is imported where it is used: it takes ~0.4 s, and every `servedeck` command (status,
+# start, switch) imports this module through the CLI's command tree without computing an interval.
 
 CONFIDENCE = 0.95
 RESAMPLES = 4000
@@ -52,6 +54,8 @@ def _interval(res: Any) -> tuple[float, float]:
 
 def paired(a: Sequence[float], b: Sequence[float], *, seed: int = 0) -> tuple[float, float, float]:
     """(change, low, high) of median(B)/median(A) − 1, resampling the pairs together (percentile bootstrap)."""
+    from scipy import stats as st
+
     xa, xb = np.asarray(a, float), np.asarray(b, float)
     res = st.bootstrap((xa, xb), _rel_medians, paired=True, vectorized=True, n_resamples=RESAMPLES,
                        confidence_level=CONFIDENCE, method="percentile", rng=np.random.default_rng(seed))
@@ -61,6 +65,8 @@ def paired(a: Sequence[float], b: Sequence[float], *, seed: int = 0) -> tuple[fl
 
 def unpaired(a: Sequence[float], b: Sequence[float], *, seed: int = 0) -> tuple[float, float, float, float]:
     """(change, low, high, Mann–Whitney p) for independent samples, each resampled on its own."""
+    from scipy import stats as st
+
     xa, xb = np.asarray(a, float), np.asarray(b, float)
     res = st.bootstrap((xa, xb), _rel_medians, paired=False, vectorized=True, n_resamples=RESAMPLES,
                        confidence_level=CONFIDENCE, method="percentile", rng=np.random.default_rng(seed))
@@ -72,6 +78,8 @@ def unpaired(a: Sequence[float], b: Sequence[float], *, seed: int = 0) -> tuple[
 def across_repeats(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, float]:
     """(change, low, high) of mean(B)/mean(A) − 1 from each side's repeats (Welch's t interval of the
     difference of means, divided by A's mean)."""
+    from scipy import stats as st
+
     xa, xb = np.asarray(a, float), np.asarray(b, float)
     ci = st.ttest_ind(xb, xa, equal_var=False).confidence_interval(CONFIDENCE)
     m = float(xa.mean())
@@ -145,6 +153,8 @@ def spread(values: Sequence[float]) -> Spread:
     m = float(np.mean(v))
     lo = hi = None
     if n >= 2:
+        from scipy import stats as st
+
         half = float(st.t.ppf(0.5 + CONFIDENCE / 2, n - 1) * np.std(v, ddof=1) / math.sqrt(n))
         lo, hi = m - half, m + half
     drift = None
