@@ -39,6 +39,12 @@ def _cli(cfg_path, *args: str, timeout: float = 600) -> subprocess.CompletedProc
     (["bench", "smollm2", "--slo", "ttft=fast"], 2, "not a duration", "90s"),
     (["bench", "smollm2", "--slo", "speed=2s"], 2, "is not ttft", "ttft=2s,tpot=50ms"),
     (["bench", "smollm2", "--client-procs", "0"], 2, "--client-procs must be at least 1", "splits the streams"),
+    (["soak", "victim", "--duration", "10s", "--stall-after", "0"], 2, "the stall threshold must be positive",
+     "--stall-after must be above 0"),
+    (["soak", "victim", "--duration", "0"], 2, "duration, sample interval and window must be positive",
+     "must be above 0"),
+    (["soak", "victim", "--duration", "1m", "--burst-every", "10s", "--burst-for", "20s"], 2,
+     "a burst (20 s) must be shorter than its period (10 s)", "--burst-every 0: no bursts"),
     (["gate", "victim"], 7, "victim is not running", "--launch"),
     (["show", "nothing"], 7, "no runs under", "servedeck gate MODEL"),
 ])

@@ -2,12 +2,13 @@
 /health, but stops answering completions after the first `--answer` of them (so the deck sees it
 ready, then it stalls, as the seed's "0 tok/s for ten minutes" engine did).
 
-    stall_instrument.py [--answer 1] [--moving] [--reasoning] --port P   (other llama-server flags ignored)
+    stall_instrument.py [--answer 1] [--moving] [--reasoning] [--stall-chat] --port P   (other llama-server flags ignored)
 
 /metrics serves llama.cpp's counter names; with --moving they grow every second (busy but not
 for us: "slow"), without it they freeze ("stalled"). /v1/chat/completions answers (for the
 conversation test) with an assistant message, adding reasoning_content only with --reasoning and
-a null tool_calls always; every chat body received is served back at GET /bodies.
+a null tool_calls always; every chat body received is served back at GET /bodies. With --stall-chat
+chat completions are accepted and never answered as well (the soak's requests, for its stall watch).
 """
 
 import argparse
@@ -22,6 +23,7 @@ p.add_argument("--host", default="127.0.0.1")
 p.add_argument("--answer", type=int, default=1)
 p.add_argument("--moving", action="store_true")
 p.add_argument("--reasoning", action="store_true")
+p.add_argument("--stall-chat", action="store_true")
 args, _ = p.parse_known_args()
 
 state = {"answered": 0, "prompt": 10.0, "gen": 5.0, "bodies": []}
@@ -64,6 +66,9 @@ class H(BaseHTTPRequestHandler):
     def do_POST(self):
         n = int(self.headers.get("Content-Length") or 0)
         body = json.loads(self.rfile.read(n) or b"{}")
+        if self.path == "/v1/chat/completions" and args.stall_chat:
+            while True:  # accepted, never answered
+                time.sleep(3600)
         if self.path == "/v1/chat/completions":
             with lock:
                 state["bodies"].append(body)

@@ -14,6 +14,7 @@ import typer
 
 from servedeck import paths
 from servedeck.cli.app import app, config_or_none, console, err_console, load_config, print_json, warn_unreadable
+from servedeck.errors import UsageError
 from servedeck.timeparse import seconds
 
 
@@ -98,16 +99,26 @@ def soak(
     window: str = typer.Option("5m", "--window", help="latency percentiles per window of this length"),
     max_tokens: int = typer.Option(64, "--max-tokens", min=1),
     turns: int = typer.Option(4, "--turns", min=1, help="turns per conversation before a new one starts"),
+    stall_after: Optional[str] = typer.Option(None, "--stall-after",
+                                              help="requests in flight and no token computed this long is a fault "
+                                                   "(default: [host] stall_after_s, 120 s)"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Drive MODEL at a fixed concurrency with saturation bursts for DURATION; stop at the first fault."""
     from servedeck.soak import SoakSpec, open_soak
 
     cfg = load_config()
-    spec = SoakSpec(model=cfg.resolve(model), duration_s=seconds(duration, "--duration"), concurrency=concurrency,
-                    burst_every_s=seconds(burst_every, "--burst-every"), burst_for_s=seconds(burst_for, "--burst-for"),
-                    burst_concurrency=burst_concurrency, sample_every_s=seconds(sample_every, "--sample-every"),
-                    window_s=seconds(window, "--window"), max_tokens=max_tokens, turns=turns)
+    try:
+        spec = SoakSpec(model=cfg.resolve(model), duration_s=seconds(duration, "--duration"), concurrency=concurrency,
+                        burst_every_s=seconds(burst_every, "--burst-every"),
+                        burst_for_s=seconds(burst_for, "--burst-for"), burst_concurrency=burst_concurrency,
+                        sample_every_s=seconds(sample_every, "--sample-every"), window_s=seconds(window, "--window"),
+                        max_tokens=max_tokens, turns=turns,
+                        stall_after_s=seconds(stall_after, "--stall-after") if stall_after else None)
+    except ValueError as e:  # the spec's own checks (a zero duration, a burst longer than its period, ...)
+        raise UsageError(f"soak {model}: {e}",
+                         hint="--duration, --sample-every, --window and --stall-after must be above 0, "
+                              "and --burst-for shorter than --burst-every (--burst-every 0: no bursts)") from None
     t0 = time.monotonic()
 
     def progress(line: str) -> None:

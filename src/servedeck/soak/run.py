@@ -6,8 +6,11 @@ cap, for a duration; sample health and the kernel log (Xid) as it goes; stop at 
     drive       `concurrency` multi-turn conversations always; during a burst (every `burst_every_s`,
                 for `burst_for_s`) extra ones up to the cap. Each request is a RequestRecord appended
                 to requests.jsonl the moment it ends (point 0 = steady, 1 = sent during a burst)
-    watch       every second: is the engine's process alive; every `sample_every_s`: health, new
-                Xid lines since the start, engine RSS; N failed requests in a row is a fault too
+    watch       every second: is the engine's process alive, and is it computing: requests in flight
+                while its progress counters (prompt and generated tokens on /metrics) stay still for
+                `stall_after_s` is a stall (the seed's "0 tok/s for ten minutes"); every
+                `sample_every_s`: health, new Xid lines since the start, engine RSS; N failed
+                requests in a row is a fault too
     end         duration reached (ok), first fault (failed, with evidence), Ctrl-C (failed,
                 "interrupted"); every finished request is kept in all three cases
 
@@ -41,6 +44,7 @@ from servedeck.soak import windows as W
 from servedeck.soak.conversation import Conversation, ProtocolViolation
 from servedeck.supervisor import process as P
 from servedeck.supervisor import ready as R
+from servedeck.watch.liveness import PROGRESS
 from servedeck.watch.notices import Notices, Redactor
 
 
@@ -58,10 +62,13 @@ class SoakSpec:
     turns: int = 4
     request_timeout_s: float = 300.0
     max_consecutive_errors: int = 5
+    stall_after_s: float | None = None  # None: [host] stall_after_s, the watch loop's (default 120 s)
 
     def __post_init__(self) -> None:
         if self.duration_s <= 0 or self.sample_every_s <= 0 or self.window_s <= 0:
             raise ValueError("duration, sample interval and window must be positive")
+        if self.stall_after_s is not None and self.stall_after_s <= 0:
+            raise ValueError("the stall threshold must be positive")
         if self.burst_every_s and self.burst_for_s >= self.burst_every_s:
             raise ValueError(f"a burst ({self.burst_for_s:g} s) must be shorter than its period ({self.burst_every_s:g} s)")
 
@@ -117,6 +124,20 @@ def preflight(cfg: Config, name: str) -> tuple[LiveRecord, bool]:
     return rec, started
 
 
+def progressed(before: dict[str, float] | None, after: dict[str, float] | None) -> bool:
+    """Did the engine compute anything between two reads of its counters? Only counters that grow with
+    work done count (the liveness judge's PROGRESS); `running` says requests are held, not served."""
+    if before is None or after is None:
+        return False
+    return any(k in before and k in after and after[k] > before[k] for k in PROGRESS)
+
+
+def stalled(in_flight: int, quiet_s: float, stall_after_s: float, counters_readable: bool) -> bool:
+    """Requests waiting and nothing computed for `stall_after_s`. Without readable counters a long
+    answer cannot be told from a stuck engine, so no stall is called (the request timeout still ends it)."""
+    return counters_readable and in_flight > 0 and quiet_s >= stall_after_s
+
+
 def _rss_mib(pids: list[int]) -> float:
     total = 0
     for pid in pids:
@@ -141,6 +162,9 @@ class Soak:
         self.kernel: dict[str, Any] = {"readable": None}
         self.consecutive_errors = 0
         self.interrupted = False
+        self.stall_after_s = spec.stall_after_s or cfg.deck.host.stall_after_s
+        self.in_flight: dict[str, float] = {}  # request id -> when it was sent (elapsed s)
+        self.last_progress_s = 0.0  # when a request last finished, or the engine's counters last grew
         self.t0 = 0.0
         self.start_epoch = 0.0
         self.stop: asyncio.Event | None = None
@@ -166,7 +190,8 @@ class Soak:
         async with ApiClient(self.rec.base_url, connect_timeout_s=10.0) as client:
             workers = [asyncio.ensure_future(self._worker(client, i, burst=i >= self.spec.concurrency))
                        for i in range(max(self.spec.concurrency, self.cap if self.spec.burst_every_s else 0))]
-            guards = [asyncio.ensure_future(self._watchdog()), asyncio.ensure_future(self._sampler())]
+            guards = [asyncio.ensure_future(self._watchdog()), asyncio.ensure_future(self._sampler()),
+                      asyncio.ensure_future(self._stall_watch())]
             try:
                 await self.stop.wait()
             except asyncio.CancelledError:  # Ctrl-C: asyncio.run cancels us; finish cleanly below
@@ -215,6 +240,9 @@ class Soak:
         rec = RequestRecord(id=f"{conv.id}t{conv.turn}", kind="measured", t_target=self.elapsed())
         rec.t_send = self.elapsed()
         point = int(self.in_burst(rec.t_send))
+        if not self.in_flight:  # the quiet clock starts when work is asked for
+            self.last_progress_s = rec.t_send
+        self.in_flight[rec.id] = rec.t_send
         try:
             r = await client.chat(body, timeout_s=self.spec.request_timeout_s)
             rec.http_status = r.http_status
@@ -234,11 +262,15 @@ class Soak:
                 rec.status = "ok"
         except asyncio.CancelledError:
             rec.status, rec.error, rec.t_end = "cancelled", "soak ended while in flight", self.elapsed()
+            self.in_flight.pop(rec.id, None)
             self._record(rec, point)
             raise
         except (ValueError, ProtocolViolation) as e:
             rec.status, rec.error = "error", f"{type(e).__name__}: {e}"[:300]
         rec.t_end = self.elapsed()
+        self.in_flight.pop(rec.id, None)
+        if rec.status == "ok":
+            self.last_progress_s = rec.t_end
         self._record(rec, point)
         if rec.status == "ok":
             self.consecutive_errors = 0
@@ -276,6 +308,42 @@ class Soak:
                 self._fault("engine-died", "the engine's process ended during the soak", **self._death_evidence())
                 return
             await asyncio.sleep(1.0)
+
+    async def _stall_watch(self) -> None:
+        """Every second: the engine's progress counters. An engine can answer /health and /metrics while
+        its compute loop is wedged (llama.cpp's ggml-org/llama.cpp#27388 did so here, mid-suite): the
+        soak's requests then wait for their timeout and the soak would end "ok" with none answered."""
+        from pathlib import Path
+
+        from servedeck.engines import get_engine
+        from servedeck.engines.metrics import read_counters
+
+        assert self.stop is not None
+        names = get_engine(self.rec.engine).metrics
+        last: dict[str, float] | None = None
+        while not self.stop.is_set():
+            now_counters = await asyncio.to_thread(read_counters, self.rec.base_url, names, 3.0)
+            now = self.elapsed()
+            if progressed(last, now_counters):
+                self.last_progress_s = now
+            if now_counters is not None:
+                last = now_counters
+            quiet = now - self.last_progress_s
+            if stalled(len(self.in_flight), quiet, self.stall_after_s, now_counters is not None):
+                oldest = now - min(self.in_flight.values())
+                shown = ", ".join(f"{k}={v:g}" for k, v in sorted((now_counters or {}).items()))
+                self._fault("stalled", f"{len(self.in_flight)} requests in flight (the oldest for {oldest:.0f} s) and "
+                                       f"the engine computed nothing for {quiet:.0f} s: its progress counters did not "
+                                       f"move ({shown}); it still answers /metrics",
+                            counters=now_counters, in_flight=len(self.in_flight), quiet_s=round(quiet, 1),
+                            stall_after_s=self.stall_after_s,
+                            log_tail=L.log_tail(Path(self.rec.launch_dir), 40).splitlines()[-15:],
+                            launch_dir=self.rec.launch_dir)
+                return
+            try:
+                await asyncio.wait_for(self.stop.wait(), timeout=1.0)
+            except asyncio.TimeoutError:
+                pass
 
     def _death_evidence(self) -> dict[str, Any]:
         from pathlib import Path
