@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
-import numpy as np
 
 from servedeck.errors import UsageError
 from servedeck.loadgen.records import RequestRecord
@@ -169,6 +169,8 @@ def _request_value(r: RequestRecord, figure: str) -> Optional[float]:
 
 def percentile(values: Sequence[float], p: float) -> float:
     """The inverted-CDF percentile (no interpolation: infinite misses stay infinite)."""
+    import numpy as np  # here, not at the top: every servedeck command imports this module (--help included)
+
     return float(np.percentile(np.asarray(values, dtype=float), p, method="inverted_cdf"))
 
 
@@ -218,7 +220,7 @@ def judge(records: Sequence[RequestRecord], slo: SloSpec, *, client: Optional[di
     measured = [r for r in records if r.kind == "measured"]
     ok = [r for r in measured if not _failed(r)]
     gaps = [len(itl_values(r)) for r in ok]
-    gaps_per_request = max(1, int(np.median(gaps))) if gaps else 1
+    gaps_per_request = max(1, int(statistics.median(gaps))) if gaps else 1
     rows = []
     for t in slo.thresholds:
         if t.percentile is None:
@@ -245,5 +247,5 @@ def judge(records: Sequence[RequestRecord], slo: SloSpec, *, client: Optional[di
             "binding": binding["key"] if binding else None,  # closest to (or furthest past) its limit
             "good_requests": good, "goodput_request_s": good / window if window > 0 else None,
             "output_tok_s": output_tok_s, "window_s": window,
-            "ttft_p50_ms": float(np.median(ttfts)) if ttfts else None,
+            "ttft_p50_ms": float(statistics.median(ttfts)) if ttfts else None,
             "client_bound": client_bound, "client_reasons": list((client or {}).get("reasons") or [])}

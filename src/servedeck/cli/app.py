@@ -89,5 +89,12 @@ def warn_unreadable(rows: Any, path: Any) -> None:
         err_console.print(f"[yellow]warning:[/] {msg}", markup=True, highlight=False, soft_wrap=True)
 
 
+def print_markdown(text: str) -> None:
+    """Markdown (a run's or a campaign's view) drawn on the terminal."""
+    from rich.markdown import Markdown  # with markdown-it 60 ms, which every other command would pay
+
+    console.print(Markdown(text))
+
+
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")

@@ -9,11 +9,11 @@ import inspect
 from typing import Any, Callable, Coroutine, Optional
 
 import typer
-from rich.markdown import Markdown
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from servedeck.cli.accuracy import gate_eval, without_eval
-from servedeck.cli.app import app, configured_results_dir, console, err_console, load_config, print_json
+from servedeck.cli.app import (app, configured_results_dir, console, err_console, load_config, print_json,
+                               print_markdown)
 from servedeck.errors import ServedeckError, UsageError
 from servedeck.gates import GateSpec, ProbeResult
 from servedeck.loadgen import Progress as LoadProgress
@@ -227,7 +227,7 @@ def _show(outcome: Outcome, as_json: bool) -> None:
     if as_json:
         print_json(view)
         return
-    console.print(Markdown(markdown(view)))
+    print_markdown(markdown(view))
     _ended(outcome, False)
 
 
@@ -241,7 +241,7 @@ def compare_outputs(run_a: str = typer.Argument(..., help="run folder with outpu
     if as_json:
         print_json(result)
     else:
-        console.print(Markdown(outputs_markdown(result)))
+        print_markdown(outputs_markdown(result))
     if result["verdict"] != "identical":
         raise typer.Exit(1)
 
@@ -285,7 +285,7 @@ def show(run: str = typer.Argument(..., help="run folder name, a unique part of 
     if as_json:
         print_json(view)
         return
-    console.print(Markdown(markdown(view)))
+    print_markdown(markdown(view))
     console.print(f"folder: {path}", highlight=False, soft_wrap=True)
 
 

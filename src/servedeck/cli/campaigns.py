@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
-from rich.markdown import Markdown
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -17,7 +16,8 @@ from servedeck.campaign.file import load as load_campaign
 from servedeck.campaign.folder import CampaignFolder, campaigns_root, find_campaign
 from servedeck.campaign.runner import RunOptions, plan_campaign, run_campaign
 from servedeck.campaign.summary import status_markdown, status_view, stretch_table, table
-from servedeck.cli.app import app, configured_results_dir, console, err_console, load_config, print_json
+from servedeck.cli.app import (app, configured_results_dir, console, err_console, load_config, print_json,
+                               print_markdown)
 from servedeck.errors import ConfigError, ServedeckError
 from servedeck.report.capacity import campaign_section
 from servedeck.runs.folder import runs_root
@@ -177,8 +177,8 @@ def _render_status(view: dict[str, Any]) -> None:
         t.add_row(c["id"], c["state"], str(len(c.get("runs") or [])), (c.get("reason") or "")[:100])
     console.print(t)
     if view["points"]:
-        console.print(Markdown("\n".join(table(view["points"]))))
+        print_markdown("\n".join(table(view["points"])))
     if view.get("stretches"):  # runs without load points (a ramp's conversation), a line of figures each
-        console.print(Markdown("\n".join(stretch_table(view["stretches"]))))
+        print_markdown("\n".join(stretch_table(view["stretches"])))
     if view.get("capacity"):  # per variant and SLO, with the launches' gate, and the recommendation
-        console.print(Markdown("\n".join(campaign_section(view["capacity"]))))
+        print_markdown("\n".join(campaign_section(view["capacity"])))

@@ -9,16 +9,22 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
 from servedeck.engines import get_engine
+
+
+def _families(text: str) -> Any:
+    """prometheus-client's parser, imported on first use: every servedeck command imports this module."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return text_string_to_metric_families(text)
 
 
 def parse_prometheus(text: str) -> dict[str, float]:
     """Sample name → value summed over its label sets. A page the parser rejects gives {}."""
     out: dict[str, float] = {}
     try:
-        for family in text_string_to_metric_families(text):
+        for family in _families(text):
             for sample in family.samples:
                 out[sample.name] = out.get(sample.name, 0.0) + float(sample.value)
     except (ValueError, TypeError, IndexError):
@@ -71,7 +77,7 @@ def spec_counters(engine: str, text: str) -> Optional[dict[str, Any]]:
     if per_pos_name:
         per_pos: dict[str, float] = {}
         try:
-            for family in text_string_to_metric_families(text):
+            for family in _families(text):
                 for sample in family.samples:
                     pos = sample.labels.get("position")
                     if sample.name == per_pos_name and pos is not None:
@@ -95,7 +101,7 @@ def read_histograms(text: str, names: dict[str, tuple[str, ...]]) -> Optional[di
         return None
     found: dict[str, dict[str, Any]] = {}
     try:
-        for family in text_string_to_metric_families(text):
+        for family in _families(text):
             if family.type != "histogram":
                 continue
             h: dict[str, Any] = {"buckets": {}, "sum": 0.0, "count": 0.0}

@@ -31,7 +31,6 @@ from collections.abc import Callable, Iterator, Sequence
 from time import perf_counter
 from typing import Any
 
-import numpy as np
 
 from servedeck.loadgen.client import ClientConfig, StreamingClient
 from servedeck.loadgen.loop import current as current_loop, preferred, run as run_loop
@@ -278,6 +277,8 @@ class ProcessLoadRun:
         measured_ends = [r.t_end for r in self.records if r.kind == "measured" and r.t_end is not None]
         end = max(measured_ends) if measured_ends else (
             perf_counter() - self.t0 if self._measured_start is not None else None)
+        import numpy as np  # here, not at the top: every servedeck command imports this module (--help included)
+
         procs = []
         for i in range(self.procs):
             meta = self._done.get(i, {})

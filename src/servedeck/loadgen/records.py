@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import numpy as np
 
 Kind = Literal["warmup", "measured"]
 Status = Literal["ok", "error", "cancelled"]
@@ -162,6 +161,8 @@ class RequestRecord:
 def _to_dt_us(chunk_t: list[float], t_send: float | None) -> list[int]:
     if not chunk_t:
         return []
+    import numpy as np  # here, not at the top: every servedeck command imports this module (--help included)
+
     us = np.round(np.asarray(chunk_t, dtype=float) * 1e6).astype(np.int64)
     base = round((t_send if t_send is not None else 0.0) * 1e6)
     dt: list[int] = np.diff(us, prepend=base).tolist()
@@ -171,6 +172,8 @@ def _to_dt_us(chunk_t: list[float], t_send: float | None) -> list[int]:
 def _from_dt_us(dt_us: list[int], t_send: float | None) -> list[float]:
     if not dt_us:
         return []
+    import numpy as np
+
     base = round((t_send if t_send is not None else 0.0) * 1e6)
     t: list[float] = ((np.cumsum(np.asarray(dt_us, dtype=np.int64)) + base) / 1e6).tolist()
     return t

@@ -7,15 +7,16 @@ rates per second. Every distribution carries the number of values behind it (`n`
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 
 from servedeck.loadgen.records import RequestRecord
 
 if TYPE_CHECKING:
+    import numpy as np
     from servedeck.loadgen.schedule import LoadResult
 
 STATS_SCHEMA = 1
@@ -44,6 +45,8 @@ class Thresholds:
 
 def dist(values: Sequence[float] | np.ndarray) -> dict[str, Any]:
     """n, mean, p50, p90, p99, min, max (linear interpolation); None figures when n == 0."""
+    import numpy as np  # here, not at the top: every servedeck command imports this module (--help included)
+
     a = np.asarray(values, dtype=float)
     if a.size == 0:
         return {"n": 0, "mean": None, "p50": None, "p90": None, "p99": None, "min": None, "max": None}
@@ -152,7 +155,7 @@ def summarize(
 
 
 def _ms(values_s: Sequence[float]) -> dict[str, Any]:
-    return dist(np.asarray(values_s, dtype=float) * 1000.0)
+    return dist([v * 1000.0 for v in values_s])
 
 
 def _prefill(ok: Sequence[RequestRecord], th: Thresholds) -> dict[str, Any]:
@@ -243,7 +246,7 @@ def _goodput(measured: Sequence[RequestRecord], slo: Slo, window: float) -> dict
 
 
 def _median(e2e_s: Sequence[float]) -> float | None:
-    return float(np.median(e2e_s)) if len(e2e_s) else None
+    return statistics.median(e2e_s) if len(e2e_s) else None
 
 
 def _client(

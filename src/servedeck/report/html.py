@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from jinja2 import Environment, select_autoescape
 from markupsafe import Markup
 
 from servedeck.report.blocks import Figure, Moved, Para, Pre, Section, Table, html_cell
@@ -52,6 +51,8 @@ TEMPLATE = """<!doctype html>
 
 
 def render(title: str, sections: list[Section], base: Path, moved: Optional[Moved] = None) -> str:
+    from jinja2 import Environment, select_autoescape  # on first use: every servedeck command imports this module
+
     env = Environment(autoescape=select_autoescape(default=True))
     view = []
     for s in sections:

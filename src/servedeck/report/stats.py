@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
-# scipy.stats is imported where it is used: it takes ~0.4 s, and every `servedeck` command (status,
-# start, switch) imports this module through the CLI's command tree without computing an interval.
+# numpy and scipy.stats are imported where they are used: scipy takes ~0.4 s and numpy ~0.1 s, and
+# every `servedeck` command (status, start, switch) imports this module through the CLI's command
+# tree without computing an interval.
 
 CONFIDENCE = 0.95
 RESAMPLES = 4000
@@ -44,6 +46,8 @@ class Verdict:
 
 
 def _rel_medians(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
+    import numpy as np
+
     return np.median(b, axis=axis) / np.median(a, axis=axis) - 1.0
 
 
@@ -54,6 +58,7 @@ def _interval(res: Any) -> tuple[float, float]:
 
 def paired(a: Sequence[float], b: Sequence[float], *, seed: int = 0) -> tuple[float, float, float]:
     """(change, low, high) of median(B)/median(A) − 1, resampling the pairs together (percentile bootstrap)."""
+    import numpy as np
     from scipy import stats as st
 
     xa, xb = np.asarray(a, float), np.asarray(b, float)
@@ -65,6 +70,7 @@ def paired(a: Sequence[float], b: Sequence[float], *, seed: int = 0) -> tuple[fl
 
 def unpaired(a: Sequence[float], b: Sequence[float], *, seed: int = 0) -> tuple[float, float, float, float]:
     """(change, low, high, Mann–Whitney p) for independent samples, each resampled on its own."""
+    import numpy as np
     from scipy import stats as st
 
     xa, xb = np.asarray(a, float), np.asarray(b, float)
@@ -78,6 +84,7 @@ def unpaired(a: Sequence[float], b: Sequence[float], *, seed: int = 0) -> tuple[
 def across_repeats(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, float]:
     """(change, low, high) of mean(B)/mean(A) − 1 from each side's repeats (Welch's t interval of the
     difference of means, divided by A's mean)."""
+    import numpy as np
     from scipy import stats as st
 
     xa, xb = np.asarray(a, float), np.asarray(b, float)
@@ -101,6 +108,8 @@ def judge(figure: str, method: str, a_vals: Sequence[float], b_vals: Sequence[fl
     """A verdict on one figure. `method`: "paired", "unpaired" or "repeats"."""
     n_a, n_b = len(a_vals), len(b_vals)
     need = 2 if method == "repeats" else MIN_N
+    import numpy as np
+
     est_a = float(np.mean(a_vals) if method == "repeats" else np.median(a_vals)) if n_a else None
     est_b = float(np.mean(b_vals) if method == "repeats" else np.median(b_vals)) if n_b else None
     label = {"paired": "paired bootstrap", "unpaired": "unpaired bootstrap", "repeats": "repeats, Welch t"}[method]
@@ -150,6 +159,8 @@ def spread(values: Sequence[float]) -> Spread:
     n = len(v)
     if not n:
         return Spread(0, None, None, None, [], None)
+    import numpy as np
+
     m = float(np.mean(v))
     lo = hi = None
     if n >= 2:

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Optional
 
-import numpy as np
-
 from servedeck.loadgen.records import RequestRecord
 from servedeck.loadgen.stats import UNREPORTED_CACHE, Slo, dist, summarize, tpot
 
@@ -109,6 +107,8 @@ def _ms(seconds: Optional[float]) -> Optional[float]:
 
 def _binned(values: list[float], bounds: list[float]) -> list[list[float]]:
     """The client's values (seconds) counted into the engine's buckets, so a quantile compares at one resolution."""
+    import numpy as np  # here, not at the top: every servedeck command imports this module (--help included)
+
     arr = np.sort(np.asarray(values, dtype=float))
     return [[le, float(np.searchsorted(arr, le, side="right"))] for le in bounds]
 
@@ -124,6 +124,8 @@ def histogram_agreement(before: Optional[dict[str, Any]], after: Optional[dict[s
     the prompt) to its first and last token; the client from the request's send to the first and last
     content bytes it read. `mean_minus_engine_ms` is what lies between: HTTP, the server's front end, the
     client. Counts that differ mean the two did not see the same requests (traffic from elsewhere)."""
+    import numpy as np
+
     if before is None or not after:  # unreadable at one end: nothing to compare
         return None
     ok = [r for r in records if r.kind == "measured" and r.status == "ok"]

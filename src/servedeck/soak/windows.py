@@ -3,10 +3,10 @@ and the longest clean window (the longest stretch with no failed request and no 
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from typing import Any, Iterable
 
-import numpy as np
 
 
 def counts(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
@@ -21,6 +21,8 @@ def counts(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
 def _pct(xs: list[float]) -> dict[str, float | None]:
     if not xs:
         return {"p50": None, "p90": None, "p99": None, "max": None}
+    import numpy as np  # here, not at the top: every servedeck command imports this module (--help included)
+
     a = np.asarray(xs)
     return {"p50": round(float(np.percentile(a, 50)), 4), "p90": round(float(np.percentile(a, 90)), 4),
             "p99": round(float(np.percentile(a, 99)), 4), "max": round(float(a.max()), 4)}
@@ -28,7 +30,7 @@ def _pct(xs: list[float]) -> dict[str, float | None]:
 
 def windows(records: Iterable[dict[str, Any]], window_s: float, end_s: float) -> list[dict[str, Any]]:
     """E2E latency percentiles (ok requests) and counts, per window of `window_s` by send time."""
-    n = max(1, int(np.ceil(end_s / window_s))) if end_s > 0 else 1
+    n = max(1, math.ceil(end_s / window_s)) if end_s > 0 else 1
     buckets: list[list[dict[str, Any]]] = [[] for _ in range(n)]
     for r in records:
         t = r.get("t_send")

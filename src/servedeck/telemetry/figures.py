@@ -19,8 +19,6 @@ from bisect import bisect_right
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-import numpy as np
-
 from servedeck.fsio import read_jsonl
 from servedeck.loadgen.records import RequestRecord
 from servedeck.telemetry.sampler import FILE
@@ -48,11 +46,15 @@ def window_of(point: dict[str, Any]) -> Optional[tuple[float, float]]:
 
 def _at(ts: list[float], vs: list[float], t: float) -> float:
     """A counter's value at t, linear between the samples around it (held at the ends)."""
+    import numpy as np  # here, not at the top: every servedeck command imports this module (--help included)
+
     return float(np.interp(t, ts, vs))
 
 
 def _integral(ts: list[float], ps: list[float], a: float, b: float) -> float:
     """∫ power dt over [a, b], the samples' trapezoids, power linear between samples (held at the ends)."""
+    import numpy as np
+
     inner = [(t, p) for t, p in zip(ts, ps) if a < t < b]
     xs = [a] + [t for t, _ in inner] + [b]
     ys = [_at(ts, ps, a)] + [p for _, p in inner] + [_at(ts, ps, b)]
@@ -74,6 +76,8 @@ def _status(lines: list[dict[str, Any]], source: str) -> dict[str, Any]:
 
 
 def gpu_figures(lines: list[dict[str, Any]], window: Optional[tuple[float, float]]) -> dict[str, Any]:
+    import numpy as np
+
     fig = _status(lines, "gpu")
     samples = [ln for ln in lines if ln.get("source") == "gpu" and ln.get("kind") == "sample"]
     fig["samples"] = len(samples)
@@ -185,6 +189,8 @@ def arrivals(records: Iterable[RequestRecord], t0: Optional[float],
 
 
 def ttft_by_waiting(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    import numpy as np
+
     groups: dict[float, list[float]] = {}
     for row in rows:
         if row.get("waiting") is not None and row.get("ttft_ms") is not None:
