@@ -19,7 +19,6 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
-
 from servedeck.errors import UsageError
 from servedeck.loadgen.records import RequestRecord
 from servedeck.loadgen.stats import itl_values, tpot

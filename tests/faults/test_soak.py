@@ -95,13 +95,14 @@ def test_conversations_never_resend_fields_the_server_did_not_send(deck_config, 
 
 
 def test_progress_is_a_counter_that_grew_and_a_stall_needs_readable_counters():
-    from servedeck.soak.run import progressed, stalled
+    from servedeck.soak.run import stalled
+    from servedeck.watch.liveness import progress_made
 
     before = {"prompt_tokens": 10.0, "generation_tokens": 5.0, "running": 2.0}
-    assert progressed(before, {**before, "generation_tokens": 6.0})
-    assert progressed(before, {**before, "prompt_tokens": 11.0})
-    assert not progressed(before, {**before, "running": 4.0})  # requests held, none served
-    assert not progressed(before, dict(before)) and not progressed(None, before) and not progressed(before, None)
+    assert progress_made(before, {**before, "generation_tokens": 6.0})
+    assert progress_made(before, {**before, "prompt_tokens": 11.0})
+    assert not progress_made(before, {**before, "running": 4.0})  # requests held, none served
+    assert not progress_made(before, dict(before)) and not progress_made(None, before) and not progress_made(before, None)
     assert stalled(2, 8.0, 8.0, True) and not stalled(2, 7.9, 8.0, True)
     assert not stalled(0, 100.0, 8.0, True)  # nothing asked, nothing owed
     assert not stalled(2, 100.0, 8.0, False)  # /metrics unreadable: a long answer looks the same

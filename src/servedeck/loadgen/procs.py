@@ -31,7 +31,6 @@ from collections.abc import Callable, Iterator, Sequence
 from time import perf_counter
 from typing import Any
 
-
 from servedeck.loadgen.client import ClientConfig, StreamingClient
 from servedeck.loadgen.loop import current as current_loop, preferred, run as run_loop
 from servedeck.loadgen.records import RequestRecord, RequestSpec

@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-
 Kind = Literal["warmup", "measured"]
 Status = Literal["ok", "error", "cancelled"]
 

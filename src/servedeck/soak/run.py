@@ -44,7 +44,7 @@ from servedeck.soak import windows as W
 from servedeck.soak.conversation import Conversation, ProtocolViolation
 from servedeck.supervisor import process as P
 from servedeck.supervisor import ready as R
-from servedeck.watch.liveness import PROGRESS
+from servedeck.watch.liveness import progress_made
 from servedeck.watch.notices import Notices, Redactor
 
 
@@ -122,14 +122,6 @@ def preflight(cfg: Config, name: str) -> tuple[LiveRecord, bool]:
         raise RefusedError(f"cannot soak {name}: its GPUs are busy with other processes ({busy})",
                            hint="a soak must be the only load on its GPUs; stop those processes first")
     return rec, started
-
-
-def progressed(before: dict[str, float] | None, after: dict[str, float] | None) -> bool:
-    """Did the engine compute anything between two reads of its counters? Only counters that grow with
-    work done count (the liveness judge's PROGRESS); `running` says requests are held, not served."""
-    if before is None or after is None:
-        return False
-    return any(k in before and k in after and after[k] > before[k] for k in PROGRESS)
 
 
 def stalled(in_flight: int, quiet_s: float, stall_after_s: float, counters_readable: bool) -> bool:
@@ -313,8 +305,6 @@ class Soak:
         """Every second: the engine's progress counters. An engine can answer /health and /metrics while
         its compute loop is wedged (llama.cpp's ggml-org/llama.cpp#27388 did so here, mid-suite): the
         soak's requests then wait for their timeout and the soak would end "ok" with none answered."""
-        from pathlib import Path
-
         from servedeck.engines import get_engine
         from servedeck.engines.metrics import read_counters
 
@@ -324,7 +314,7 @@ class Soak:
         while not self.stop.is_set():
             now_counters = await asyncio.to_thread(read_counters, self.rec.base_url, names, 3.0)
             now = self.elapsed()
-            if progressed(last, now_counters):
+            if progress_made(last, now_counters):
                 self.last_progress_s = now
             if now_counters is not None:
                 last = now_counters
@@ -337,8 +327,7 @@ class Soak:
                                        f"move ({shown}); it still answers /metrics",
                             counters=now_counters, in_flight=len(self.in_flight), quiet_s=round(quiet, 1),
                             stall_after_s=self.stall_after_s,
-                            log_tail=L.log_tail(Path(self.rec.launch_dir), 40).splitlines()[-15:],
-                            launch_dir=self.rec.launch_dir)
+                            log_tail=self._log_tail(), launch_dir=self.rec.launch_dir)
                 return
             try:
                 await asyncio.wait_for(self.stop.wait(), timeout=1.0)
@@ -350,11 +339,16 @@ class Soak:
 
         d = Path(self.rec.launch_dir)
         exit_info = R.wait_exit(d, 3.0)  # let the shim write exit.json
-        tail = L.log_tail(d, 40)
         mine = footprint_of(d, self.rec.image, self.rec.pid, self.rec.engine_pid)
         cause = classify(L.log_for_causes(d), exit_info, time.time(), self.rec.engine, mine)
         return {"exit": exit_info, "detail": describe_exit(exit_info), "cause": cause,
-                "log_tail": tail.splitlines()[-15:], "launch_dir": str(d)}
+                "log_tail": self._log_tail(), "launch_dir": str(d)}
+
+    def _log_tail(self) -> list[str]:
+        """The engine log's last 15 lines, the evidence every fault carries."""
+        from pathlib import Path
+
+        return L.log_tail(Path(self.rec.launch_dir), 40).splitlines()[-15:]
 
     async def _sampler(self) -> None:
         """Every `sample_every_s` (first at once): health, Xid since the start, engine RSS."""

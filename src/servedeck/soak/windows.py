@@ -8,7 +8,6 @@ from collections import Counter
 from typing import Any, Iterable
 
 
-
 def counts(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
     recs = list(records)
     by_status = Counter(r.get("status") or "unknown" for r in recs)

@@ -41,6 +41,14 @@ class ProbeResult:
         return asdict(self)
 
 
+def progress_made(before: dict[str, float] | None, after: dict[str, float] | None) -> dict[str, float]:
+    """How much each PROGRESS counter grew between two reads ({} when none grew or a read failed);
+    `running` says requests are held, not served, so it is not one of them."""
+    if before is None or after is None:
+        return {}
+    return {k: after[k] - before[k] for k in PROGRESS if k in before and k in after and after[k] > before[k]}
+
+
 def judge(health_ok: bool, health: str, answered: bool, waited_s: float, before: dict[str, float] | None,
           after: dict[str, float] | None, error: str | None = None) -> tuple[str, str, dict[str, float]]:
     """(verdict, detail, counter deltas). verdict: live | unhealthy | slow | stalled."""
@@ -48,9 +56,7 @@ def judge(health_ok: bool, health: str, answered: bool, waited_s: float, before:
         return "unhealthy", f"health check failed ({health})", {}
     if answered:
         return "live", "answered a 1-token completion", {}
-    moved: dict[str, float] = {}
-    if before is not None and after is not None:
-        moved = {k: after[k] - before[k] for k in PROGRESS if k in before and k in after and after[k] > before[k]}
+    moved = progress_made(before, after)
     shown = ", ".join(f"{k}={after[k]:g}" for k in ("prompt_tokens", "generation_tokens", "running", "waiting")
                       if after and k in after)
     if moved:
