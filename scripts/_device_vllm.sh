@@ -42,7 +42,7 @@ engine_py=${ENGINE_PYTHON:-$py}  # the same python3 on the device; a rehearsal m
 [ "$engine_py" = "$py" ] || export PYTHONPATH="$repo/src"
 "$engine_py" -c 'import torch, vllm; print("vllm", vllm.__version__, "torch", torch.__version__, "cuda", torch.cuda.is_available())' \
   || { echo "vLLM does not import: see above"; exit 2; }
-"$py" -c 'import servedeck.cli' || { echo "servedeck does not import: see above"; exit 2; }
+"$py" -c 'from servedeck.cli import root_app' || { echo "servedeck does not import: see above"; exit 2; }
 mkdir -p "$models"
 if [ ! -f "$models/r8b/.complete" ]; then
   step "random-weight model of Llama-3-8B's shape (bf16, SmolLM2's tokenizer): speeds and memory, never answers"

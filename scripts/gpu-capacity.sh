@@ -38,7 +38,7 @@ fi
 export PYTHONPATH="$repo/src:${PYTHONPATH:-}"
 
 . "$here/_device_llama.sh"  # sets bin: CUDA llama-server built here, or LLAMA_SERVER
-"$py" -c 'import servedeck.cli, gguf, numpy' || { echo "a Python package is missing: carry it in .whl/"; exit 2; }
+"$py" -c 'from servedeck.cli import root_app; import gguf, numpy' || { echo "a Python package is missing: carry it in .whl/"; exit 2; }
 t0=$(date +%s)  # the 5-minute budget starts after the build
 
 step "model"

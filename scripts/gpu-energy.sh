@@ -54,7 +54,7 @@ if ls "$repo"/.whl/*.whl >/dev/null 2>&1; then
     && export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH="$repo/src${PYTHONPATH:+:$PYTHONPATH}"
-"$py" -c 'import servedeck.cli, servedeck.telemetry.sampler, pynvml, numpy' \
+"$py" -c 'from servedeck.cli import root_app; import servedeck.telemetry.sampler, pynvml, numpy' \
   || { echo "a Python package is missing: carry it in .whl/"; exit 2; }
 
 step "llama-server"

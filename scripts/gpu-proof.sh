@@ -57,7 +57,7 @@ if ! "$py" -c 'import pydantic, platformdirs, typer, rich, psutil, pynvml, huggi
   fi
 fi
 export PYTHONPATH="$repo/src${PYTHONPATH:+:$PYTHONPATH}"
-"$py" -c 'import servedeck.cli, pynvml; print("servedeck importable; nvidia-ml-py", pynvml.__version__ if hasattr(pynvml, "__version__") else "")' \
+"$py" -c 'from servedeck.cli import root_app; import pynvml; print("servedeck importable; nvidia-ml-py", pynvml.__version__ if hasattr(pynvml, "__version__") else "")' \
   || { echo "servedeck cannot be imported: carry the missing wheels in .whl/"; exit 2; }
 
 step "llama-server with CUDA"

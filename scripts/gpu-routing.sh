@@ -39,7 +39,7 @@ if ls "$repo"/.whl/*.whl >/dev/null 2>&1; then
 fi
 export PYTHONPATH="$repo/src:${PYTHONPATH:-}"
 . "$here/_device_llama.sh"  # sets bin: CUDA llama-server built here, or LLAMA_SERVER
-"$py" -c 'import servedeck.cli, gguf, numpy, psutil, vllm_router.launch_router' \
+"$py" -c 'from servedeck.cli import root_app; import gguf, numpy, psutil, vllm_router.launch_router' \
   || { echo "a Python package is missing: carry it in .whl/"; exit 2; }
 command -v vllm-router || { echo "no vllm-router on PATH: carry its wheel in .whl/"; exit 2; }
 t0=$(date +%s)

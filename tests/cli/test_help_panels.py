@@ -9,7 +9,7 @@ import re
 import typer
 from typer.testing import CliRunner
 
-from servedeck.cli.app import app
+from servedeck.cli import root_app as app
 from servedeck.cli.panels import HIDDEN, arrange
 
 WIDE = {"COLUMNS": "200", "TERM": "dumb"}

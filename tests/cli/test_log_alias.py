@@ -6,7 +6,7 @@ import re
 
 from typer.testing import CliRunner
 
-from servedeck.cli.app import app
+from servedeck.cli import root_app as app
 from servedeck.deck import launch as L
 from servedeck.errors import UsageError
 

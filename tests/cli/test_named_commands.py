@@ -20,7 +20,7 @@ import pytest
 import typer.main
 from typer.testing import CliRunner
 
-from servedeck.cli.app import app
+from servedeck.cli import root_app as app
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "servedeck"

@@ -9,7 +9,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from servedeck.cli.app import app
+from servedeck.cli import root_app as app
 from servedeck.modelsfile import load, parse
 from servedeck.deck import Deck
 from servedeck.errors import ConfigError

@@ -140,7 +140,7 @@ def test_verify_build_keeps_its_last_verdict_for_the_page(venv, tmp_path, monkey
     the one before whole: the page reads when a build was last checked and what was found."""
     from typer.testing import CliRunner
 
-    from servedeck.cli.app import app
+    from servedeck.cli import root_app as app
     from servedeck.doctor.verified import last_verification, verified_file
 
     cfg = vllm_cfg(tmp_path, venv / "bin/python", extra_build=f'requires = ["{venv}/bin/python"]')

@@ -43,7 +43,7 @@ env = {{ VLLM_CPU_KVCACHE_SPACE = "2" }}
 
 
 def app():
-    from servedeck.cli.app import app as a  # importing servedeck.cli (its package) registers every command module
+    from servedeck.cli import root_app as a  # the app with every command module registered
 
     return a
 

@@ -207,7 +207,7 @@ def test_a_variant_that_only_lost_against_a_failed_base_is_no_result(tmp_path):
 def test_the_command_refuses_two_forms_and_names_an_unknown_model(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    from servedeck.cli.app import app
+    from servedeck.cli import root_app as app
     from servedeck.errors import UnknownModelError, UsageError
 
     (tmp_path / "models.toml").write_text(TOML)

@@ -10,7 +10,7 @@ import json
 from typer.testing import CliRunner
 
 from servedeck import paths
-from servedeck.cli.app import app
+from servedeck.cli import root_app as app
 from servedeck.deck import state as S
 from servedeck.fsio import read_jsonl
 from servedeck.runs.read import load
