@@ -1,5 +1,5 @@
 """One real server per engine, booted once per session and shared by every test that only reads from it
-(the campaign, gate and telemetry tests), then stopped by process group. vLLM boots in ~70 s on 2 cores
+(the campaign, gate, telemetry and vLLM page tests), then stopped by process group. vLLM boots in ~70 s on 2 cores
 (minutes when the machine is busy), so booting it per test, or once per test directory, is not an option:
 these fixtures live here, once, and tests/conftest.py imports them, so every directory gets the same
 instance (three directories each booting their own vLLM cost ~2.5 min of the suite, 2026-12-03).

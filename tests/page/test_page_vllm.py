@@ -1,22 +1,20 @@
-"""What only vLLM gives the page, on the real vLLM CPU build (one boot for the module): the engine's own
-package version, a RECORD verdict over a real venv of 150 distributions, and a KV pool the engine reports
-in tokens beside the planner's prediction. The rest of the page is tested on llama.cpp."""
+"""What only vLLM gives the page, on the real vLLM CPU build: the engine's own package version, a RECORD
+verdict over a real venv of 150 distributions, and a KV pool the engine reports in tokens beside the
+planner's prediction. The rest of the page is tested on llama.cpp. The run the page shows is measured on the
+session's shared vLLM (tests/shared_servers.py: the starter's smollm2-vllm, dev mode's endpoints on), which
+the page only reads: a boot of its own cost this module ~45 s."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
 
 import pytest
 
 from pagekit import cli, page_json, TEST_MARK, SESSION
-from ports import starter_toml
 from servedeck.workloads.points import BenchSpec
 from servedeck.workloads.session import Outcome, measured, run as bench
-from servedeck.deck import Deck
-from servedeck.init import default_locations
 from servedeck.loadgen import ClosedLoop
 from servedeck.loadgen.loop import run as run_loop
-from servedeck.modelsfile import load
 
 pytestmark = [pytest.mark.engine, pytest.mark.vllm]
 
@@ -24,27 +22,18 @@ NAME = "smollm2-vllm"
 
 
 @pytest.fixture(scope="module")
-def vhist(page_home, tmp_path_factory):
-    import os
-
-    loc = default_locations()
-    missing = [loc[k] for k in ("vllm_python", "smollm2_hf") if not Path(loc[k]).exists()]
-    if missing:
-        pytest.fail("engines/models not prepared (run scripts/setup.sh): " + ", ".join(missing))
-    tmp = tmp_path_factory.mktemp("page-vllm")
-    path = tmp / "models.toml"
-    path.write_text(starter_toml())
-    cfg = load(path)
-    deck = Deck(cfg)
-    deck.start(NAME)
-    out = Outcome()
-    try:
-        with measured(cfg, NAME, False, out) as target:
+def vhist(campaign_config, campaign_home, vllm, tmp_path_factory):
+    results = tmp_path_factory.mktemp("page-vllm-results")
+    env = {**os.environ, "SERVEDECK_HOME": str(campaign_home), "SERVEDECK_RESULTS": str(results),
+           TEST_MARK: SESSION}
+    with pytest.MonkeyPatch.context() as mp:  # module scope: the page's own home is set for its other tests
+        mp.setenv("SERVEDECK_HOME", str(campaign_home))
+        mp.setenv("SERVEDECK_RESULTS", str(results))
+        out = Outcome()
+        with measured(campaign_config, NAME, False, out) as target:
             run_loop(bench(target, BenchSpec(workload="chat", shapes=(ClosedLoop(1),), input_tokens=48, output_tokens=4,
                                               requests=2, warmup=0, seed=3), gate_mode=False, outcome=out))
-    finally:
-        deck.stop([NAME])
-    env = {**os.environ, TEST_MARK: SESSION}
+    path = campaign_config.path
     verify = cli(path, env, "verify-build", "vllm-cpu", timeout=600)
     return {"cfg": path, "env": env, "run": out.folder, "verify": verify, "doc": page_json(path, env, NAME)}
 
