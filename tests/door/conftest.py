@@ -39,8 +39,13 @@ def servedeck_home(door_home):
 
 
 @pytest.fixture(scope="module")
-def door(door_home, engines_ready, tmp_path_factory):
-    cfg = load(door_config(tmp_path_factory.mktemp("door-cfg"), engines_ready))
+def door(door_home, engines_ready, tmp_path_factory, request):
+    """The module's door; a module's `door_toml(text) -> text` edits its models.toml first."""
+    path = door_config(tmp_path_factory.mktemp("door-cfg"), engines_ready)
+    edit = getattr(request.module, "door_toml", None)
+    if edit is not None:
+        path.write_text(edit(path.read_text()))
+    cfg = load(path)
     d = DoorThread(cfg, ServeOptions(port=0, watch_interval_s=1.0))
     d.cfg = cfg
     d.home = door_home

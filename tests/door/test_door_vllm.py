@@ -4,12 +4,19 @@ streams; vLLM's boot facts are read from its log; a client disconnect stops vLLM
 counters say so); a request for the llama.cpp model switches back and vLLM's EngineCore goes with its
 API server. (This replaces the deck-only vLLM switch test: the same boot now covers both.) The same
 boot answers tool calls through the openai SDK (the starter's tools = "hermes"); all-MiniLM-L6-v2, the
-starter's embedding model, is the module's one other vLLM boot."""
+starter's embedding model, is the module's one other vLLM boot.
+
+vLLM's CPU build cannot sleep (its platform has no sleep mode: asked, it fails to boot with 'Sleep mode is not
+supported on current platform.'). So this module's vLLM entry says `sleep = "auto"`: it is launched without
+sleep mode, `servedeck sleep` refuses it naming why, and the switch back stops it cold and says why. (That
+was tests/deck/test_sleep_vllm_cpu.py's own vLLM boot, ~40 s; the same boot now covers it.)"""
 
 from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -25,6 +32,12 @@ from doorkit import ASK_WEATHER, WEATHER, disconnect_mid_stream, engine_metrics,
 pytestmark = [pytest.mark.engine, pytest.mark.vllm, pytest.mark.llamacpp, pytest.mark.slow, pytest.mark.timeout(900)]
 
 CHAT = [{"role": "user", "content": "Say hello."}]
+CANNOT = "cannot sleep: this launch runs vLLM's CPU backend"
+
+
+def door_toml(text: str) -> str:
+    """This module's door (tests/door/conftest.py): vLLM asked to sleep where it can."""
+    return text.replace("[models.smollm2-vllm]\n", '[models.smollm2-vllm]\nsleep = "auto"\n', 1)
 
 
 def states(door) -> dict[str, str]:
@@ -58,6 +71,10 @@ def test_a_request_for_the_vllm_model_of_the_slot_switches_to_vllm_and_streams(d
     [st] = [x.to_json() for x in Deck(door.cfg).status() if x.model == "smollm2-vllm"]
     assert st["state"] == "ready" and st["engine"] == "vllm" and st["boot"]["kv_tokens"] == boot["kv_tokens"]
     assert len(group_members(live["pgid"])) >= 2  # the API server and its EngineCore share the group
+    rec = S.read_live("smollm2-vllm")  # sleep = "auto" on the CPU build: launched without sleep mode
+    assert "--enable-sleep-mode" not in (Path(rec.launch_dir) / "cmd.sh").read_text()
+    assert rec.spec["sleep_levels"] == [] and "vLLM's CPU backend" in rec.spec["sleep_note"]
+    assert not [j for j in S.read_journal("smollm2-vllm") if j["event"] == "sleep-reference"]  # nothing to compare later
     print(f"\nswitch llama.cpp → vLLM through the door, first streamed answer after {took:.1f} s")
 
 
@@ -92,6 +109,14 @@ def test_a_client_disconnect_stops_vllm_generating(door):
     print(f"\nvLLM after a disconnect at 5 chunks: {generated:.0f} tokens generated, none running")
 
 
+def test_servedeck_sleep_refuses_the_cpu_build_and_says_why(door):
+    r = subprocess.run([sys.executable, "-m", "servedeck", "--config", str(door.cfg.path), "sleep", "smollm2-vllm"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 5 and "Traceback" not in r.stderr, r.stdout + r.stderr
+    assert "cannot put smollm2-vllm to sleep: this launch runs vLLM's CPU backend" in r.stdout + r.stderr
+    assert states(door)["smollm2-vllm"] == "ready"  # refused, not stopped
+
+
 def test_a_request_for_the_llama_model_switches_back_and_vllm_leaves_nothing(door):
     live = json.loads((door.home / "live" / "smollm2-vllm.json").read_text())
     status, body = stream_chat(door, "smollm2")
@@ -99,6 +124,9 @@ def test_a_request_for_the_llama_model_switches_back_and_vllm_leaves_nothing(doo
     assert states(door)["smollm2-vllm"] == "stopped"
     assert not group_members(live["pgid"]), "vLLM's EngineCore must go with its API server"
     assert set(S.read_desired()["models"]) == {"smollm2"}
+    ok = [j for j in S.read_journal("smollm2") if j["event"] == "switch" and j["outcome"] == "ok"][-1]
+    assert list(ok["stopped_cold"]) == ["smollm2-vllm"] and CANNOT in ok["stopped_cold"]["smollm2-vllm"], ok
+    assert ok["slept"] == {}
 
 
 def cosine(a: list[float], b: list[float]) -> float:
