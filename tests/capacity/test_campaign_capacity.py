@@ -9,7 +9,9 @@ before the run: parallel=4 carries four times the load. Answers of 32 tokens kee
 (schedule lag p99 within 1 % of E2E, at least 5 ms) from calling a point client-bound on a busy 2-core box,
 as 4-token answers did (lag 5.3 ms > 5 ms). Repeats and a variant whose gate fails are read from a
 recorded campaign instead (test_capacity_recorded.py): with them this campaign ran past 15 minutes on this
-box.
+box. Each launch's gate is three probes, two of which must find the code (the seed's own rule): with one
+probe a fresh haystack failed the parallel=1 launch on CI-like runs here (2026-12-04, SmolLM2 answered
+34385118 for 3438518), and every test here failed with it, though the campaign itself ran as it should.
 
 The GPU readings are a RECORDED reading from an H200 (tests/data/nvml-h200-2026-12-01/nvml-reader.jsonl)
 replayed through SERVEDECK_TELEMETRY_GPU_REPLAY, as tests/capacity/test_capacity_energy.py does: this
@@ -46,7 +48,7 @@ CAMPAIGN = """
 name = "cap"
 model = "smollm2"
 cell_timeout = "10m"
-gate = { context = 600, depths = [0.5] }
+gate = { context = 600, depths = [0.5], repeats = 3 }
 
 [matrix]
 "args.parallel" = [1, 4]
