@@ -1,6 +1,6 @@
-"""`servedeck --help` imports the whole command tree (typer registers each command at import), and a command
-the modules its own module imports (tests/cli/test_lazy_commands.py), so what a module imports at its top is
-paid far from where it is used. scipy.stats (~0.4 s) and matplotlib (~0.3 s) are imported where an interval is
+"""`servedeck --help` imports the whole command tree (typer registers each command at import), and every other
+command line imports everything its own command module imports (tests/cli/test_lazy_commands.py), so what a
+module imports at its top is paid far from where it is used. scipy.stats (~0.4 s) and matplotlib (~0.3 s) are imported where an interval is
 computed or a figure drawn (report/stats.py, report/accuracy.py, report/sections.py); this keeps them
 there. Measured 2026-12-04 on this 2-core box: `servedeck --help` took 1.6 s with them at the top and
 0.6 s without (`/usr/bin/time -f %e .venv/bin/servedeck --help`, three runs each)."""

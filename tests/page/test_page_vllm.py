@@ -23,12 +23,10 @@ NAME = "smollm2-vllm"
 
 @pytest.fixture(scope="module")
 def vhist(campaign_config, campaign_home, vllm, tmp_path_factory):
-    results = tmp_path_factory.mktemp("page-vllm-results")
-    env = {**os.environ, "SERVEDECK_HOME": str(campaign_home), "SERVEDECK_RESULTS": str(results),
-           TEST_MARK: SESSION}
     with pytest.MonkeyPatch.context() as mp:  # module scope: the page's own home is set for its other tests
         mp.setenv("SERVEDECK_HOME", str(campaign_home))
-        mp.setenv("SERVEDECK_RESULTS", str(results))
+        mp.setenv("SERVEDECK_RESULTS", str(tmp_path_factory.mktemp("page-vllm-results")))
+        env = {**os.environ, TEST_MARK: SESSION}  # the CLI calls below see the same home and results
         out = Outcome()
         with measured(campaign_config, NAME, False, out) as target:
             run_loop(bench(target, BenchSpec(workload="chat", shapes=(ClosedLoop(1),), input_tokens=48, output_tokens=4,

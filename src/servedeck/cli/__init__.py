@@ -16,8 +16,6 @@ from rich.text import Text
 from servedeck.cli.app import err_console
 from servedeck.errors import ServedeckError
 
-MODULES = ("campaign", "campaigns", "cluster", "deck", "doctor", "door", "page", "report", "watch")
-
 # Which module registers each command and group; tests/cli/test_lazy_commands.py checks it against the
 # registered commands, so a command moved or added elsewhere fails there, not for a user.
 HOMES = {
@@ -29,6 +27,7 @@ HOMES = {
     **dict.fromkeys(["watch", "notices", "soak"], "watch"),
     "page": "page", "hosts": "cluster", "serve": "door", "campaign": "campaigns",
 }
+MODULES = tuple(sorted(set(HOMES.values())))  # every command module, for --help and root_app
 
 
 def command_of(argv: list[str]) -> Optional[str]:

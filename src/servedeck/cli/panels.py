@@ -20,14 +20,16 @@ PANELS: list[tuple[str, list[str]]] = [
 HIDDEN = {"log"}  # `logs` under another name
 
 
+def name_of(info) -> str:
+    """A registered command's or group's name, as typer gives it (the function's name, dashed, if unnamed)."""
+    return info.name or info.callback.__name__.replace("_", "-")
+
+
 def arrange(app: typer.Typer) -> None:
     """Give every registered command and group its panel, in PANELS' order."""
     order = {name: i for i, (_, names) in enumerate(PANELS) for name in names}
     rank = {name: j for _, names in PANELS for j, name in enumerate(names)}
     panel = {name: title for title, names in PANELS for name in names}
-
-    def name_of(info) -> str:
-        return info.name or info.callback.__name__.replace("_", "-")
 
     unplaced = [name_of(c) for c in [*app.registered_commands, *app.registered_groups]
                 if name_of(c) not in panel and name_of(c) not in HIDDEN]
