@@ -3,10 +3,14 @@
 Picked below the kernel's ephemeral range (net.ipv4.ip_local_port_range), never by binding port 0: a
 port from that range, free when asked, can become the source port of any outgoing connection before
 the engine binds it (the door and the load generator open many), and the engine then fails to start.
-Outside the range only another server can take it, and the bind check below sees those."""
+Outside the range only another server can take it, and the bind check below sees those.
+
+Under pytest-xdist each worker picks from its own share of that span: two workers can pick the same free
+port for models.toml files whose engines have not bound it yet, and the second engine then fails to start."""
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 
@@ -28,12 +32,27 @@ def _bindable(port: int) -> bool:
     return True
 
 
+def _span(low: int) -> tuple[int, int]:
+    """This process's share of [10000, low - 1): all of it, or worker gwN's Nth of PYTEST_XDIST_WORKER_COUNT."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if not (worker.startswith("gw") and worker[2:].isdigit() and count.isdigit() and int(count) > 1):
+        return 10000, low - 1
+    width = (low - 1 - 10000) // int(count)
+    start = 10000 + width * (int(worker[2:]) % int(count))
+    return start, start + width
+
+
+_given: set[int] = set()  # never the same port twice in one process: a models.toml asks for several before any is bound
+
+
 def free_port() -> int:
     low = _ephemeral_low()
     if low > 12000:
+        start, end = _span(low)
         for _ in range(200):
-            p = random.randrange(10000, low - 1)
-            if _bindable(p):
+            p = random.randrange(start, end - 1)  # end - 1: free_port_pair may take p + 1
+            if p not in _given and _bindable(p):
+                _given.add(p)
                 return p
     with socket.socket() as s:  # no room below the range: the kernel's choice
         s.bind(("127.0.0.1", 0))
