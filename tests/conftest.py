@@ -23,6 +23,7 @@ import pytest
 
 from servedeck.modelsfile import load
 from servedeck.init import default_locations
+from workers import as_a_worker, by_group
 
 TEST_MARK = "SERVEDECK_TEST_RUN"
 SESSION = str(os.getpid())  # every process this session starts inherits it (pytest_configure below)
@@ -41,6 +42,13 @@ def pytest_configure(config):
     # Python's own handler; a handled signal is reset to the default in each child, which installs its own.
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    as_a_worker(os.environ)  # tests/workers.py: under two workers, each engine keeps to its share of the cores
+
+
+# --- two workers (scripts/test.sh runs pytest-xdist): tests/workers.py says how tests are grouped onto them
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    return by_group(config, log)
 
 
 @pytest.fixture(autouse=True)
