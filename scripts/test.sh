@@ -10,6 +10,6 @@ cd "$repo"
 # tests/conftest.py bounds the interpreter's exit after the summary; the exit code is pytest's own.
 export PYTHONUNBUFFERED=1
 # Two workers (pytest-xdist): one process left a core idle about half the time (user+sys 36 of 35 minutes),
-# and two took the fresh-clone suite from 33:08 to 22:11 (docs/testing.md). tests/workers.py says which tests
+# and two took the fresh-clone suite from 33:08 to 22:38 (docs/testing.md). tests/workers.py says which tests
 # share a worker and what a worker's engines are given. SERVEDECK_TEST_WORKERS=0 runs it in one process.
 exec .venv/bin/python -m pytest -q -p no:cacheprovider -n "${SERVEDECK_TEST_WORKERS:-2}" "$@"

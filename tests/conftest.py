@@ -9,7 +9,8 @@ shim and engine that a `servedeck` CLI subprocess launches, the door (`servedeck
 and its helpers, Ray's head and nodes (gcs_server, raylet, their workers), the timing instrument and
 the load generator's client processes. A process that rebuilt its environment from nothing is still
 found if it is a descendant of this session. Marks are per session: another engineer's pytest on the
-same machine has its own, and its processes are none of this session's business."""
+same machine has its own, and its processes are none of this session's business. Under scripts/test.sh's two
+pytest-xdist workers (tests/workers.py), each worker is such a session, with its own mark and its own guard."""
 
 from __future__ import annotations
 
