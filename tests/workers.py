@@ -1,5 +1,5 @@
-"""The suite's two workers (scripts/test.sh runs pytest-xdist, two processes on CI's two cores): which tests
-share a worker, and what environment a worker gives the engines and CLI runs it starts."""
+"""The suite's two workers (`SERVEDECK_TEST_WORKERS=2 bash scripts/test.sh`: pytest-xdist, a process per core):
+which tests share a worker, and what environment a worker gives the engines and CLI runs it starts."""
 
 from __future__ import annotations
 
