@@ -14,6 +14,8 @@ import os
 import random
 import socket
 
+from workers import worker_index
+
 
 def _ephemeral_low() -> int:
     try:
@@ -34,11 +36,11 @@ def _bindable(port: int) -> bool:
 
 def _span(low: int) -> tuple[int, int]:
     """This process's share of [10000, low - 1): all of it, or worker gwN's Nth of PYTEST_XDIST_WORKER_COUNT."""
-    worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
-    if not (worker.startswith("gw") and worker[2:].isdigit() and count.isdigit() and int(count) > 1):
+    n, count = worker_index(os.environ), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if n is None or not count.isdigit() or int(count) < 2:
         return 10000, low - 1
     width = (low - 1 - 10000) // int(count)
-    start = 10000 + width * (int(worker[2:]) % int(count))
+    start = 10000 + width * (n % int(count))
     return start, start + width
 
 
@@ -63,7 +65,8 @@ def free_port_pair() -> int:
     """A port p with p + 1 free as well (a models.toml entry with replicas = 2 serves on both)."""
     for _ in range(50):
         p = free_port()
-        if _bindable(p + 1):
+        if p + 1 not in _given and _bindable(p + 1):
+            _given.add(p + 1)
             return p
     raise RuntimeError("no two consecutive free ports found")
 

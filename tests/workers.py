@@ -10,21 +10,27 @@ from pathlib import Path
 TESTS = Path(__file__).parent
 
 
+def worker_index(env) -> int | None:
+    """N for pytest-xdist's worker gwN (its PYTEST_XDIST_WORKER), None in a one-process run."""
+    worker = env.get("PYTEST_XDIST_WORKER", "")
+    return int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else None
+
+
 def as_a_worker(env) -> None:
     """A worker's environment, which its engines and CLI runs inherit. Each engine keeps to its share of the
     cores unless its models.toml says otherwise.
     Left alone, every llama-server runs one thread per core and spins at its barriers while another worker's
     engine holds a core, and every vLLM binds its OpenMP thread to core 0: a two-worker run at those defaults
     took longer than one worker (2026-12-04, killed at 72% after 33 min)."""
-    worker = env.get("PYTEST_XDIST_WORKER", "")
-    if not (worker.startswith("gw") and worker[2:].isdigit()):
+    n = worker_index(env)
+    if n is None:
         return
     # A worker starts with COLUMNS=80 and LINES=24 in its environment, which a one-process run does not have:
     # the CLI's console reads them once, at import, and a test's own COLUMNS would then be ignored.
     for name in ("COLUMNS", "LINES"):
         env.pop(name, None)
     env.setdefault("LLAMA_ARG_THREADS", "1")  # llama-server's own variable for --threads; a flag in args wins
-    env.setdefault("VLLM_CPU_OMP_THREADS_BIND", str(int(worker[2:]) % (os.cpu_count() or 1)))
+    env.setdefault("VLLM_CPU_OMP_THREADS_BIND", str(n % (os.cpu_count() or 1)))
 
 
 # A group of tests runs whole on one worker, so its fixtures are set up once. Each test file is a group (its

@@ -112,7 +112,8 @@ def test_a_client_disconnect_stops_vllm_generating(door):
 def test_servedeck_sleep_refuses_the_cpu_build_and_says_why(door):
     r = subprocess.run([sys.executable, "-m", "servedeck", "--config", str(door.cfg.path), "sleep", "smollm2-vllm"],
                        capture_output=True, text=True, timeout=300)
-    assert r.returncode == 5 and "Traceback" not in r.stderr, r.stdout + r.stderr
+    assert r.returncode == 5, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr, r.stderr
     assert "cannot put smollm2-vllm to sleep: this launch runs vLLM's CPU backend" in r.stdout + r.stderr
     assert states(door)["smollm2-vllm"] == "ready"  # refused, not stopped
 

@@ -1,4 +1,4 @@
-"""The suite's two workers (scripts/test.sh runs pytest-xdist): which tests share a worker, what environment a
+"""The suite's two workers (`SERVEDECK_TEST_WORKERS=2 bash scripts/test.sh`: pytest-xdist): which tests share a worker, what environment a
 worker gives its engines, and which ports each worker takes. Pure: no worker and no engine is started."""
 
 from __future__ import annotations
@@ -39,13 +39,15 @@ def test_a_worker_gives_its_engines_one_thread_and_its_own_core():
     workers.as_a_worker(env)
     assert env["LLAMA_ARG_THREADS"] == "1"
     assert env["VLLM_CPU_OMP_THREADS_BIND"] == str(1 % (os.cpu_count() or 1))
-    assert "COLUMNS" not in env and "LINES" not in env
+    assert "COLUMNS" not in env
+    assert "LINES" not in env
 
 
 def test_a_setting_already_made_is_kept_and_one_process_is_left_alone():
     env = {"PYTEST_XDIST_WORKER": "gw0", "LLAMA_ARG_THREADS": "2", "VLLM_CPU_OMP_THREADS_BIND": "0-1"}
     workers.as_a_worker(env)
-    assert env["LLAMA_ARG_THREADS"] == "2" and env["VLLM_CPU_OMP_THREADS_BIND"] == "0-1"
+    assert env["LLAMA_ARG_THREADS"] == "2"
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "0-1"
     alone = {"COLUMNS": "120"}
     workers.as_a_worker(alone)
     assert alone == {"COLUMNS": "120"}
@@ -57,7 +59,8 @@ def test_each_worker_takes_ports_from_its_own_share(monkeypatch):
         monkeypatch.setenv("PYTEST_XDIST_WORKER", f"gw{n}")
         monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "3")
         shares.append(ports._span(32768))
-    assert shares[0][0] == 10000 and shares[-1][1] <= 32767
+    assert shares[0][0] == 10000
+    assert shares[-1][1] <= 32767
     assert all(a[1] <= b[0] for a, b in zip(shares, shares[1:]))  # no two overlap
     monkeypatch.delenv("PYTEST_XDIST_WORKER")
     assert ports._span(32768) == (10000, 32767)
@@ -71,3 +74,18 @@ def test_a_process_never_gets_the_same_port_twice(monkeypatch):
     monkeypatch.setattr(ports, "_given", set())
     monkeypatch.setattr(ports, "_bindable", lambda p: True)
     assert [ports.free_port(), ports.free_port()] == [23456, 23457]
+
+
+def test_the_second_port_of_a_pair_is_not_handed_out_again(monkeypatch):
+    draws = iter([23456, 23457, 23458])
+    monkeypatch.setattr(ports.random, "randrange", lambda a, b: next(draws))
+    monkeypatch.setattr(ports, "_given", set())
+    monkeypatch.setattr(ports, "_bindable", lambda p: True)
+    assert ports.free_port_pair() == 23456
+    assert ports.free_port() == 23458  # 23457 serves the pair's second replica
+
+
+def test_the_worker_is_read_from_xdist_s_name_for_it():
+    assert workers.worker_index({"PYTEST_XDIST_WORKER": "gw3"}) == 3
+    assert workers.worker_index({"PYTEST_XDIST_WORKER": "master"}) is None
+    assert workers.worker_index({}) is None
