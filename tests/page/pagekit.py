@@ -18,7 +18,10 @@
               box; with 64-token answers and 6 requests it lost by 314 % [73 %, 648 %] on an idle box, and on
               CI (2026-12-03) the interval reached 0 while its TPOT won, so p1 came out "won"; with 128 and 10
               it lost by 823 % [550 %, 890 %] here, beside another test's engines. A prefill-side
-              variant, --ubatch-size 16 on 64-token prompts, lost by 84 % once and won once here
+              variant, --ubatch-size 16 on 64-token prompts, lost by 84 % once and won once here. The
+              model runs one thread: at two, under two test workers, its barriers waited for a thread the
+              other worker's engine had preempted (base's TPOT 1,066 ms against 15 ms alone, 2026-12-04),
+              and p1 once came out "won"
     verify    `servedeck verify-build next` (the CLI, so its verdict is kept)
 """
 
@@ -60,7 +63,7 @@ GATE = GateSpec(context=320, depths=(0.5,))  # the question and its answer room 
 # tiny on purpose: this 2-core machine is shared, and a prefill of 371 tokens took 15-18 s here while other
 # engineers' engines ran (2026-12-03, load average 12-19)
 CHAT = dict(workload="chat", input_tokens=48, output_tokens=4, requests=2, warmup=0, seed=SEED)
-WHY = ('why = { threads = "two cores on this box: one per core", '
+WHY = ('why = { threads = "one thread: the suite may run two workers on this box\'s two cores", '
        '"flash-attn" = "left off: never measured on this CPU build", '
        'parallel = "two slots: the soak and the bench each need two streams" }')
 
@@ -112,7 +115,7 @@ def make_build(tmp: Path, name: str, version: str) -> Path:
     return d
 
 
-def models_toml(tmp: Path, port: int, *, build: str = "next", args: str = "parallel = 2, threads = 2",
+def models_toml(tmp: Path, port: int, *, build: str = "next", args: str = "parallel = 2, threads = 1",
                 name: str = "models.toml") -> Path:
     loc = default_locations()
     text = f"""[host]
@@ -232,7 +235,7 @@ def make_history(tmp: Path) -> History:
         bench_stock = out.folder
 
     # a start the engine refuses: classified from its log
-    bad = models_toml(tmp, port, build="stock", args="parallel = 2, threads = 2, no-such-flag = true",
+    bad = models_toml(tmp, port, build="stock", args="parallel = 2, threads = 1, no-such-flag = true",
                       name="models-bad.toml")
     try:
         Deck(load(bad)).start(NAME)

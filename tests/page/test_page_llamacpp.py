@@ -85,7 +85,8 @@ def test_now_says_it_is_not_running_and_what_the_fit_check_says(doc):
 def test_launch_configuration_has_reasons_beside_flags_and_absences_and_dates(doc):
     la = doc["sections"]["launch"]
     flags = {f["flag"]: f for f in la["flags"]}
-    assert flags["--threads"]["value"] == "2" and flags["--threads"]["why"].startswith("two cores")
+    assert flags["--threads"]["value"] == "1"
+    assert flags["--threads"]["why"].startswith("one thread")
     assert flags["--parallel"]["why"].startswith("two slots")
     assert [(a["key"], a["present"]) for a in la["absent"]] == [("flash-attn", False)]
     forms = la["forms"]
@@ -154,18 +155,18 @@ def test_a_figure_goes_stale_when_the_builds_version_changes(hist):
 
 
 def test_a_figure_goes_stale_when_an_argument_changes_and_the_page_says_what_changed(hist, tmp_path):
-    edited = models_toml(hist.tmp, hist.port, args="parallel = 2, threads = 1", name="models-threads1.toml")
+    edited = models_toml(hist.tmp, hist.port, args="parallel = 2, threads = 2", name="models-threads2.toml")
     doc = page_json(edited, hist.env)
     fresh = runs_of(doc)[str(hist.bench_next)]
     assert fresh["stale"]["stale"] is True
     [why] = fresh["stale"]["why"]
-    assert why["what"] == "rendered argv" and why["changes"] == ["--threads: 2 → 1"]
+    assert why["what"] == "rendered argv" and why["changes"] == ["--threads: 1 → 2"]
     la = doc["sections"]["launch"]
     assert la["today_last_launched"] is None and not any(f["today"] for f in la["forms"])
     since = doc["sections"]["next"]["since_last_launch"]
     assert since["basis"] == "the models.toml entry recorded at that launch"
     assert [c for c in since["changes"] if c["key"] == "model.args.threads"] == \
-        [{"key": "model.args.threads", "then": 2, "now": 1}]
+        [{"key": "model.args.threads", "then": 1, "now": 2}]
 
 
 def test_crashes_are_classified_and_grouped_by_build_and_engine_version(doc, hist):

@@ -1,9 +1,13 @@
 """Real run folders for the report tests, made once per module: tiny llama.cpp benches of SmolLM2.
 
-    a1, a2   threads = 2, the same --seed: a configuration and a repeat of it (fresh launches)
-    b        threads = 1, same seed: one flag changed
-    rope     threads = 2 and rope-freq-base = 10: a RoPE misconfiguration that fails the gate
-    long     threads = 2, long-prompt workload, no gate
+    a1, a2   threads = 1, the same --seed: a configuration and a repeat of it (fresh launches)
+    b        threads = 2, same seed: one flag changed
+    rope     threads = 1 and rope-freq-base = 10: a RoPE misconfiguration that fails the gate
+    long     threads = 1, long-prompt workload, no gate
+
+One thread but in b: under two test workers (tests/workers.py) another engine holds the other core, and a
+llama-server of two threads then waits at its barriers for a thread that is not running (a 128-token TPOT
+went from 15 ms to 1,066 ms here, 2026-12-04).
 
 Each is `bench --launch` (its own launch, stopped afterwards). The headless Chromium the HTML test
 starts is guarded here too: no chromium process may outlive the session.
@@ -99,11 +103,11 @@ def real_runs(tmp_path_factory, llama_ready) -> Iterator[RealRuns]:
         mp.setenv(TEST_MARK, SESSION)
         mp.delenv("SERVEDECK_CONFIG", raising=False)
         runs = RealRuns(results=results, home=home,
-                        a1=_bench(tmp, "a1", "parallel = 2, threads = 2", chat, None),
-                        a2=_bench(tmp, "a2", "parallel = 2, threads = 2", chat, None),
-                        b=_bench(tmp, "b", "parallel = 2, threads = 1", chat, None),
-                        rope=_bench(tmp, "rope", "parallel = 2, threads = 2, rope-freq-base = 10", chat, None),
-                        long=_bench(tmp, "long", "parallel = 2, threads = 2", long, False))
+                        a1=_bench(tmp, "a1", "parallel = 2, threads = 1", chat, None),
+                        a2=_bench(tmp, "a2", "parallel = 2, threads = 1", chat, None),
+                        b=_bench(tmp, "b", "parallel = 2, threads = 2", chat, None),
+                        rope=_bench(tmp, "rope", "parallel = 2, threads = 1, rope-freq-base = 10", chat, None),
+                        long=_bench(tmp, "long", "parallel = 2, threads = 1", long, False))
     if made is not None:
         made.write_text(json.dumps({k: str(getattr(runs, k)) for k in ("a1", "a2", "b", "rope", "long")}))
     yield runs

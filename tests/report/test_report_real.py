@@ -53,7 +53,7 @@ def test_compare_of_one_changed_flag_names_exactly_that_flag(real_runs):
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["config_changes"] == ["flag --threads"]
-    assert [c for c in doc["changes"] if c["knob"] == "flag --threads"] == [{"knob": "flag --threads", "a": "2", "b": "1"}]
+    assert [c for c in doc["changes"] if c["knob"] == "flag --threads"] == [{"knob": "flag --threads", "a": "1", "b": "2"}]
     assert doc["attribution"].startswith("one knob changed (flag --threads)")
     assert [p["label"] for p in doc["points"]] == ["c=1", "c=2"]
     for p in doc["points"]:
@@ -61,7 +61,7 @@ def test_compare_of_one_changed_flag_names_exactly_that_flag(real_runs):
         assert [v["figure"] for v in p["verdicts"]] == ["TTFT p50", "TPOT p50", "E2E p50", "output tok/s per host"]
         assert p["verdicts"][-1]["method"] == "none"  # one launch per side: no throughput interval
     text = _cli(["compare", str(real_runs.a1), str(real_runs.b)], real_runs.results).stdout
-    assert "flag --threads: 2 → 1" in text and "One knob changed" in text
+    assert "flag --threads: 1 → 2" in text and "One knob changed" in text
 
 
 def test_compare_of_a_run_with_itself_finds_nothing_and_a_repeat_is_judged_consistently(real_runs):
@@ -115,7 +115,7 @@ def test_report_of_runs_has_every_section_and_links_its_sources(real_runs, tmp_p
                   "Long prompts", "Repeats", "One knob at a time", "Sources"):
         assert f"## {title}" in md, title
     assert "hollow: gate failed" in md and "on the frontier" in md
-    assert "| flag --threads | 2 | 1 | 2 |" in md
+    assert "| flag --threads | 1 | 2 | 1 |" in md
     links = _links(md)
     assert links and all((tmp_path / x).resolve().exists() for x in links)
     for run in runs:
@@ -135,7 +135,7 @@ def _campaign(real_runs, tmp_path) -> Path:
     cells = [
         {"id": "base#1", "variant": "base", "repeat": 1, "state": "done", "runs": [name(real_runs.a1)]},
         {"id": "base#2", "variant": "base", "repeat": 2, "state": "done", "runs": [name(real_runs.a2)]},
-        {"id": "one-thread#1", "variant": "one-thread", "repeat": 1, "state": "done", "runs": [name(real_runs.b)]},
+        {"id": "two-threads#1", "variant": "two-threads", "repeat": 1, "state": "done", "runs": [name(real_runs.b)]},
         {"id": "rope#1", "variant": "rope", "repeat": 1, "state": "done", "runs": [name(real_runs.rope)]},
         {"id": "big-batch#1", "variant": "big-batch", "repeat": 1, "state": "failed", "runs": [],
          "reason": "llama-server exited during start-up (exit code 1)", "signature": "bad-flag"},
@@ -147,7 +147,7 @@ def _campaign(real_runs, tmp_path) -> Path:
     doc = {"schema": 1, "name": "threads", "file": "campaign.toml", "model": "smollm2", "started": "2026-11-30T12:00:00",
            "updated": "2026-11-30T12:10:00", "host": "here",
            "variants": {"base": {"overrides": {}, "replicas": 1, "knobs": {}},
-                        "one-thread": {"overrides": {"args": {"threads": 1}}, "replicas": 1, "knobs": {"args.threads": 1}},
+                        "two-threads": {"overrides": {"args": {"threads": 2}}, "replicas": 1, "knobs": {"args.threads": 2}},
                         "rope": {"overrides": {"args": {"rope-freq-base": 10}}, "replicas": 1,
                                  "knobs": {"args.rope-freq-base": 10}},
                         "big-batch": {"overrides": {"args": {"batch-size": -5}}, "replicas": 1,
@@ -161,15 +161,15 @@ def _campaign(real_runs, tmp_path) -> Path:
 def test_report_of_a_campaign_folder(real_runs, tmp_path):
     folder = _campaign(real_runs, tmp_path)
     coll = collect([folder])
-    assert list(coll.variants()) == ["base", "one-thread", "rope"] and coll.base_variant == "base"
+    assert list(coll.variants()) == ["base", "two-threads", "rope"] and coll.base_variant == "base"
     md_path, html_path = write(coll, folder)
     md = md_path.read_text()
     assert "## Repeats" in md and "## Failures" in md and "cell big-batch#1" in md and "bad-flag" in md
     # attribution: one knob per variant against the base, with an effect per figure and point
     # by the campaign's own knob (campaign.json args.threads), its base value from the base's models.toml entry
-    assert "| args.threads: 2 → 1 | one-thread | chat c=1 | TTFT p50 |" in md
+    assert "| args.threads: 1 → 2 | two-threads | chat c=1 | TTFT p50 |" in md
     assert "flag --rope-freq-base: (absent) → 10" in md
-    r = _cli(["compare", "base", "one-thread", "--campaign", str(folder), "--json"], real_runs.results)
+    r = _cli(["compare", "base", "two-threads", "--campaign", str(folder), "--json"], real_runs.results)
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["a"] == [real_runs.a1.name, real_runs.a2.name] and doc["config_changes"] == ["flag --threads"]
