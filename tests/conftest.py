@@ -10,7 +10,7 @@ and its helpers, Ray's head and nodes (gcs_server, raylet, their workers), the t
 the load generator's client processes. A process that rebuilt its environment from nothing is still
 found if it is a descendant of this session. Marks are per session: another engineer's pytest on the
 same machine has its own, and its processes are none of this session's business. Under two pytest-xdist workers
-(SERVEDECK_TEST_WORKERS=2, tests/workers.py), each worker is such a session, with its own mark and its own guard."""
+(the default of scripts/test.sh, tests/workers.py), each worker is such a session, with its own mark and its own guard."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def pytest_configure(config):
     as_a_worker(os.environ)  # tests/workers.py: under two workers, each engine keeps to its share of the cores
 
 
-# --- two workers (SERVEDECK_TEST_WORKERS=2 bash scripts/test.sh): tests/workers.py says how tests are grouped onto them
+# --- two workers (scripts/test.sh's default): tests/workers.py says how tests are grouped onto them
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     return by_group(config, log)

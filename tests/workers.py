@@ -1,4 +1,4 @@
-"""The suite's two workers (`SERVEDECK_TEST_WORKERS=2 bash scripts/test.sh`: pytest-xdist, a process per core):
+"""The suite's two workers (`bash scripts/test.sh`, by default: pytest-xdist, a process per core):
 which tests share a worker, and what environment a worker gives the engines and CLI runs it starts."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The suite's two workers (`SERVEDECK_TEST_WORKERS=2 bash scripts/test.sh`: pytest-xdist): which tests share a worker, what environment a
+"""The suite's two workers (`bash scripts/test.sh`, by default: pytest-xdist): which tests share a worker, what environment a
 worker gives its engines, and which ports each worker takes. Pure: no worker and no engine is started."""
 
 from __future__ import annotations
