@@ -419,12 +419,7 @@ class Manager:
         def engine_up() -> bool:
             return P.alive(rec.engine_pid) if rec.engine_pid else alive(rec)
 
-        t0 = time.monotonic()
-        while alive(rec) and time.monotonic() - t0 < STREAM_END_WAIT_S:
-            if engine_up() and time.monotonic() - t0 > ENGINE_STILL_UP_S:
-                break
-            time.sleep(0.05)
-        if engine_up():
+        if still_up_after_a_break(engine_up, lambda: alive(rec)):
             return f"{name} at {url} broke off the response ({what}); its engine is still running", None
         end = ending_of(rec)
         cause = end.cause or {}
@@ -572,6 +567,27 @@ class Manager:
                         "replicas": [{"url": r.url, "outstanding": r.outstanding} for r in rt.replicas],
                         "refusal": {"status": rt.refusal.status, "message": rt.refusal.message} if rt.refusal else None})
         return out
+
+
+def still_up_after_a_break(engine_up: Callable[[], bool], shim_up: Callable[[], bool], *,
+                           clock: Callable[[], float] = time.monotonic,
+                           sleep: Callable[[float], None] = time.sleep) -> bool:
+    """Whether a server that broke off a stream is still running, once it has had a moment to be found dying.
+
+    An engine still up is given ENGINE_STILL_UP_S to be seen gone after all: its socket closes before the
+    kernel marks it exited, and on a loaded box that gap is long. An engine gone, with its shim still up, is
+    waited for up to STREAM_END_WAIT_S, until the shim has written how it ended and exited. Until
+    2026-12-05 the wait ended as soon as the shim was gone, so when the whole process group was SIGKILLed
+    the engine had no moment at all, and one stream in three was told "its engine is still running"."""
+    t0 = clock()
+    while clock() - t0 < STREAM_END_WAIT_S:
+        up = engine_up()
+        if up and clock() - t0 >= ENGINE_STILL_UP_S:
+            return True
+        if not up and not shim_up():
+            return False
+        sleep(0.05)
+    return engine_up()
 
 
 def _woke_brief(woke: dict | None) -> dict | None:
