@@ -38,6 +38,7 @@ from servedeck.loadgen.api import ApiClient
 from servedeck.loadgen.drawn import Drawn, fixed, parse_drawn
 from servedeck.loadgen.prompts import _tag, new_nonce, seeded_nonce
 from servedeck.loadgen.records import RequestRecord
+from servedeck.loadgen.schedule import sleep_until
 from servedeck.loadgen.texts import Content
 from servedeck.runs.folder import RunFolder
 from servedeck.runs.turns import turn_figures
@@ -175,8 +176,7 @@ class _Run:
                     f"{answer_tokens} answer tokens would pass {self.limit}")})
                 return
             due += think
-            while (wait := due - time.perf_counter()) > 0:  # a loop's timer may wake a little early: not before due
-                await asyncio.sleep(wait)
+            await sleep_until(due)
             chars = int(turn_tokens * self.cpt)
             text = (_tag(self.nonce, "measured", c) if t == 1 else "") + texts.piece(spec.content, pos, chars)
             pos += chars
