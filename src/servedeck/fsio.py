@@ -255,25 +255,31 @@ def unique_dir(root: Path, base: str) -> Path:
 
 @contextmanager
 def exclusive(lock_path: Path, what: str, busy: Callable[[dict | None], BaseException],
-              wait_s: float = 0.0) -> Iterator[None]:
+              wait_s: float = 0.0, patience: Callable[[dict | None], float] | None = None) -> Iterator[None]:
     """Hold an flock on `lock_path` (released by the kernel if the holder dies) and say who holds it in
-    `<lock>.holder` ({pid, what, since}). A second caller gets `busy(holder-or-None)` raised."""
+    `<lock>.holder` ({pid, what, since}). A second caller gets `busy(holder-or-None)` raised, after `wait_s`,
+    and then after `patience(holder)` seconds more where that holder is worth waiting through (a short job)."""
     from datetime import datetime, timezone
 
     from filelock import FileLock, Timeout
 
     from servedeck.errors import ServedeckError
 
-    info_path = Path(lock_path).with_suffix(".holder")
+    info_path = holder_path(lock_path)
     lock = FileLock(str(lock_path))
-    try:
-        lock.acquire(timeout=wait_s if wait_s > 0 else 0)
-    except Timeout:
+
+    def acquired(timeout: float) -> bool:
         try:
-            holder = json.loads(info_path.read_text())
-        except (OSError, ValueError):
-            holder = None
-        raise busy(holder if isinstance(holder, dict) else None) from None
+            lock.acquire(timeout=max(timeout, 0.0))
+        except Timeout:
+            return False
+        return True
+
+    if not acquired(wait_s):
+        holder = read_holder(lock_path)
+        more = patience(holder) if patience else 0.0
+        if more <= 0 or not acquired(more):
+            raise busy(read_holder(lock_path) or holder)
     try:
         since = datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")
         try:  # who holds it is advice for a second caller; a full disk must not make the lock itself fail
@@ -287,3 +293,30 @@ def exclusive(lock_path: Path, what: str, busy: Callable[[dict | None], BaseExce
         except FileNotFoundError:
             pass
         lock.release()
+
+
+def holder_path(lock_path: Path) -> Path:
+    return Path(lock_path).with_suffix(".holder")
+
+
+def read_holder(lock_path: Path) -> dict | None:
+    """Who holds `lock_path`, as its holder wrote it ({pid, what, since}); None when nobody said."""
+    try:
+        holder = json.loads(holder_path(lock_path).read_text())
+    except (OSError, ValueError):
+        return None
+    return holder if isinstance(holder, dict) else None
+
+
+def relabel(lock_path: Path, what: str) -> None:
+    """The holder of `lock_path` (this process) says it now does `what`: a second caller is told that, not
+    what the hold began as. Advice only: a full disk leaves the old words."""
+    from datetime import datetime, timezone
+
+    from servedeck.errors import ServedeckError
+
+    since = datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")
+    try:
+        atomic_write_json(holder_path(lock_path), {"pid": os.getpid(), "what": what, "since": since})
+    except (OSError, ServedeckError):
+        pass

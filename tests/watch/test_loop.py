@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 
 from servedeck import paths
+from servedeck.fsio import read_holder
 from servedeck.deck import Deck
 from servedeck.deck import state as S
 from servedeck.deck.deck import settings_of
-from servedeck.errors import StateError
+from servedeck.errors import BusyError, StateError
 from servedeck.supervisor.process import alive, group_members
 from servedeck.watch import Watcher, read_notices
 from watchkit import SECRET, add_instrument, edit, free_port, kinds, wait_for, with_host
@@ -35,7 +36,17 @@ def test_sigkilled_engine_is_relaunched_with_a_notice(deck_config):
     assert kinds() == ["adopted"]  # started outside the loop: adopted, not started again
     os.kill(rec.engine_pid, signal.SIGKILL)
     wait_for(lambda: not alive(rec.pid), 10, what="the shim to end")
-    w.tick()
+    told: list[str] = []
+    done = threading.Event()
+    second = threading.Thread(target=_stop_during_the_relaunch, args=(done, told))
+    second.start()
+    try:
+        w.tick()
+    finally:
+        done.set()
+        second.join(30)
+    # a command typed during the relaunch's boot is told what holds the deck, at once, not made to wait
+    assert len(told) == 1 and "running `watch: relaunch 1/3 of smollm2`" in told[0], told
     assert kinds() == ["adopted", "crashed", "relaunch", "relaunched"]
     crashed, relaunch = read_notices()[1:3]
     assert "SIGKILL" in crashed["message"] and relaunch["message"].startswith("relaunch 1/3 of smollm2: killed by SIGKILL")
@@ -44,6 +55,20 @@ def test_sigkilled_engine_is_relaunched_with_a_notice(deck_config):
     assert not group_members(rec.pgid)
     w.tick()  # nothing more to do: no duplicate
     assert len([s for s in deck.status() if s.state == "ready"]) == 1 and kinds()[-1] == "relaunched"
+
+
+def _stop_during_the_relaunch(done: threading.Event, told: list[str]) -> None:
+    """Once the loop's pass says on the lock that it relaunches, try the deck lock as `stop --all` would."""
+    while not done.is_set():
+        holder = read_holder(paths.lock_file()) or {}
+        if str(holder.get("what", "")).startswith("watch: relaunch"):
+            try:
+                with S.deck_lock("stop --all"):
+                    told.append("the lock was free")
+            except BusyError as e:
+                told.append(e.message)
+            return
+        time.sleep(0.01)
 
 
 def test_engine_that_crashes_on_every_boot_gets_n_tries_then_gives_up(deck_config, monkeypatch):

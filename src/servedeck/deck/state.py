@@ -22,7 +22,7 @@ from pydantic import TypeAdapter, ValidationError
 from servedeck import paths
 from servedeck.errors import BusyError, DiskFullError, StateError
 from servedeck.deck.records import LaunchState, LiveRecord
-from servedeck.fsio import JsonlRows, append_jsonl, atomic_write_json, exclusive, read_jsonl
+from servedeck.fsio import JsonlRows, append_jsonl, atomic_write_json, exclusive, read_jsonl, relabel
 
 DESIRED_SCHEMA = 1
 
@@ -385,9 +385,28 @@ def read_journal(model: str | None = None) -> JsonlRows:
 
 # --- the lock ----------------------------------------------------------------------------
 
+WATCH_TICK = "watch: reconcile"  # what a watch loop's routine pass holds the lock as (the door's loop too)
+WATCH_TICK_PATIENCE_S = 5.0  # such a pass holds it for milliseconds: a caller waits through it, not told busy
+
+
+def watch_tick_patience(holder: dict | None) -> float:
+    """How long a caller waits, beyond its own --wait, for the lock's holder: through a watch loop's routine
+    pass (a `servedeck sleep` beside `servedeck serve` was told busy by one, at random), or a holder that has
+    taken the lock and not yet said who it is; not through a start, a switch or a relaunch, which take minutes
+    and are said at once."""
+    return WATCH_TICK_PATIENCE_S if holder is None or holder.get("what") == WATCH_TICK else 0.0
+
+
+def deck_lock_says(what: str) -> None:
+    """The deck lock's holder (this process) now does `what`: a caller told busy hears that, not the words the
+    hold began with (a watch pass that relaunches a model holds the lock through the whole boot)."""
+    relabel(paths.lock_file(), what)
+
+
 @contextmanager
 def deck_lock(what: str, wait_s: float = 0.0) -> Iterator[None]:
-    """One start/switch/stop/restore at a time per state dir. A second caller is told who holds it."""
+    """One start/switch/stop/restore at a time per state dir. A second caller is told who holds it, after its
+    `wait_s` and, while the holder is a watch loop's routine pass, up to WATCH_TICK_PATIENCE_S more."""
     lock_path = paths.lock_file()
 
     def busy(holder: dict | None) -> BusyError:
@@ -396,5 +415,5 @@ def deck_lock(what: str, wait_s: float = 0.0) -> Iterator[None]:
         return BusyError(f"the deck is busy: {who} holds {lock_path}",
                          hint="wait for it to finish (or pass --wait SECONDS); only one start/switch/stop runs at a time")
 
-    with exclusive(lock_path, what, busy, wait_s):
+    with exclusive(lock_path, what, busy, wait_s, patience=watch_tick_patience):
         yield

@@ -183,7 +183,7 @@ class Watcher:
     # --- reconcile -----------------------------------------------------------------------------
     def _reconcile(self, desired: dict[str, dict]) -> bool:
         try:
-            with self.deck.locked("watch: reconcile") as ops:
+            with self.deck.locked(S.WATCH_TICK) as ops:
                 for name, (rec, end) in ops.settle_dead().items():  # crash recorded with its cause
                     self._ended(name, rec, end)
                     if rec.state == LaunchState.ASLEEP:  # the deck took it out of desired state: not relaunched
@@ -191,6 +191,7 @@ class Watcher:
                 running = ops.running()
                 for name, rec in list(running.items()):
                     if is_orphan(rec):
+                        S.deck_lock_says(f"watch: reap {name}")
                         out = ops.reap_orphan(name, rec)
                         running.pop(name)
                         self.note("reaped", name, f"reaped {name}: left starting by servedeck pid {rec.owner_pid}, "
@@ -201,6 +202,7 @@ class Watcher:
                         continue  # a start by a live servedeck process (cannot happen under the lock; kept)
                     else:
                         running.pop(name)
+                        S.deck_lock_says(f"watch: reap {name}")  # a stop's grace: longer than a pass is waited through
                         out = ops.stop(name, rec, reason="reaped by watch: not in desired state")
                         self.note("reaped", name, f"reaped {name} (pid {rec.pid}, port {rec.port}): running but "
                                                   "not in desired state", killed=out.get("killed"))
@@ -260,6 +262,7 @@ class Watcher:
         self.note("relaunch", name, f"relaunch {i}/{n} of {name}: {last.get('detail') or 'wanted but not running'}",
                   attempt=i, of=n, cause=last.get("cause"))
         t0 = time.monotonic()
+        S.deck_lock_says(f"watch: relaunch {i}/{n} of {name}")  # the whole boot: a caller is told so, not made to wait
         try:
             cfg = config_from_settings(name, settings, self.cfg)
             rec = ops.start(name, cfg, reason="relaunch").record

@@ -1,0 +1,70 @@
+"""A command beside a watch loop is not told "busy" by the loop's routine pass.
+
+CI (stop 45's fresh-clone run) saw `servedeck sleep smollm2-vllm`, run beside `servedeck serve`, exit 4: "the deck is
+busy: pid N running `watch: reconcile`". The door's watch loop takes the deck lock on every pass for milliseconds, so
+any start, stop or sleep typed while it runs could meet it at random. A caller now waits through such a pass (up to
+`state.WATCH_TICK_PATIENCE_S`), and is still told at once of a start, a switch, or a pass that relaunches or reaps a
+model (which says so on the lock)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from servedeck.deck import state as S
+from servedeck.errors import BusyError
+
+
+def _hold(what: str, seconds: float, held: threading.Event) -> None:
+    with S.deck_lock(what):
+        held.set()
+        time.sleep(seconds)  # the holder's own work, not a wait for something: a pass this long
+
+
+def test_a_cli_command_waits_through_a_routine_watch_pass(deck_config):
+    held = threading.Event()
+    holder = threading.Thread(target=_hold, args=(S.WATCH_TICK, 1.0, held))
+    holder.start()
+    try:
+        assert held.wait(10)
+        r = subprocess.run([sys.executable, "-m", "servedeck", "--config", str(deck_config.path), "stop", "--all"],
+                           capture_output=True, text=True, timeout=120)
+    finally:
+        holder.join()
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "busy" not in r.stderr, r.stderr
+
+
+def test_a_pass_that_relaunches_a_model_is_said_at_once():
+    with S.deck_lock(S.WATCH_TICK):
+        S.deck_lock_says("watch: relaunch 1/3 of smollm2")
+        t0 = time.monotonic()
+        with pytest.raises(BusyError) as e:
+            with S.deck_lock("stop --all"):
+                pass
+        waited = time.monotonic() - t0
+    assert "running `watch: relaunch 1/3 of smollm2`" in e.value.message, e.value.message
+    assert waited < S.WATCH_TICK_PATIENCE_S / 2, waited
+
+
+def test_a_pass_that_does_not_end_is_said_once_the_patience_is_spent(monkeypatch):
+    monkeypatch.setattr(S, "WATCH_TICK_PATIENCE_S", 0.4)
+    with S.deck_lock(S.WATCH_TICK):
+        t0 = time.monotonic()
+        with pytest.raises(BusyError) as e:
+            with S.deck_lock("sleep smollm2", wait_s=0.2):
+                pass
+        waited = time.monotonic() - t0
+    assert "running `watch: reconcile`" in e.value.message, e.value.message
+    assert waited >= 0.2 + 0.4 - 0.05, waited  # its own --wait, then the patience
+
+
+def test_who_is_waited_through():
+    assert S.watch_tick_patience({"pid": 1, "what": S.WATCH_TICK}) == S.WATCH_TICK_PATIENCE_S
+    assert S.watch_tick_patience(None) == S.WATCH_TICK_PATIENCE_S  # took the lock, has not said who it is yet
+    for what in ("start smollm2", "switch gemma", "watch: relaunch 1/3 of smollm2", "watch: reap smollm2"):
+        assert S.watch_tick_patience({"pid": 1, "what": what}) == 0.0, what
