@@ -28,6 +28,9 @@ sys.path.insert(0, str(Path(__file__).parent.parent))
 from fulldisk import small_disk  # noqa: E402
 from ports import free_port  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).parent.parent / "watch"))
+from watchkit import kinds, wait_for  # noqa: E402
+
 SERVEDECK = str(Path(sys.executable).with_name("servedeck"))
 
 pytestmark = [pytest.mark.engine, pytest.mark.llamacpp]
@@ -144,7 +147,9 @@ def test_the_door_keeps_serving_what_runs_and_says_the_state_cannot_be_written(d
         first = httpx.post(url + "/v1/chat/completions", json=ask, timeout=300)  # starts it on demand
         assert first.status_code == 200, first.text
         full_home.fill()
-        time.sleep(4)  # several watch ticks, each taking the deck lock and saving watch.json
+        # a watch tick (each takes the deck lock and saves watch.json) has met the full disk and said so
+        wait_for(lambda: "the state cannot be written" in (tmp_path / "door.err").read_text() or door.poll() is not None,
+                 60, what="the door's watch loop to say the state cannot be written")
         assert door.poll() is None, (tmp_path / "door.err").read_text()
         again = httpx.post(url + "/v1/chat/completions", json=ask, timeout=120)
         assert again.status_code == 200, again.text
@@ -154,8 +159,9 @@ def test_the_door_keeps_serving_what_runs_and_says_the_state_cannot_be_written(d
         stop = sd(deck_config.path, "stop", "--all")
         assert stop.returncode == 0 and "smollm2: stopped" in stop.stdout, (stop.stdout, stop.stderr)
         full_home.free_space()
-        time.sleep(1.5)
-        assert door.poll() is None
+        # the loop ticked on through the full disk and says it can write again
+        wait_for(lambda: door.poll() is not None or "recovered" in kinds(), 60, what="the watch loop's 'recovered' notice")
+        assert door.poll() is None, (tmp_path / "door.err").read_text()
     finally:
         if door.poll() is None:
             os.killpg(door.pid, signal.SIGTERM)
