@@ -259,11 +259,7 @@ def exclusive(lock_path: Path, what: str, busy: Callable[[dict | None], BaseExce
     """Hold an flock on `lock_path` (released by the kernel if the holder dies) and say who holds it in
     `<lock>.holder` ({pid, what, since}). A second caller gets `busy(holder-or-None)` raised, after `wait_s`,
     and then after `patience(holder)` seconds more where that holder is worth waiting through (a short job)."""
-    from datetime import datetime, timezone
-
     from filelock import FileLock, Timeout
-
-    from servedeck.errors import ServedeckError
 
     info_path = holder_path(lock_path)
     lock = FileLock(str(lock_path))
@@ -281,11 +277,7 @@ def exclusive(lock_path: Path, what: str, busy: Callable[[dict | None], BaseExce
         if more <= 0 or not acquired(more):
             raise busy(read_holder(lock_path) or holder)
     try:
-        since = datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")
-        try:  # who holds it is advice for a second caller; a full disk must not make the lock itself fail
-            atomic_write_json(info_path, {"pid": os.getpid(), "what": what, "since": since})
-        except (OSError, ServedeckError):
-            pass
+        say_holder(lock_path, what)
         yield
     finally:
         try:
@@ -308,9 +300,10 @@ def read_holder(lock_path: Path) -> dict | None:
     return holder if isinstance(holder, dict) else None
 
 
-def relabel(lock_path: Path, what: str) -> None:
-    """The holder of `lock_path` (this process) says it now does `what`: a second caller is told that, not
-    what the hold began as. Advice only: a full disk leaves the old words."""
+def say_holder(lock_path: Path, what: str) -> None:
+    """The holder of `lock_path` (this process) says it does `what`: a second caller is told that (at the hold's
+    start, and again when the work changes). Advice for a second caller only: a full disk must not make the
+    lock itself fail, and leaves the old words or none."""
     from datetime import datetime, timezone
 
     from servedeck.errors import ServedeckError

@@ -22,7 +22,7 @@ from pydantic import TypeAdapter, ValidationError
 from servedeck import paths
 from servedeck.errors import BusyError, DiskFullError, StateError
 from servedeck.deck.records import LaunchState, LiveRecord
-from servedeck.fsio import JsonlRows, append_jsonl, atomic_write_json, exclusive, read_jsonl, relabel
+from servedeck.fsio import JsonlRows, append_jsonl, atomic_write_json, exclusive, read_jsonl, say_holder
 
 DESIRED_SCHEMA = 1
 
@@ -400,7 +400,7 @@ def watch_tick_patience(holder: dict | None) -> float:
 def deck_lock_says(what: str) -> None:
     """The deck lock's holder (this process) now does `what`: a caller told busy hears that, not the words the
     hold began with (a watch pass that relaunches a model holds the lock through the whole boot)."""
-    relabel(paths.lock_file(), what)
+    say_holder(paths.lock_file(), what)
 
 
 @contextmanager
