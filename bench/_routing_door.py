@@ -27,7 +27,7 @@ import httpx
 from servedeck.modelsfile import parse
 from servedeck.supervisor.process import stop_group
 
-from _vllm_router import free_port
+from servedeck.testing.ports import free_port  # below the ephemeral range: that module says why
 
 try:
     import tomllib

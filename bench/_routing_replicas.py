@@ -31,8 +31,9 @@ from servedeck.engines.base import Engine, LaunchSpec
 from servedeck.engines.metrics import read_metrics
 from servedeck.errors import UsageError
 from servedeck.supervisor.process import engine_env
+from servedeck.testing.ports import free_port  # below the ephemeral range: that module says why
 
-from _vllm_router import free_port, stop_process, wait_healthy
+from _vllm_router import stop_process, wait_healthy
 
 RESET_WAIT_S = 30.0  # vLLM refuses a reset while blocks are held (requests still finishing): retried this long
 

@@ -36,7 +36,6 @@ import argparse
 import json
 import os
 import re
-import socket
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -58,19 +57,14 @@ from servedeck.modelsfile import load as load_config
 from servedeck.runs import load
 from servedeck.slo import judge, parse_slo
 from servedeck.timeparse import seconds
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from servedeck.testing.ports import free_port  # below the ephemeral range: that module says why
 
 
 def config(tmp: Path, parallel: int, models_toml: Path | None = None, model: str = "smollm2"):
     if models_toml is None:
         text = render_starter()
         for old in ("8081", "8091", "8082"):
-            text = text.replace(f"port = {old}", f"port = {_port()}")
+            text = text.replace(f"port = {old}", f"port = {free_port()}")
         text = re.sub(r"context = 4096\nargs = \{ parallel = 4 \}",
                       f"context = {512 * parallel}\nargs = {{ parallel = {parallel} }}", text, count=1)
         path = tmp / "models.toml"

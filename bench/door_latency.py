@@ -36,7 +36,6 @@ import json
 import os
 import platform
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -53,6 +52,7 @@ from servedeck.loadgen import ClientConfig, ClosedLoop, LoadResult, StreamingCli
 from servedeck.loadgen import synthetic_requests
 from servedeck.loadgen.loop import run as run_loop
 from servedeck.testing.instrument_process import InstrumentProcess
+from servedeck.testing.ports import free_port  # below the ephemeral range: that module says why
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _vllm_router import version as vllm_router_version  # noqa: E402
@@ -61,12 +61,6 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 console = Console(width=160)
 TTFT_MS, ITL_MS, TOKENS = 50.0, 20.0, 100
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 PINS: dict[str, set[int]] = {}  # --pin: role (client, door, instrument) → CPU set

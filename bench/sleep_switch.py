@@ -53,6 +53,7 @@ from servedeck.gpu.holders import holders, live_records, model_gpu_use
 from servedeck.loadgen.api import ApiClient
 from servedeck.loadgen.outputs import prompts
 from servedeck.modelsfile import load
+from servedeck.testing.ports import free_port  # below the ephemeral range: that module says why
 
 HERE = Path(__file__).resolve().parent
 GiB = 2**30
@@ -65,7 +66,7 @@ class Door:
     """`servedeck serve` in its own process group on the run's SERVEDECK_HOME; its engines outlive it."""
 
     def __init__(self, config: Path, env: dict[str, str], log: Path) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = open(log, "ab")
         self.proc = subprocess.Popen([sys.executable, "-m", "servedeck", "--config", str(config), "serve",
@@ -94,20 +95,6 @@ class Door:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
         self.log.close()
-
-
-def _free_port() -> int:
-    import socket
-
-    for _ in range(200):  # below the ephemeral range (tests/ports.py says why)
-        p = 10000 + int.from_bytes(os.urandom(2), "big") % 20000
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", p))
-            except OSError:
-                continue
-            return p
-    raise RuntimeError("no free port")
 
 
 def servedeck_cli(config: Path, env: dict[str, str], *args: str, timeout: float = 900) -> subprocess.CompletedProcess:

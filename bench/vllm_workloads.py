@@ -13,7 +13,6 @@ import argparse
 import json
 import os
 import re
-import socket
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -27,20 +26,15 @@ from servedeck.deck import Deck
 from servedeck.errors import ServedeckError
 from servedeck.init import render_starter
 from servedeck.modelsfile import load as load_config
+from servedeck.testing.ports import free_port  # below the ephemeral range: that module says why
 
 SPEC = '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2}'
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def config(tmp: Path):
     text = render_starter()
     for old in ("8081", "8091", "8082"):
-        text = text.replace(f"port = {old}", f"port = {_port()}")
+        text = text.replace(f"port = {old}", f"port = {free_port()}")
     block = re.search(r"\[models\.smollm2-vllm\]\n(.*?)\n\n", text, re.S)
     assert block
     plain = block.group(0).replace("context = 4096", "context = 8192")
@@ -50,7 +44,7 @@ def config(tmp: Path):
         'args = { enforce-eager = true, enable-prompt-tokens-details = true, dtype = "float32" }',
         "args = { enforce-eager = true, enable-prompt-tokens-details = true, dtype = \"float32\", "
         f"speculative-config = '{SPEC}' }}")
-    spec = re.sub(r"port = \d+", f"port = {_port()}", spec).replace('slot = "main"', 'slot = "spec"')
+    spec = re.sub(r"port = \d+", f"port = {free_port()}", spec).replace('slot = "main"', 'slot = "spec"')
     text += "\n" + spec
     path = tmp / "models.toml"
     path.write_text(text)

@@ -21,7 +21,6 @@ import asyncio
 import json
 import os
 import re
-import socket
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -37,22 +36,17 @@ from servedeck.gates.niah import GateSpec, read_log
 from servedeck.modelsfile import load as load_config
 from servedeck.deck import Deck
 from servedeck.init import render_starter
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from servedeck.testing.ports import free_port  # below the ephemeral range: that module says why
 
 
 def config(tmp: Path):
     text = render_starter()
     for old in ("8081", "8091", "8082"):
-        text = text.replace(f"port = {old}", f"port = {_port()}")
+        text = text.replace(f"port = {old}", f"port = {free_port()}")
     text = text.replace("context = 4096\nargs = { parallel = 4 }", "context = 8192\nargs = { parallel = 1 }")
     source = re.search(r'source = "([^"]+smollm2[^"]+\.gguf)"', text)
     assert source
-    text += (f'\n[models.smollm2-spec]\nsource = "{source.group(1)}"\nbuild = "llamacpp"\nport = {_port()}\n'
+    text += (f'\n[models.smollm2-spec]\nsource = "{source.group(1)}"\nbuild = "llamacpp"\nport = {free_port()}\n'
              'slot = "spec"\ncontext = 8192\nargs = { parallel = 1, spec-type = "ngram-simple", spec-draft-n-max = 4 }\n')
     path = tmp / "models.toml"
     path.write_text(text)

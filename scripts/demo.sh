@@ -32,12 +32,11 @@ say "servedeck init (in $demo)"
 # The starter uses port 8081; if something else holds it, give the demo's model a free one.
 "$repo/.venv/bin/python" - <<'PY'
 import re, socket
+from servedeck.testing.ports import free_port  # below the ephemeral range: that module says why
 with socket.socket() as s:
     busy = s.connect_ex(("127.0.0.1", 8081)) == 0
 if busy:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     text = open("models.toml").read()
     text = re.sub(r"(\[models\.smollm2\][^\[]*?)port = 8081", rf"\g<1>port = {port}", text, count=1, flags=re.S)
     open("models.toml", "w").write(text)

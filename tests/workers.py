@@ -7,13 +7,9 @@ import ast
 import os
 from pathlib import Path
 
+from servedeck.testing.ports import worker_index  # noqa: F401  (one reading of xdist's worker name, shared with the ports)
+
 TESTS = Path(__file__).parent
-
-
-def worker_index(env) -> int | None:
-    """N for pytest-xdist's worker gwN (its PYTEST_XDIST_WORKER), None in a one-process run."""
-    worker = env.get("PYTEST_XDIST_WORKER", "")
-    return int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else None
 
 
 def as_a_worker(env) -> None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import os
 
-import ports
 import workers
+
+from servedeck.testing import ports
 
 
 def test_a_file_is_a_group_unless_its_directory_holds_session_fixtures():
@@ -58,12 +59,12 @@ def test_each_worker_takes_ports_from_its_own_share(monkeypatch):
     for n in range(3):
         monkeypatch.setenv("PYTEST_XDIST_WORKER", f"gw{n}")
         monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "3")
-        shares.append(ports._span(32768))
+        shares.append(ports.span(32768))
     assert shares[0][0] == 10000
     assert shares[-1][1] <= 32767
     assert all(a[1] <= b[0] for a, b in zip(shares, shares[1:]))  # no two overlap
     monkeypatch.delenv("PYTEST_XDIST_WORKER")
-    assert ports._span(32768) == (10000, 32767)
+    assert ports.span(32768) == (10000, 32767)
 
 
 def test_a_process_never_gets_the_same_port_twice(monkeypatch):
@@ -71,16 +72,16 @@ def test_a_process_never_gets_the_same_port_twice(monkeypatch):
     # (here forced) is drawn again (a collision failed a test in a two-worker run, 2026-12-04)
     draws = iter([23456, 23456, 23456, 23457])
     monkeypatch.setattr(ports.random, "randrange", lambda a, b: next(draws))
-    monkeypatch.setattr(ports, "_given", set())
-    monkeypatch.setattr(ports, "_bindable", lambda p: True)
+    monkeypatch.setattr(ports, "given", set())
+    monkeypatch.setattr(ports, "bindable", lambda p: True)
     assert [ports.free_port(), ports.free_port()] == [23456, 23457]
 
 
 def test_the_second_port_of_a_pair_is_not_handed_out_again(monkeypatch):
     draws = iter([23456, 23457, 23458])
     monkeypatch.setattr(ports.random, "randrange", lambda a, b: next(draws))
-    monkeypatch.setattr(ports, "_given", set())
-    monkeypatch.setattr(ports, "_bindable", lambda p: True)
+    monkeypatch.setattr(ports, "given", set())
+    monkeypatch.setattr(ports, "bindable", lambda p: True)
     assert ports.free_port_pair() == 23456
     assert ports.free_port() == 23458  # 23457 serves the pair's second replica
 
