@@ -5,7 +5,6 @@ compared with (bench/routing_side_by_side.py, bench/door_latency.py --vllm-route
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -16,6 +15,7 @@ from typing import Callable, Optional
 import httpx
 
 from servedeck.supervisor.process import stop_group
+from servedeck.testing.ports import free_port  # below the ephemeral range: that module says why
 
 
 def executable() -> str:
@@ -39,12 +39,6 @@ def version() -> Optional[str]:
         return None
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class VllmRouter:
     """`vllm-router --worker-urls … --policy POLICY` on a free port, at log level warning (the door logs no
     line per request either); started → ready (its /health answers) → stopped (SIGTERM to its group)."""
@@ -53,10 +47,15 @@ class VllmRouter:
                  preexec: Optional[Callable[[], None]] = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        # Its Prometheus exporter binds 127.0.0.1:29000 unless told otherwise, and a second router on the machine
+        # then panics at start ("failed to install Prometheus metrics exporter: ... Address already in use"): a CI
+        # run lost the routing bench's router to the other test worker's. Each router gets a port of its own.
+        self.metrics_port = free_port()
         self.policy = policy
         self.log = Path(tempfile.mkstemp(prefix=f"vllm-router-{policy}-", suffix=".log")[1])
         self.argv = [executable(), "--host", "127.0.0.1", "--port", str(self.port), "--policy", policy,
-                     "--worker-urls", *workers, "--log-level", "warning", *extra]
+                     "--worker-urls", *workers, "--log-level", "warning",
+                     "--prometheus-host", "127.0.0.1", "--prometheus-port", str(self.metrics_port), *extra]
         with self.log.open("w") as out:
             self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          start_new_session=True, preexec_fn=preexec)
@@ -75,14 +74,21 @@ def wait_healthy(proc: subprocess.Popen, url: str, log: Path, timeout_s: float, 
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout_s:
         if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited ({proc.returncode}): {log.read_text()[-2000:]}")
+            raise RuntimeError(f"{what} exited ({proc.returncode}): {said(log)}")
         try:
             if httpx.get(url + "/health", timeout=1).status_code == 200:
                 return
         except httpx.TransportError:
             pass
         time.sleep(0.1)
-    raise RuntimeError(f"{what} on {url} did not answer /health within {timeout_s:g} s: {log.read_text()[-2000:]}")
+    raise RuntimeError(f"{what} on {url} did not answer /health within {timeout_s:g} s: {said(log)}")
+
+
+def said(log: Path) -> str:
+    """What a process wrote, its head and its tail: a Rust panic says why first, then prints a backtrace that
+    filled the whole 2,000-character tail of a CI failure (2026-12-06) without the reason."""
+    text = log.read_text(errors="replace")
+    return text if len(text) <= 4000 else f"{text[:2000]}\n[… {len(text) - 4000} characters …]\n{text[-2000:]}"
 
 
 def stop_process(proc: subprocess.Popen, log: Path) -> None:

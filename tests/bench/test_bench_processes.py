@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import time
 
+import httpx
 import pytest
 
 from servedeck.deck import Deck
 from servedeck.modelsfile import parse
 from servedeck.supervisor.process import group_members
+from servedeck.testing.instrument_process import InstrumentProcess
 
 from benchkit import pair_toml
 from ports import free_port_pair
@@ -48,3 +50,24 @@ def test_replicas_interrupted_in_their_warm_up_are_stopped_by_the_deck(tmp_path,
     with pytest.raises(KeyboardInterrupt):
         _routing_replicas.DeckReplicas(cfg, "smol")
     assert Deck(cfg).running() == {}
+
+
+def test_two_vllm_routers_at_once_each_come_up():
+    """Two routers on one machine (the two test workers, or a user's own router beside the bench): each has its
+    own Prometheus port. At vllm-router's default (127.0.0.1:29000 for every router) the second one panicked at
+    start, and a CI run lost the routing bench to it (2026-12-06)."""
+    worker = InstrumentProcess()  # a measuring instrument as the routers' worker: it answers /health
+    routers: list[_vllm_router.VllmRouter] = []
+    try:
+        for _ in range(2):
+            routers.append(_vllm_router.VllmRouter([worker.url], "round_robin"))
+        assert routers[0].metrics_port != routers[1].metrics_port
+        for r in routers:
+            assert r.proc.poll() is None
+            assert httpx.get(r.url + "/health", timeout=5).status_code == 200
+            assert httpx.get(f"http://127.0.0.1:{r.metrics_port}/metrics", timeout=5).status_code == 200
+    finally:
+        for r in routers:
+            r.stop()
+        worker.stop()
+    assert all(not group_members(r.proc.pid) for r in routers)
