@@ -3,9 +3,9 @@
 Picked below the kernel's ephemeral range (net.ipv4.ip_local_port_range), never by binding port 0: a port
 from that range, free when asked, can become the source port of any outgoing connection before the server
 binds it (the door, the load generator and every test client open many), and the server then fails to
-start. Outside the range only another server can take it, and the bind check here sees those. A CI run
-lost vllm-router that way (bench/routing_side_by_side.py under a test, 2026-12-06: "vllm-router exited
-(1)" while the other test worker's clients were connecting); tests had moved off port 0 in issue 20.
+start. Outside the range only another server can take it, and the bind check here sees those. Tests moved
+off port 0 in issue 20; the bench scripts (which tests run too) and the demo kept their own copies of it
+until 2026-12-06.
 
 Under pytest-xdist each worker picks from its own share of that span: two workers can pick the same free
 port for models.toml files whose engines have not bound it yet, and the second engine then fails to start.
