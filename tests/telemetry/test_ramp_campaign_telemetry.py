@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from ports import _bindable, free_port
+from ports import free_port
+from servedeck.testing.ports import bindable
 from telemetrykit import run_ramp
 from tests.conftest import stop_everything
 from servedeck.init import render_starter
@@ -61,7 +62,7 @@ def _models_toml(tmp_path):
     variant takes the port after its base model's)."""
     for _ in range(100):
         port = free_port()
-        if all(_bindable(p) for p in range(port, port + 4)):
+        if all(bindable(p) for p in range(port, port + 4)):
             break
     text = render_starter().replace("port = 8081", f"port = {port}").replace("context = 4096", "context = 2048", 1)
     for old in ("8091", "8082"):
