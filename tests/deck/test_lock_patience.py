@@ -4,7 +4,7 @@ CI (stop 45's fresh-clone run) saw `servedeck sleep smollm2-vllm`, run beside `s
 busy: pid N running `watch: reconcile`". The door's watch loop takes the deck lock on every pass for milliseconds, so
 any start, stop or sleep typed while it runs could meet it at random. A caller now waits through such a pass (up to
 `state.WATCH_TICK_PATIENCE_S`), and is still told at once of a start, a switch, or a pass that relaunches or reaps a
-model (which says so on the lock)."""
+model (which says so on the lock). The loop itself and `status` never wait: they look again later."""
 
 from __future__ import annotations
 
@@ -15,8 +15,11 @@ import time
 
 import pytest
 
+from servedeck import paths
 from servedeck.deck import state as S
 from servedeck.errors import BusyError
+from servedeck.fsio import read_holder
+from servedeck.watch import Watcher
 
 
 def _hold(what: str, seconds: float, held: threading.Event) -> None:
@@ -68,3 +71,19 @@ def test_who_is_waited_through():
     assert S.watch_tick_patience(None) == S.WATCH_TICK_PATIENCE_S  # took the lock, has not said who it is yet
     for what in ("start smollm2", "switch gemma", "watch: relaunch 1/3 of smollm2", "watch: reap smollm2"):
         assert S.watch_tick_patience({"pid": 1, "what": what}) == 0.0, what
+
+
+def test_the_watch_loop_never_waits_for_the_lock_and_reads_desired_state_under_it(deck_config, monkeypatch):
+    """A watch pass that waited for the lock with desired state read before it reaped the model a door switch had
+    just started (a fresh-clone run, 2026-12-06: gemma reaped 'not in desired state' right after `switch gemma`
+    ok). The loop looks again next tick instead of waiting, and reads desired state only once it holds the lock."""
+    w = Watcher(deck_config, interval_s=0.2)
+    with S.deck_lock("switch gemma"):
+        t0 = time.monotonic()
+        w.tick()
+        assert time.monotonic() - t0 < S.WATCH_TICK_PATIENCE_S / 2
+    holders: list[dict | None] = []
+    read = S.read_desired
+    monkeypatch.setattr(S, "read_desired", lambda: (holders.append(read_holder(paths.lock_file())), read())[1])
+    w.tick()
+    assert holders and all(h is not None and h["what"] == S.WATCH_TICK for h in holders), holders

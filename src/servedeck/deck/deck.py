@@ -75,10 +75,11 @@ class Deck:
 
     # --- the lock ---------------------------------------------------------------------------
     @contextmanager
-    def locked(self, what: str, wait_s: float = 0.0) -> Iterator["DeckOps"]:
+    def locked(self, what: str, wait_s: float = 0.0, patient: bool = True) -> Iterator["DeckOps"]:
         """Hold the deck's lock (one start/switch/stop at a time per state dir) and get the operations
-        that need it. Raises BusyError, naming the holder, when another servedeck has it."""
-        with S.deck_lock(what, wait_s):
+        that need it. Raises BusyError, naming the holder, when another servedeck has it (`state.deck_lock`
+        says how long it waits first, and `patient`)."""
+        with S.deck_lock(what, wait_s, patient):
             yield DeckOps(self)
 
     # --- start ------------------------------------------------------------------------------
@@ -194,7 +195,7 @@ class Deck:
         ended: dict[str, tuple[LiveRecord, Ending]] = {}
         if any(not alive(r) for r in live_records()[0].values()):  # take the lock only when there is work for it
             try:
-                with self.locked("status: settle dead launches") as ops:
+                with self.locked("status: settle dead launches", patient=False) as ops:  # a query: no wait
                     ended = ops.settle_dead(stop_left_behind=False)  # a query does not stop a serving engine
             except BusyError:
                 pass

@@ -404,9 +404,11 @@ def deck_lock_says(what: str) -> None:
 
 
 @contextmanager
-def deck_lock(what: str, wait_s: float = 0.0) -> Iterator[None]:
+def deck_lock(what: str, wait_s: float = 0.0, patient: bool = True) -> Iterator[None]:
     """One start/switch/stop/restore at a time per state dir. A second caller is told who holds it, after its
-    `wait_s` and, while the holder is a watch loop's routine pass, up to WATCH_TICK_PATIENCE_S more."""
+    `wait_s` and, while the holder is a watch loop's routine pass, up to WATCH_TICK_PATIENCE_S more (unless
+    not `patient`: the loop itself, and `status`, look again later instead). A caller that waits reads the state
+    it acts on under the lock, never before it: what it read may have changed while it waited."""
     lock_path = paths.lock_file()
 
     def busy(holder: dict | None) -> BusyError:
@@ -415,5 +417,5 @@ def deck_lock(what: str, wait_s: float = 0.0) -> Iterator[None]:
         return BusyError(f"the deck is busy: {who} holds {lock_path}",
                          hint="wait for it to finish (or pass --wait SECONDS); only one start/switch/stop runs at a time")
 
-    with exclusive(lock_path, what, busy, wait_s, patience=watch_tick_patience):
+    with exclusive(lock_path, what, busy, wait_s, patience=watch_tick_patience if patient else None):
         yield

@@ -172,18 +172,21 @@ class Watcher:
 
     def tick(self) -> None:
         """One reconcile pass. Raises StateError when desired.json is unreadable (nothing was done)."""
-        desired = S.read_desired()["models"]
-        if self.desired_error:
-            self.note("recovered", None, f"{paths.desired_file()} is readable again")
-            self.desired_error = None
-        self._reconcile(desired)
+        self._reconcile()
         self._liveness()
         self._save()
 
     # --- reconcile -----------------------------------------------------------------------------
-    def _reconcile(self, desired: dict[str, dict]) -> bool:
+    def _reconcile(self) -> bool:
         try:
-            with self.deck.locked(S.WATCH_TICK) as ops:
+            # Not patient: another holder means a start/switch/stop under way, so look again next tick.
+            with self.deck.locked(S.WATCH_TICK, patient=False) as ops:
+                # Read under the lock: read before it, a switch that held the lock meanwhile made it stale, and
+                # the pass reaped the model the switch had just started (a fresh-clone run, 2026-12-06).
+                desired = S.read_desired()["models"]
+                if self.desired_error:
+                    self.note("recovered", None, f"{paths.desired_file()} is readable again")
+                    self.desired_error = None
                 for name, (rec, end) in ops.settle_dead().items():  # crash recorded with its cause
                     self._ended(name, rec, end)
                     if rec.state == LaunchState.ASLEEP:  # the deck took it out of desired state: not relaunched
