@@ -14,6 +14,7 @@ from typing import Callable, Optional
 
 import httpx
 
+from servedeck.fsio import head_and_tail  # a Rust panic says why first, then a backtrace fills the tail
 from servedeck.supervisor.process import stop_group
 from servedeck.testing.ports import free_port  # below the ephemeral range: that module says why
 
@@ -74,21 +75,15 @@ def wait_healthy(proc: subprocess.Popen, url: str, log: Path, timeout_s: float, 
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout_s:
         if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited ({proc.returncode}): {said(log)}")
+            raise RuntimeError(f"{what} exited ({proc.returncode}): {head_and_tail(log, 4000, 2000)[0]}")
         try:
             if httpx.get(url + "/health", timeout=1).status_code == 200:
                 return
         except httpx.TransportError:
             pass
         time.sleep(0.1)
-    raise RuntimeError(f"{what} on {url} did not answer /health within {timeout_s:g} s: {said(log)}")
-
-
-def said(log: Path) -> str:
-    """What a process wrote, its head and its tail: a Rust panic says why first, then prints a backtrace that
-    filled the whole 2,000-character tail of a CI failure (2026-12-06) without the reason."""
-    text = log.read_text(errors="replace")
-    return text if len(text) <= 4000 else f"{text[:2000]}\n[… {len(text) - 4000} characters …]\n{text[-2000:]}"
+    said = head_and_tail(log, 4000, 2000)[0]
+    raise RuntimeError(f"{what} on {url} did not answer /health within {timeout_s:g} s: {said}")
 
 
 def stop_process(proc: subprocess.Popen, log: Path) -> None:

@@ -7,7 +7,7 @@ import ast
 import os
 from pathlib import Path
 
-from servedeck.testing.ports import worker_index  # noqa: F401  (one reading of xdist's worker name, shared with the ports)
+from servedeck.testing.ports import worker_index  # one reading of xdist's worker name, shared with the ports
 
 TESTS = Path(__file__).parent
 

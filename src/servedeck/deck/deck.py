@@ -5,7 +5,7 @@ A launch's states are `records.LaunchState`; only this module moves a launch bet
 changes the deck runs under its lock: `Deck.start/switch/stop/restore` take it themselves, and other
 owners of a loop (watch, soak, campaigns, the front door) do several steps under one hold with
 
-    with deck.locked("watch: reconcile") as ops:     # BusyError when another servedeck holds it
+    with deck.locked(S.WATCH_TICK, patient=False) as ops:  # BusyError when another servedeck holds it
         settled = ops.settle_dead()                  # dead launches recorded as crashed/failed/stopped
         for name, rec in ops.running().items(): ...
         ops.start(name, cfg, reason="relaunch") / ops.stop(name, rec, reason=...) / ops.reap_orphan(...)
