@@ -254,6 +254,7 @@ def test_ray_local_starts_its_own_cluster_even_with_another_one_named_in_ray_add
 
 def _wait_for(cluster: dict, name: str, pred, timeout: float = 240) -> dict:
     deadline = time.monotonic() + timeout
+    doc: dict = {}
     while time.monotonic() < deadline:
         try:
             doc = _doc(cluster["results"], name)
@@ -262,20 +263,32 @@ def _wait_for(cluster: dict, name: str, pred, timeout: float = 240) -> dict:
         except (IndexError, OSError, ValueError):
             pass
         time.sleep(0.2)
-    raise AssertionError(f"campaign {name} never reached the expected state")
+    raise AssertionError(f"campaign {name} never reached the expected state: "
+                         f"{[(c['id'], c['state'], c['runs']) for c in doc.get('cells', [])]}")
 
 
 def _measuring(doc: dict) -> bool:
-    """Both a gate and the workload's run folder listed: the cell is mid-measurement."""
-    return all(c.get("ray_node_id") and len(c.get("runs") or []) >= 2 for c in doc["cells"])
+    """Every cell still running, with its gate and its workload's run folder listed: each is mid-measurement."""
+    return all(c.get("ray_node_id") and c["state"] == "running" and len(c.get("runs") or []) >= 2
+               for c in doc["cells"])
+
+
+def _one_measuring_none_ended(doc: dict) -> bool:
+    """Every cell placed on its node and still running, one of them mid-measurement: a Ctrl-C now lands on
+    an engine being measured on one node and one booting, gating or measuring on the other. Waiting for
+    both to measure raced: on a loaded machine node a's cell ended before node b's began its workload."""
+    cells = doc["cells"]
+    return (all(c.get("ray_node_id") and c["state"] == "running" for c in cells)
+            and any(len(c.get("runs") or []) >= 2 for c in cells))
 
 
 def test_ctrl_c_on_the_head_leaves_no_engine_on_any_node(cluster):
-    camp = _write(cluster, "ctrlc", campaign("t-ctrlc", PINNED, out=48, req=10))
+    camp = _write(cluster, "ctrlc", campaign("t-ctrlc", PINNED, out=48, req=20))
     proc = start(cluster["cfg"], cluster["env"], "campaign", "run", str(camp), "--ray", cluster["address"])
     try:
-        _wait_for(cluster, "t-ctrlc", _measuring)  # both nodes mid-measurement
+        at = _wait_for(cluster, "t-ctrlc", _one_measuring_none_ended)
         proc.send_signal(signal.SIGINT)
+        print("\nCtrl-C with the cells at", [(c["id"], c["state"], len(c["runs"])) for c in at["cells"]])
         out, err = proc.communicate(timeout=240)
     finally:
         if proc.poll() is None:
