@@ -323,6 +323,8 @@ def test_sigint_then_sigkill_then_resume_redoes_only_unfinished_cells(tmp_path, 
         assert after_int["a#1"]["state"] == "done" and after_int["b#1"]["state"] == "pending"
         assert "interrupted" in after_int["b#1"]["reason"]
         assert not _engines(home)
+        journal = [json.loads(ln) for ln in (home / "journal.jsonl").read_text().splitlines()]
+        assert not [r for r in journal if r["event"] == "crash"], journal  # a Ctrl-C is a stop, not a crash
         a_runs = after_int["a#1"]["runs"]
 
         # 2. SIGKILL while b's engine is up: the engine is orphaned (its shim leads its own group)

@@ -137,6 +137,39 @@ def _shims_of_nodes(root: Path) -> list[int]:
     return out
 
 
+def test_the_node_s_stop_after_a_ctrl_c_settles_an_engine_the_cancelled_task_killed(tmp_path, llama_ready,  # noqa: F811
+                                                                                        monkeypatch):
+    """What a node does after the head's Ctrl-C, without Ray: the cancelled task killed the cell's engine
+    (lockless, as CellHere.stop does) and its worker went with the head before its own stop settled the
+    record. The stop task the head waits for must leave this node's deck with nothing live and nothing
+    wanted. Before, it stopped only engines it found alive and left the dead record (CI run at c4d5d22)."""
+    from servedeck.campaign import cells as C
+    from servedeck.campaign.file import parse as parse_campaign
+    from servedeck.cluster import node as N
+    from servedeck.deck import Deck
+    from servedeck.deck import state as S
+    from servedeck.modelsfile import parse as parse_models
+
+    cfg_path = models_toml(tmp_path)
+    camp_path = tmp_path / "stop.toml"
+    camp_path.write_text(campaign("t-stop", UNPINNED))
+    derived = C.derive(parse_models(cfg_path.read_text(), str(cfg_path)), parse_campaign(camp_path.read_text(), camp_path))
+    [cell] = C.cell_list(parse_campaign(camp_path.read_text(), camp_path), derived)
+    [name] = cell.models
+    deck = Deck(derived.cfg)
+    rec = deck.start(name, reason="campaign t-stop").record
+    assert deck.kill(cell.models, reason="campaign t-stop: interrupted (Ctrl-C)") == [name]
+    assert S.read_live(name) is not None  # dead, and its own stop never came
+    monkeypatch.setattr(N, "identity", lambda: {"host": "here", "ray_node_id": None})
+    got = N.stop_cell({"models_toml": cfg_path.read_text(), "models_path": str(cfg_path),
+                       "campaign_toml": camp_path.read_text(), "campaign_path": str(camp_path), "cell": cell.id})
+    assert got["stopped"] == []  # already stopped: settled, not stopped again
+    assert S.read_live(name) is None
+    assert name not in S.read_desired()["models"]
+    assert not [r for r in S.read_journal(name) if r["event"] == "crash"]
+    assert json.loads((Path(rec.launch_dir) / "launch.json").read_text())["state"] == "stopped"
+
+
 def test_hosts_lists_every_node_with_its_doctor_verdict(cluster):
     # the build path is $SD_TEST_LLAMA_DIR/llama-server: right on node a and the head, missing on node b
     text = cluster["cfg"].read_text()
@@ -297,9 +330,14 @@ def test_ctrl_c_on_the_head_leaves_no_engine_on_any_node(cluster):
     doc = _doc(cluster["results"], "t-ctrlc")
     assert {c["state"] for c in doc["cells"]} == {"pending"}, [(c["id"], c["state"], c["reason"]) for c in doc["cells"]]
     assert not _shims_of_nodes(cluster["root"])
-    for n in ("a", "b"):  # and each node's deck agrees: nothing live, nothing wanted
-        live = cluster["root"] / n / "home" / "live"
-        assert not list(live.glob("*.json")) if live.exists() else True
+    for n in ("a", "b"):  # and each node's deck agrees: nothing live, nothing wanted, and no crash recorded
+        home = cluster["root"] / n / "home"
+        live = home / "live"
+        assert not list(live.glob("*.json")) if live.exists() else True, (n, sorted(live.glob("*.json")))
+        desired = home / "desired.json"
+        assert not (json.loads(desired.read_text())["models"] if desired.exists() else {}), (n, desired.read_text())
+        journal = [json.loads(ln) for ln in (home / "journal.jsonl").read_text().splitlines()]
+        assert not [r for r in journal if r["event"] == "crash"], (n, journal)
     for c in doc["cells"]:
         for name in c["runs"]:
             s = json.loads((cluster["results"] / "runs" / name / "summary.json").read_text())

@@ -96,6 +96,26 @@ def test_kill_9_then_status_tells_the_truth(deck_config):
     assert crash and crash[0]["exit"]["signal"] == "SIGKILL"
 
 
+def test_a_kill_from_outside_the_lock_is_settled_as_a_stop_not_a_crash(deck_config):
+    """A campaign's Ctrl-C or cell_timeout stops a cell's engines at once, from outside the thread that may
+    hold the deck's lock for a boot: the next holder of the lock settles the record as a stop. Before,
+    llama-server's exit 0 on SIGTERM was recorded as a crash ("exited with code 0")."""
+    deck = Deck(deck_config)
+    rec = deck.start("smollm2").record
+    assert deck.kill(["smollm2", "gemma"], reason="campaign t: interrupted (Ctrl-C)") == ["smollm2"]
+    assert not group_members(rec.pgid)
+    left = S.read_live("smollm2")
+    assert left is not None and left.state == LaunchState.STOPPING  # settled by the next holder of the lock
+    [st] = [s.to_json() for s in deck.status()]
+    assert st["state"] == "stopped", st
+    assert S.read_live("smollm2") is None
+    rows = S.read_journal("smollm2")
+    assert not [r for r in rows if r["event"] == "crash"], rows
+    [stop] = [r for r in rows if r["event"] == "stop"]
+    assert stop["outcome"] == "stopped" and stop["reason"] == "campaign t: interrupted (Ctrl-C)"
+    assert json.loads((Path(rec.launch_dir) / "launch.json").read_text())["state"] == "stopped"
+
+
 def test_restore_starts_desired_and_adopts_running(deck_config):
     deck = Deck(deck_config)
     rec = deck.start("smollm2").record

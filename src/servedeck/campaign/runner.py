@@ -329,12 +329,12 @@ class CellHere:
     def _expire(self, news: CellNews) -> None:
         self.expired.set()
         news.note(f"{self.cell.id}: cell_timeout {self.camp.head.cell_timeout} passed; stopping its engines")
-        self.steps.kill(self.cell)
+        self.steps.kill(self.cell, f"campaign {self.camp.name}: cell_timeout {self.camp.head.cell_timeout} passed")
 
     def stop(self) -> None:
         """From outside the cell's thread (Ctrl-C): its engines stopped by process group, its work ends."""
         self.stopped.set()
-        self.steps.kill(self.cell)
+        self.steps.kill(self.cell, f"campaign {self.camp.name}: interrupted (Ctrl-C)")
 
 
 class LocalPlacement(Placement):

@@ -20,7 +20,6 @@ from servedeck.campaign.accuracy import campaign_gates
 from servedeck.campaign.file import Campaign
 from servedeck.deck import Deck
 from servedeck.deck import launch as L
-from servedeck.deck import state as S
 from servedeck.deck.deck import settings_of
 from servedeck.errors import LaunchError, ServedeckError
 from servedeck.gates.niah import GateSpec
@@ -28,7 +27,6 @@ from servedeck.report.render import markdown
 from servedeck.runs import inventory
 from servedeck.runs.folder import RunFolder
 from servedeck.runs.read import load as load_run
-from servedeck.supervisor import process as P
 from servedeck.workloads.kinds import KINDS
 from servedeck.workloads.reporter import QuietReporter
 from servedeck.workloads.session import Outcome, gate_run, run as run_on_target
@@ -131,12 +129,10 @@ class CellSteps:
                      output_check=(head.reference_prompts, head.reference_tokens) if head.reference and k == 0
                      else None)
 
-    def kill(self, cell: C.Cell) -> None:
-        """Stop a cell's engines from outside its thread (timeout, Ctrl-C): their group, then the deck settles."""
-        for name in cell.models:
-            rec = S.read_live(name)
-            if rec and P.alive(rec.pid, rec.create_time):
-                P.stop_group(rec.pgid, 10.0)
+    def kill(self, cell: C.Cell, reason: str) -> None:
+        """Stop a cell's engines from outside its thread (timeout, Ctrl-C): their group now, marked as a
+        stop (not a crash); the deck settles their records at the cell's own stop, under its lock."""
+        self.deck.kill(cell.models, reason=reason)
 
     def stop(self, cell: C.Cell, news: CellNews) -> None:
         try:  # the deck's stop also drops them from desired state: `restore` never brings a cell back

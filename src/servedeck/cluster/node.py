@@ -230,11 +230,11 @@ def stop_cell(payload: dict[str, Any]) -> dict[str, Any]:
     camp = parse_campaign(payload["campaign_toml"], Path(payload["campaign_path"]))
     derived = C.derive(cfg, camp)
     cell = next(c for c in C.cell_list(camp, derived) if c.id == payload["cell"])
-    deck = Deck(derived.cfg)
-    running = [n for n in cell.models if n in deck.running()]
-    if running:
-        deck.stop(running, wait_s=120)
-    return {**identity(), "stopped": running}
+    # every model of the cell, under the deck's lock, not only those found running: the cancelled task
+    # may have killed an engine whose record its own stop never got to settle before the head exited
+    # (its worker goes with the head), and this node's deck would then say it was still live
+    rows = Deck(derived.cfg).stop(list(cell.models), wait_s=120)
+    return {**identity(), "stopped": [r["model"] for r in rows if r["outcome"] == "stopped"]}
 
 
 def facts(models_toml: Optional[str], models_path: Optional[str], model: Optional[str],

@@ -187,6 +187,28 @@ class Deck:
                 out.append(res)
             return out
 
+    # --- stop at once, from outside ---------------------------------------------------------
+    def kill(self, names: Iterable[str], *, reason: str) -> list[str]:
+        """Stop these models' engines now, without the deck's lock: a Ctrl-C or a cell_timeout, from outside
+        a thread that may hold the lock for a whole boot. A record that is up (ready, asleep) is marked
+        `stopping` first, so whoever settles it next under the lock (a stop, start or status) records a
+        stop, not a crash; its group then gets SIGTERM, the model's grace, SIGKILL, and the journal says
+        why. A model mid-start is stopped unmarked: its start fails and says so. Returns those stopped."""
+        out = []
+        for name in names:
+            rec = S.read_live(name)
+            if rec is None or not alive(rec):
+                continue
+            if rec.state in (LaunchState.READY, LaunchState.ASLEEP):
+                rec.state = LaunchState.STOPPING
+                _noted([], lambda: S.write_live(rec))  # only the mark: the group is stopped whatever is written
+                _noted([], lambda: L.update_launch(Path(rec.launch_dir), state=LaunchState.STOPPING.value))
+            ended = _end_group(rec, rec.stop_timeout_s)
+            _noted([], lambda: S.journal("stop", name, "stopped", reason=reason, launch_dir=rec.launch_dir,
+                                         killed=ended.get("killed"), took_s=ended.get("took_s"), lockless=True))
+            out.append(name)
+        return out
+
     # --- status -----------------------------------------------------------------------------
     def status(self) -> list[Status]:
         """What runs, what is wanted, and what ended. Dead launches are settled on the way when the
