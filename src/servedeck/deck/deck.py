@@ -49,6 +49,8 @@ from servedeck.fsio import atomic_write_json, free_bytes, human
 from servedeck.supervisor import process as P
 from servedeck.supervisor import ready as R
 
+KILL_GRACE_S = 10.0  # a Ctrl-C or cell_timeout does not wait a model's whole stop grace (120 s by default)
+
 # Names other rooms import from here (watch, soak, the door, campaigns): the deck's public surface.
 __all__ = ["Deck", "DeckOps", "Ending", "Status", "alive", "classify", "config_from_settings", "describe_exit",
            "ending_of", "footprint_of", "is_orphan", "settings_of"]
@@ -192,8 +194,8 @@ class Deck:
         """Stop these models' engines now, without the deck's lock: a Ctrl-C or a cell_timeout, from outside
         a thread that may hold the lock for a whole boot. A record that is up (ready, asleep) is marked
         `stopping` first, so whoever settles it next under the lock (a stop, start or status) records a
-        stop, not a crash; its group then gets SIGTERM, the model's grace, SIGKILL, and the journal says
-        why. A model mid-start is stopped unmarked: its start fails and says so. Returns those stopped."""
+        stop, not a crash; its group then gets SIGTERM, at most KILL_GRACE_S, SIGKILL, and the journal
+        says why. A model mid-start is stopped unmarked: its start fails and says so. Returns those stopped."""
         out = []
         for name in names:
             rec = S.read_live(name)
@@ -203,7 +205,7 @@ class Deck:
                 rec.state = LaunchState.STOPPING
                 _noted([], lambda: S.write_live(rec))  # only the mark: the group is stopped whatever is written
                 _noted([], lambda: L.update_launch(Path(rec.launch_dir), state=LaunchState.STOPPING.value))
-            ended = _end_group(rec, rec.stop_timeout_s)
+            ended = _end_group(rec, min(rec.stop_timeout_s, KILL_GRACE_S))
             _noted([], lambda: S.journal("stop", name, "stopped", reason=reason, launch_dir=rec.launch_dir,
                                          killed=ended.get("killed"), took_s=ended.get("took_s"), lockless=True))
             out.append(name)
