@@ -142,7 +142,7 @@ def test_the_node_s_stop_after_a_ctrl_c_settles_an_engine_the_cancelled_task_kil
     """What a node does after the head's Ctrl-C, without Ray: the cancelled task killed the cell's engine
     (lockless, as CellHere.stop does) and its worker went with the head before its own stop settled the
     record. The stop task the head waits for must leave this node's deck with nothing live and nothing
-    wanted. Before, it stopped only engines it found alive and left the dead record (CI run at c4d5d22)."""
+    wanted. Before, it stopped only engines it found alive and left the dead record (fresh-clone run at ee790d4)."""
     from servedeck.campaign import cells as C
     from servedeck.campaign.file import parse as parse_campaign
     from servedeck.cluster import node as N
