@@ -38,6 +38,16 @@ def test_a_shift_is_found_and_noise_is_not():
     assert few.method == "none" and "untested" in few.text
 
 
+def test_the_same_pairs_on_both_sides_are_no_difference_even_with_a_zero_among_them():
+    """One request's tokens all read at once (a stalled client) gives a TPOT of exactly 0. A resample whose
+    A-median is that 0 has no relative change, which made the whole interval NaN: `compare A A` said "no
+    interval (the resamples were degenerate)" in a fresh-clone run, where nothing differs at all."""
+    tpot_ms = [13.801, 11.09, 0.0, 10.835, 10.692, 11.008]  # that run's six TPOTs at c=1
+    same = judge("TPOT p50", "paired", tpot_ms, list(tpot_ms), lower_is_better=True)
+    assert same.change == 0.0 and (same.low, same.high) == (0.0, 0.0) and not same.distinguishable
+    assert same.text.startswith("no difference distinguishable from noise"), same.text
+
+
 def test_repeats_give_an_interval_and_drift_is_flagged():
     s = spread([10.0, 11.0, 12.5])
     assert s.drift == "rising" and s.low < s.mean < s.high

@@ -62,6 +62,10 @@ def paired(a: Sequence[float], b: Sequence[float], *, seed: int = 0) -> tuple[fl
     from scipy import stats as st
 
     xa, xb = np.asarray(a, float), np.asarray(b, float)
+    if np.array_equal(xa, xb):
+        # every pair the same: each resample's change is 0 where it is defined, and a resample whose
+        # A-median is a 0 (a TPOT whose tokens were read at once) would make the whole interval NaN
+        return 0.0, 0.0, 0.0
     res = st.bootstrap((xa, xb), _rel_medians, paired=True, vectorized=True, n_resamples=RESAMPLES,
                        confidence_level=CONFIDENCE, method="percentile", rng=np.random.default_rng(seed))
     lo, hi = _interval(res)
