@@ -153,8 +153,9 @@ def test_the_node_s_stop_after_a_ctrl_c_settles_an_engine_the_cancelled_task_kil
     cfg_path = models_toml(tmp_path)
     camp_path = tmp_path / "stop.toml"
     camp_path.write_text(campaign("t-stop", UNPINNED))
-    derived = C.derive(parse_models(cfg_path.read_text(), str(cfg_path)), parse_campaign(camp_path.read_text(), camp_path))
-    [cell] = C.cell_list(parse_campaign(camp_path.read_text(), camp_path), derived)
+    camp = parse_campaign(camp_path.read_text(), camp_path)
+    derived = C.derive(parse_models(cfg_path.read_text(), str(cfg_path)), camp)
+    [cell] = C.cell_list(camp, derived)
     [name] = cell.models
     deck = Deck(derived.cfg)
     rec = deck.start(name, reason="campaign t-stop").record

@@ -105,14 +105,16 @@ def test_a_kill_from_outside_the_lock_is_settled_as_a_stop_not_a_crash(deck_conf
     assert deck.kill(["smollm2", "gemma"], reason="campaign t: interrupted (Ctrl-C)") == ["smollm2"]
     assert not group_members(rec.pgid)
     left = S.read_live("smollm2")
-    assert left is not None and left.state == LaunchState.STOPPING  # settled by the next holder of the lock
+    assert left is not None
+    assert left.state == LaunchState.STOPPING  # settled by the next holder of the lock
     [st] = [s.to_json() for s in deck.status()]
     assert st["state"] == "stopped", st
     assert S.read_live("smollm2") is None
     rows = S.read_journal("smollm2")
     assert not [r for r in rows if r["event"] == "crash"], rows
     [stop] = [r for r in rows if r["event"] == "stop"]
-    assert stop["outcome"] == "stopped" and stop["reason"] == "campaign t: interrupted (Ctrl-C)"
+    assert stop["outcome"] == "stopped"
+    assert stop["reason"] == "campaign t: interrupted (Ctrl-C)"
     assert json.loads((Path(rec.launch_dir) / "launch.json").read_text())["state"] == "stopped"
 
 

@@ -29,7 +29,8 @@ def test_a_burst_beside_a_request_still_in_flight_still_gives_each_replica_half(
     s = _spread()
     s.outstanding[0], s.sent[0] = 1, 1  # the warm-up, not yet answered
     picks = _burst(s, 4)
-    assert picks.count(0) == 2 and picks.count(1) == 2, picks
+    assert picks.count(0) == 2, picks
+    assert picks.count(1) == 2, picks
 
 
 def test_the_replica_with_fewer_in_flight_wins_then_the_one_sent_fewer():

@@ -44,7 +44,9 @@ def test_the_same_pairs_on_both_sides_are_no_difference_even_with_a_zero_among_t
     interval (the resamples were degenerate)" in a fresh-clone run, where nothing differs at all."""
     tpot_ms = [13.801, 11.09, 0.0, 10.835, 10.692, 11.008]  # that run's six TPOTs at c=1
     same = judge("TPOT p50", "paired", tpot_ms, list(tpot_ms), lower_is_better=True)
-    assert same.change == 0.0 and (same.low, same.high) == (0.0, 0.0) and not same.distinguishable
+    assert same.change == 0.0
+    assert (same.low, same.high) == (0.0, 0.0)
+    assert not same.distinguishable
     assert same.text.startswith("no difference distinguishable from noise"), same.text
 
 

@@ -202,9 +202,7 @@ class Deck:
             if rec is None or not alive(rec):
                 continue
             if rec.state in (LaunchState.READY, LaunchState.ASLEEP):
-                rec.state = LaunchState.STOPPING
-                _noted([], lambda: S.write_live(rec))  # only the mark: the group is stopped whatever is written
-                _noted([], lambda: L.update_launch(Path(rec.launch_dir), state=LaunchState.STOPPING.value))
+                _mark_stopping(rec, [])
             ended = _end_group(rec, min(rec.stop_timeout_s, KILL_GRACE_S))
             _noted([], lambda: S.journal("stop", name, "stopped", reason=reason, launch_dir=rec.launch_dir,
                                          killed=ended.get("killed"), took_s=ended.get("took_s"), lockless=True))
@@ -597,15 +595,8 @@ class DeckOps:
         """SIGTERM to the group, grace, SIGKILL; then wait until the port is free and NVML lists none of
         the group's pids. Drops the model from desired state."""
         d = Path(rec.launch_dir)
-        rec.state = LaunchState.STOPPING
-        # Nothing written here is needed to stop the engine: a full disk or a damaged file is said in
-        # `warnings`, and the group is stopped whatever was written (a record left `stopping` is settled
-        # as stopped by the next servedeck).
         warnings: list[str] = []
-        aside = _noted(warnings, lambda: S.write_live(rec))  # an unreadable record it replaces is set aside first
-        if aside:
-            warnings.append(f"its live record could not be read; set aside as {aside}")
-        _noted(warnings, lambda: L.update_launch(d, state=LaunchState.STOPPING.value))
+        _mark_stopping(rec, warnings)
         drop = S.drop_desired(name)
         if drop:
             warnings.append(drop)
@@ -619,6 +610,17 @@ class DeckOps:
                                            killed=result.get("killed"), took_s=result.get("took_s"),
                                            port_free=ended["port_free"], gpu_released=ended["gpu_released"]))
         return {"model": name, "outcome": "stopped", **ended, "warnings": list(dict.fromkeys(warnings))}
+
+
+def _mark_stopping(rec: LiveRecord, warnings: list[str]) -> None:
+    """The mark a stop makes before it signals the group: whoever finds the process gone settles it as
+    stopped, not crashed. Nothing written here is needed to stop the engine: a full disk or a damaged file
+    is said in `warnings`, and the group is stopped whatever was written."""
+    rec.state = LaunchState.STOPPING
+    aside = _noted(warnings, lambda: S.write_live(rec))  # an unreadable record it replaces is set aside first
+    if aside:
+        warnings.append(f"its live record could not be read; set aside as {aside}")
+    _noted(warnings, lambda: L.update_launch(Path(rec.launch_dir), state=LaunchState.STOPPING.value))
 
 
 def _noted(warnings: list[str], write: Callable[[], Any]) -> Any:
