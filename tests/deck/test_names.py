@@ -192,3 +192,12 @@ def _stop_nested(home: Path) -> None:
             continue
         if isinstance(rec, dict) and rec.get("pgid"):
             stop_group(rec["pgid"], 10)
+
+
+def test_status_prints_the_suggested_header_of_a_bad_name(tmp_path):
+    """`status` warns about a bad models.toml and goes on from state alone; the warning's suggested
+    `[models.SmolLM2-135M]` was taken as rich markup and vanished ("name it  and keep", issue 48 item 7)."""
+    toml = tmp_path / "models.toml"
+    toml.write_text(BASE.format(key=_toml_key("HuggingFaceTB/SmolLM2-135M")))
+    r = subprocess.run([SERVEDECK, "--config", str(toml), "status"], capture_output=True, text=True, timeout=60)
+    assert "name it [models.SmolLM2-135M] and keep" in " ".join(r.stderr.split()), r.stderr

@@ -52,13 +52,16 @@ def load_config() -> Config:
 
 def config_or_none(doing: str) -> Optional[Config]:
     """For commands that still work from state alone (status, history, watch): warn, don't fail."""
+    from rich.markup import escape
+
     from servedeck.errors import ServedeckError
 
     try:
         return load_config()
     except ServedeckError as e:
-        err_console.print(f"[yellow]warning:[/] {e.message.splitlines()[0]} ({doing} without it)", markup=True,
-                          highlight=False)
+        # the message may hold a `[models.NAME]` header to suggest: text, not markup
+        err_console.print(f"[yellow]warning:[/] {escape(e.message.splitlines()[0])} ({doing} without it)",
+                          markup=True, highlight=False)
         return None
 
 
