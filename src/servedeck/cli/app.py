@@ -22,12 +22,37 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console()
-err_console = Console(stderr=True)
+# Piped or logged, there is no terminal whose width to respect: rich's 80 columns would wrap inside a figure,
+# a path or a timestamp ("healthy after 1.61" / "s"). So a width comes from a terminal only when there is
+# one (or from COLUMNS, which a user or test sets on purpose); otherwise lines are as long as they are.
+PIPE_WIDTH = 10_000
+
+
+def _sized(stream: Any) -> bool:
+    """Whether lines written to `stream` have a width to keep to: a terminal's, or COLUMNS."""
+    return os.environ.get("COLUMNS", "").isdigit() or (stream is not None and stream.isatty())
+
+
+def _console(stderr: bool = False) -> Console:
+    if _sized(sys.stderr if stderr else sys.stdout):
+        return Console(stderr=stderr)
+    return Console(stderr=stderr, width=PIPE_WIDTH)
+
+
+console = _console()
+err_console = _console(stderr=True)
 
 
 class Ctx:
     config_path: Optional[str] = None
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from servedeck.about import version_text
+
+        console.print(version_text(), markup=False, highlight=False)
+        raise typer.Exit(0)
 
 
 @app.callback()
@@ -36,6 +61,8 @@ def _root(
     config: Optional[str] = typer.Option(
         None, "--config", "-c", envvar="SERVEDECK_CONFIG", help="models.toml to use (default: ./models.toml, then $SERVEDECK_HOME/models.toml)"
     ),
+    version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                 help="servedeck's version, the Python running it and the engines it finds, then exit"),
 ) -> None:
     Ctx.config_path = config
     if ctx.invoked_subcommand is None:
@@ -93,7 +120,11 @@ def warn_unreadable(rows: Any, path: Any) -> None:
 
 
 def print_markdown(text: str) -> None:
-    """Markdown (a run's or a campaign's view) drawn on the terminal."""
+    """Markdown (a run's or a campaign's view) drawn on the terminal; piped, the Markdown itself, which reads as
+    text and pastes into an issue (rich would draw its headings' boxes and centring PIPE_WIDTH wide)."""
+    if not _sized(sys.stdout):
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        return
     from rich.markdown import Markdown  # with markdown-it 60 ms, which every other command would pay
 
     console.print(Markdown(text))

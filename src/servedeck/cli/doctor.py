@@ -52,7 +52,9 @@ def doctor(
         for col in ("check", "subject", "status", "saw", "to do"):
             t.add_column(col, overflow="fold")
         for r in rows:
-            t.add_row(r.check, r.subject, f"[{STYLE[r.status]}]{r.status}[/]", r.saw, r.action)
+            # Text, not markup: a row's words name keys like [builds.llamacpp], which markup would eat
+            t.add_row(Text(r.check), Text(r.subject), Text(r.status, style=STYLE[r.status]), Text(r.saw),
+                      Text(r.action))
         console.print(t)
     if worst(rows) == FAIL:
         raise typer.Exit(1)
@@ -138,9 +140,12 @@ def plan(
     if p.calibrated and p.calibrated.get("kv_pool_tokens") is not None:
         rows.append(("pool tokens from measured floor", _n(p.calibrated["kv_pool_tokens"]), ""))
     if p.need_bytes_per_gpu:
-        rows.append(("a start needs free per GPU", gib(p.need_bytes_per_gpu), p.need_basis))
+        # its basis is a prediction's reasoning, so it goes under "predicted", as "weights basis" does
+        rows.append(("a start needs free per GPU", gib(p.need_bytes_per_gpu), ""))
+        if p.need_basis:
+            rows.append(("start need basis", p.need_basis, ""))
     for label, a, b in rows:
-        t.add_row(label, a, b)
+        t.add_row(Text(label), Text(a), Text(b))
     console.print(t)
     if last:
         err = last.get("kv_tokens_error_pct")
@@ -262,8 +267,9 @@ def crashes(
             c = r.get("cause") or {}
             xids = _kernel_words(c)
             ev = c.get("matched_line", "")[:120] + (f" [{xids}]" if xids else "")
-            t.add_row(str(r.get("at") or r.get("ts") or r.get("time") or "?"), str(r.get("model", "?")),
-                      f"{c.get('id', '?')}: {c.get('summary', '')}", c.get("family", ""), ev, c.get("action", ""))
+            t.add_row(*(Text(x) for x in (str(r.get("at") or r.get("ts") or r.get("time") or "?"),
+                                          str(r.get("model", "?")), f"{c.get('id', '?')}: {c.get('summary', '')}",
+                                          c.get("family", ""), ev, c.get("action", ""))))
         console.print(t)
 
 
