@@ -52,7 +52,11 @@ def register(argv: Optional[list[str]] = None):
     from servedeck.cli.panels import arrange
 
     home = HOMES.get(command_of(argv)) if argv is not None else None
-    for name in [home] if home else MODULES:
+    if argv is not None and argv[:1] == ["--version"]:
+        names: tuple[str, ...] = ()  # the root's own option: no command to register
+    else:
+        names = (home,) if home else MODULES
+    for name in names:
         importlib.import_module(f"servedeck.cli.{name}")  # importing a module registers its commands on `app`
     arrange(app)  # the help in the order of a user's day (cli/panels.py)
     return app
