@@ -3,9 +3,11 @@
 Input: tests/data/capacity-campaign-cpu-2026-12-01/ (its README says how it was made): real llama.cpp
 (SmolLM2), variants parallel=1, parallel=4 and rope (8 slots, `rope-freq-base = 10`: fails the needle),
 two launches each, one capacity search per launch under an SLO every load meets, so each search stops at
-its slots. Before the expected values are used, the first tests check them against the run folders' own
-files (search.json, niah.log): each repeat found the same capacity, so the interval of the recommendation's
-change is the change itself, +300 %, and the variant that carries the most (rope, 8) failed its gate.
+its slots (a cap the engine set: a figure, not a bound). Before the expected values are used, the first
+tests check them against the run folders' own files (search.json, niah.log, summary.json): each repeat found
+the same capacity, and the variant that carries the most (rope, 8) failed its gate. The recommendation ranks
+by good requests/s at capacity: parallel=4's two launches carried 0.2959 and 0.1156, parallel=1's 0.1105 and
+0.1042, so +92 % with a Welch interval that includes no difference.
 """
 
 from __future__ import annotations
@@ -68,6 +70,12 @@ def test_the_recorded_gates_found_the_needle_or_not(results, doc, variant, found
     assert [p["ok"] for p in probes] == [found, found]
 
 
+def test_the_recorded_goodputs_at_capacity(results, doc):
+    got = {v: [round(json.loads((r / "summary.json").read_text())["capacity"]["goodput_request_s"], 4)
+               for r in _bench_runs(results, doc, v)] for v in ("parallel=1", "parallel=4")}
+    assert got == {"parallel=1": [0.1105, 0.1042], "parallel=4": [0.2959, 0.1156]}
+
+
 def test_status_json_carries_every_launchs_gate(results, doc):
     rows = status_view(doc, results / "runs", results / "campaigns" / CAMPAIGN)["capacity"]
     assert {r["variant"]: r["gates"] for r in rows} == {"parallel=1": ["passed", "passed"],
@@ -84,8 +92,9 @@ def test_campaign_md_marks_the_failed_gates_capacity_as_not_a_result(results, do
 
 def test_campaign_md_recommendation_carries_the_repeats_interval(results, doc):
     rows = _md_rows(render_markdown(doc, results / "runs"), "### Recommendation")
-    assert rows[1][2] == ("c=4 [4, 4] per launch (CPU), +300% [+300%, +300%] over parallel=1 (c=1); "
-                          "every repeat of both found the same capacity")
+    assert rows[1][2] == ("0.21 [-0.9396, 1.351] good req/s per launch (CPU) (6.6 output tok/s) at c=4, +92% "
+                          "[-970%, +1153%] (95 %, repeats, Welch t) over parallel=1 (0.11); the interval includes "
+                          "no difference: not distinguishable from noise")
 
 
 def test_campaign_md_does_not_recommend_the_variant_that_carries_the_most_but_failed_its_gate(results, doc):
@@ -95,7 +104,7 @@ def test_campaign_md_does_not_recommend_the_variant_that_carries_the_most_but_fa
 
 def test_campaign_md_says_why_the_failed_gate_was_left_out(results, doc):
     rows = _md_rows(render_markdown(doc, results / "runs"), "### Recommendation")
-    assert rows[1][3] == "rope (c=8 per launch (CPU), gate failed: not a result)"
+    assert rows[1][3] == "rope (0.17 req/s per launch (CPU) at c=8; gate failed: not a result)"
 
 
 def _rebuilt(run: Path) -> dict:
@@ -125,9 +134,10 @@ def test_the_report_recommends_parallel4_with_the_interval_and_names_rope_left_o
     part = text[text.index("## Capacity under each SLO"):]
     row = next(ln for ln in part.splitlines() if ln.startswith("| interactive") and "| parallel=4 |" in ln
                and "over parallel=1" in ln)
-    assert row.endswith("| parallel=4 | c=4 [4, 4] per launch (CPU), +300% [+300%, +300%] over parallel=1 (c=1); "
-                        "every repeat of both found the same capacity | rope (c=8 per launch (CPU), gate failed: "
-                        "not a result) |")
+    assert row.endswith("| parallel=4 | 0.21 [-0.9396, 1.351] good req/s per launch (CPU) (6.6 output tok/s) at "
+                        "c=4, +92% [-970%, +1153%] (95 %, repeats, Welch t) over parallel=1 (0.11); the interval "
+                        "includes no difference: not distinguishable from noise | rope (0.17 req/s per launch (CPU) "
+                        "at c=8; gate failed: not a result) |")
 
 
 def test_compare_says_the_failed_gates_capacity_is_not_a_result(results, tmp_path):

@@ -1,5 +1,7 @@
-"""The recommendation's decisions, pure (no engine, no files): which variant carries the most load among
-those whose gate passed, by how much, and the interval its repeats give. Each view is what runs.read.load
+"""The recommendation's decisions, pure (no engine, no files): which variant carries the most good requests/s
+among those whose gate passed, by how much, and the interval its repeats give (the ranking rules on bounds,
+goodput and outputs: tests/report/test_verdict_rules.py). Here each capacity carried as many good
+requests/s as its concurrency, so the arithmetic below reads either way. Each view is what runs.read.load
 gives of a capacity run, cut to the keys report/capacity.py reads.
 
 Welch intervals worked by hand (t quantiles from a table):
@@ -18,7 +20,8 @@ def _view(variant: str, capacity: float, gate: str = "passed") -> dict:
     return {"run": f"{variant}-{capacity}", "gpus_used": 0, "campaign": {"variant": variant},
             "gate": {"status": gate}, "points": [],
             "capacity": {"find": "max-concurrency", "slo": "chat", "slo_text": "ttft_p95<=2s", "capacity": capacity,
-                         "verdict": "found", "binding": "ttft_p95", "point": 0}}
+                         "verdict": "found", "binding": "ttft_p95", "point": 0,
+                         "goodput_request_s": capacity}}
 
 
 def _rec(views: list[dict]) -> dict:
@@ -35,8 +38,9 @@ def _carrying(views: list[dict]) -> str:
 
 def test_repeats_with_a_spread_give_the_welch_interval_of_the_change():
     views = [_view("a", 4), _view("a", 6), _view("b", 2), _view("b", 2)]
-    assert _carrying(views) == ("c=5 [-7.71, 17.7] per launch (CPU), +150% [-485%, +785%] (95 %, repeats, Welch t) "
-                                "over b (c=2); the interval includes no difference: not distinguishable from noise")
+    assert _carrying(views) == ("5.00 [-7.706, 17.71] good req/s per launch (CPU) at c=5, +150% [-485%, +785%] (95 %, "
+                                "repeats, Welch t) over b (2.00); the interval includes no difference: not "
+                                "distinguishable from noise")
 
 
 def test_a_change_whose_interval_excludes_zero_is_not_called_noise():
@@ -47,12 +51,12 @@ def test_a_change_whose_interval_excludes_zero_is_not_called_noise():
 
 def test_the_interval_is_said_in_the_table_for_a_real_difference():
     views = [_view("a", x) for x in (10, 11, 12)] + [_view("b", x) for x in (4, 5, 6)]
-    assert "+120% [+75%, +165%] (95 %, repeats, Welch t) over b (c=5)" in _carrying(views)
+    assert "+120% [+75%, +165%] (95 %, repeats, Welch t) over b (5.00)" in _carrying(views)
 
 
 def test_one_launch_a_side_gives_no_interval_and_says_why():
     views = [_view("a", 4), _view("b", 2), _view("b", 2)]
-    assert _carrying(views).endswith("+100% over b (c=2); no interval: one capacity found for a "
+    assert _carrying(views).endswith("+100% over b (2.00); no interval: one capacity found for a "
                                      "(campaign repeats = 2 or more gives one)")
 
 

@@ -7,7 +7,8 @@ CampaignFile out); `variants()` expands `[matrix]` into named variants.
     [campaign]     name, model (a models.toml model or alias), cell_timeout, repeats, gate, base, reference,
                    retries (--ray: node-loss retries)
     [[variants]]   name + overrides of the model's entry (build, args, env, context, gpus, cpus, tp, dp, pp,
-                   gpu_memory_utilization, replicas), host (--ray: which node)
+                   gpu_memory_utilization, replicas), host (--ray: which node), outputs_may_differ (its greedy
+                   outputs may differ from the `reference` variant's and it may still be recommended)
     [matrix]       "args.max-num-seqs" = [64, 128]: every combination becomes a variant named after its values
     [[workloads]]  kind = any workload kind (workloads/kinds.py), the keys every kind takes (below, as
                    `servedeck bench`'s options), and the keys of its own, declared, checked and turned
@@ -23,7 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, StrictBool, ValidationError, create_model, field_validator,
+                      model_validator)
 
 from servedeck.config.schema import ArgValue, split_cpu_table
 from servedeck.config.tomlfile import problems as validation_lines
@@ -170,11 +172,23 @@ class Variant(_Strict):
     # `campaign run --ray`: the node this variant's cells run on (a Ray custom resource, a node label
     # value or a host name); ignored without --ray
     host: Optional[str] = Field(default=None, min_length=1)
+    # issue 47: greedy outputs that differ from the `reference` variant's do not keep it from being recommended
+    # (a user who accepts another model's answers, say); not an override of the model's entry
+    outputs_may_differ: StrictBool = False
 
     @model_validator(mode="before")
     @classmethod
     def _cpu_table(cls, data: Any) -> Any:
         return split_cpu_table(data)
+
+    @field_validator("outputs_may_differ", mode="before")
+    @classmethod
+    def _may_differ(cls, v: Any) -> Any:
+        if not isinstance(v, bool):
+            raise ValueError(f"expected true or false (a TOML boolean, no quotes), got {v!r}: write "
+                             "outputs_may_differ = true to let this variant be recommended though its greedy "
+                             "outputs differ from the reference variant's")
+        return v
 
     @field_validator("name")
     @classmethod
@@ -201,8 +215,9 @@ class Variant(_Strict):
         return self
 
     def overrides(self) -> dict[str, Any]:
-        """The keys this variant sets, as the file wrote them."""
-        return {k: v for k, v in self.model_dump(mode="json", exclude_unset=True).items() if k != "name"}
+        """The keys this variant sets on the model's entry, as the file wrote them."""
+        return {k: v for k, v in self.model_dump(mode="json", exclude_unset=True).items()
+                if k not in ("name", "outputs_may_differ")}
 
     def sets(self, key: str) -> list[list[int]]:
         """gpus/cpus per replica ([] each when unset)."""

@@ -39,8 +39,8 @@ def campaigns_root(configured: Optional[str]) -> Path:
 def _new_doc(camp: Campaign, cells: list[Cell], model: str) -> dict[str, Any]:
     return {"schema": SCHEMA, "name": camp.name, "file": str(camp.path), "model": model, "started": now_iso(),
             "updated": now_iso(), "host": socket.gethostname(),
-            "variants": {v.name: {"overrides": v.overrides(), "replicas": v.replicas, "knobs": camp.knobs.get(v.name, {})}
-                         for v in camp.variants},
+            "variants": {v.name: {"overrides": v.overrides(), "replicas": v.replicas, "knobs": camp.knobs.get(v.name, {}),
+                                  "outputs_may_differ": v.outputs_may_differ} for v in camp.variants},
             "base_variant": camp.base_variant, "reference": camp.head.reference,
             "cells": [{"id": c.id, "variant": c.variant, "repeat": c.repeat, "state": CellState.PENDING.value, "runs": [],
                        "reason": None, "signature": None, "started": None, "ended": None, "node": None}

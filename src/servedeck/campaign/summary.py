@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any, Iterator, Optional
 
 from servedeck.report.capacity import campaign_section, capacity_rows
+from servedeck.report.recommend import outputs_of
 from servedeck.report.render import gate_cell, headline_cell
 from servedeck.runs.read import load
 
@@ -64,10 +65,11 @@ def stretch_table(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def capacity_of(doc: dict[str, Any], runs_root: Path) -> list[dict[str, Any]]:
-    """Per variant and SLO, the capacity its searches found (report/capacity.py), from the run folders."""
+    """Per variant and SLO, the capacity its searches found (report/capacity.py), from the run folders, with
+    each variant's greedy outputs against the reference variant's (the recommendation reads both)."""
     views = [load(runs_root / run) for cell in doc.get("cells", []) for run in cell.get("runs", [])
              if (runs_root / run).exists()]
-    return capacity_rows([v for v in views if v.get("capacity")])
+    return capacity_rows([v for v in views if v.get("capacity")], outputs=outputs_of(doc))
 
 
 def status_view(doc: dict[str, Any], runs_root: Path, folder: Path) -> dict[str, Any]:

@@ -7,13 +7,12 @@ Pure functions over run views (runs.read.load) and their search.json; nothing is
 from __future__ import annotations
 
 import json
-import math
-import warnings
 from pathlib import Path
 from typing import Any, Optional
 
 from servedeck.report.capacity_energy import at_capacity, j_text, mean_at_capacity, w_text
-from servedeck.report.stats import across_repeats, spread
+from servedeck.report.recommend import bound_step, outputs_of, recommendations
+from servedeck.report.stats import spread
 
 
 def _table(head: list[str], rows: list[list[str]]) -> str:
@@ -123,10 +122,13 @@ def _gate_of(v: dict[str, Any]) -> str:
     return str((v.get("gate") or {}).get("status") or "not run")
 
 
-def capacity_rows(views: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per variant and SLO: the capacity of each repeat, their mean and interval, per GPU; the
-    launches' gate (a capacity whose gate is not `passed` is recorded but is not a result: `result`
-    False) and the energy at the capacity point (report/capacity_energy.py)."""
+def capacity_rows(views: list[dict[str, Any]], outputs: Optional[dict[str, dict[str, Any]]] = None) -> list[dict[str, Any]]:
+    """One row per variant and SLO: the capacity of each repeat, their mean and interval, and what it carried
+    there per GPU (goodput, output tok/s); whether it is a lower bound (a search that did not end `found`:
+    report/recommend.py) and the steps that would pin it down; the launches' gate (a capacity whose gate is
+    not `passed` is recorded but is not a result: `result` False); the energy at the capacity point
+    (report/capacity_energy.py); and `outputs`, the variant's greedy outputs against the campaign's
+    reference (recommend.outputs_of), None where nothing was checked."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for v in views:
         cap = v.get("capacity")
@@ -138,19 +140,21 @@ def capacity_rows(views: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for (slo, variant), vs in sorted(groups.items()):
         caps = [v["capacity"] for v in vs]
         gpus = vs[0].get("gpus_used") or 0
-        loads = [c["capacity"] for c in caps if c.get("capacity") is not None]
+        with_cap = [c for c in caps if c.get("capacity") is not None]
+        loads = [c["capacity"] for c in with_cap]
         per = [p for p in (per_gpu(x, gpus) for x in loads) if p is not None]
-        sp = spread(per)
-        ci = {"lo": sp.low, "hi": sp.high} if sp.low is not None and sp.high is not None else None
-        tok = [per_gpu(c.get("output_tok_s"), gpus) for c in caps]
-        good = [per_gpu(c.get("goodput_request_s"), gpus) for c in caps]
+        tok = [per_gpu(c.get("output_tok_s"), gpus) for c in with_cap]
+        good = [g for g in (per_gpu(c.get("goodput_request_s"), gpus) for c in with_cap) if g is not None]
+        steps = [s for s in dict.fromkeys(bound_step(c) for c in with_cap) if s]
         gates = [_gate_of(v) for v in vs]
         energy = mean_at_capacity(vs)
         rows.append({"slo": slo, "slo_text": caps[0].get("slo_text"), "variant": variant, "find": caps[0]["find"],
                      "capacity": (sum(loads) / len(loads)) if loads else None,
                      "capacity_per_gpu": (sum(per) / len(per)) if per else None, "capacities_per_gpu": per,
-                     "interval": ci, "repeats": len(caps), "gpus": gpus,
-                     "goodput_per_gpu": _mean(good), "output_tok_s_per_gpu": _mean(tok),
+                     "interval": _interval(loads), "repeats": len(caps), "gpus": gpus,
+                     "goodput_per_gpu": _mean(good), "goodputs_per_gpu": good, "goodput_interval": _interval(good),
+                     "output_tok_s_per_gpu": _mean(tok), "bound": bool(steps), "steps": steps,
+                     "outputs": (outputs or {}).get(variant) if outputs else None, "checked": bool(outputs),
                      "binding": caps[-1].get("binding"), "verdicts": [c["verdict"] for c in caps],
                      "gates": gates, "gate": ", ".join(dict.fromkeys(gates)),
                      "result": all(g == "passed" for g in gates),
@@ -159,6 +163,11 @@ def capacity_rows(views: list[dict[str, Any]]) -> list[dict[str, Any]]:
                      "energy_partial": energy.get("partial") or 0,
                      "runs": [v.get("run") for v in vs], "point": caps[-1].get("point")})
     return rows
+
+
+def _interval(xs: list[float]) -> Optional[dict[str, float]]:
+    sp = spread(xs)
+    return {"lo": sp.low, "hi": sp.high} if sp.low is not None and sp.high is not None else None
 
 
 def _mean(xs: list[Optional[float]]) -> Optional[float]:
@@ -171,100 +180,72 @@ def _energy(row: dict[str, Any]) -> dict[str, Any]:
             "missing": row.get("energy_missing"), "partial": row.get("energy_partial")}
 
 
-def by_interval(best: dict[str, Any], runner: dict[str, Any]) -> Optional[dict[str, float]]:
-    """How much more load `best` carries than `runner` per GPU (mean/mean − 1), with the 95 % interval of
-    that change from both sides' repeats (Welch t, report/stats.py): None unless each side has 2 or more.
-    Repeats that all found the same capacity on both sides (capped searches, say) have no spread: the
-    interval is the change itself."""
-    a, b = runner.get("capacities_per_gpu") or [], best.get("capacities_per_gpu") or []
-    if len(a) < 2 or len(b) < 2 or not sum(a):
-        return None
-    if len(set(a)) == 1 and len(set(b)) == 1:
-        change = (sum(b) / len(b)) / (sum(a) / len(a)) - 1
-        return {"change": change, "lo": change, "hi": change, "spread": False}
-    with warnings.catch_warnings():  # scipy warns of precision loss on a side whose repeats agree exactly
-        warnings.simplefilter("ignore", RuntimeWarning)
-        change, lo, hi = across_repeats(a, b)
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        return None
-    return {"change": change, "lo": lo, "hi": hi, "spread": True}
+def _ge(bound: bool) -> str:
+    return "≥ " if bound else ""
 
 
-def recommendations(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per SLO: among the variants whose capacity is a result (every launch's gate passed), the one
-    carrying the most load per GPU, and by how much over the next best (with its interval where both
-    have repeats). A variant whose gate did not pass is left out, and `left_out` says so."""
-    out = []
-    for slo in sorted({r["slo"] for r in rows}):
-        found = sorted((r for r in rows if r["slo"] == slo and r["capacity_per_gpu"] is not None),
-                       key=lambda r: r["capacity_per_gpu"], reverse=True)
-        ranked = [r for r in found if r["result"]]
-        left_out = [{"variant": r["variant"], "capacity_per_gpu": r["capacity_per_gpu"], "find": r["find"],
-                     "why": f"gate {r['gate']}: not a result"} for r in found if not r["result"]]
-        if not ranked:
-            note = ("no variant's capacity is a result: none passed its gate" if found
-                    else "no variant meets this SLO at any load searched")
-            out.append({"slo": slo, "slo_text": (found[0]["slo_text"] if found else None), "best": None,
-                        "note": note, "left_out": left_out})
-            continue
-        best, runner = ranked[0], (ranked[1] if len(ranked) > 1 else None)
-        by = (best["capacity_per_gpu"] / runner["capacity_per_gpu"] - 1) \
-            if runner and runner["capacity_per_gpu"] else None
-        out.append({"slo": slo, "slo_text": best["slo_text"], "best": best["variant"], "find": best["find"],
-                    "capacity_per_gpu": best["capacity_per_gpu"], "interval": best["interval"],
-                    "repeats": best["repeats"],
-                    "next": runner["variant"] if runner else None,
-                    "next_capacity_per_gpu": runner["capacity_per_gpu"] if runner else None, "by": by,
-                    "by_interval": by_interval(best, runner) if runner else None,
-                    "no_interval": _no_interval(best, runner),
-                    "overlap": _overlap(best, runner), "left_out": left_out})
-    return out
-
-
-def _no_interval(best: dict[str, Any], runner: Optional[dict[str, Any]]) -> Optional[str]:
-    """Why the change has no interval from repeats, or None where it can have one."""
-    if runner is None:
-        return None
-    few = [r["variant"] for r in (best, runner) if len(r.get("capacities_per_gpu") or []) < 2]
-    if not few:
-        return None
-    return ("one capacity found a variant" if len(few) == 2 else f"one capacity found for {few[0]}") + \
-        " (campaign repeats = 2 or more gives one)"
-
-
-def _overlap(a: dict[str, Any], b: Optional[dict[str, Any]]) -> Optional[bool]:
-    if not b or not a.get("interval") or not b.get("interval"):
-        return None
-    return a["interval"]["lo"] <= b["interval"]["hi"]
+def _good_text(r: dict[str, Any], interval: bool = True) -> str:
+    """Good requests/s per GPU at capacity: "≥ 52.57" for a lower bound, with the repeats' interval."""
+    ci = r.get("goodput_interval") if interval else None
+    return _ge(r["bound"]) + _n(r["goodput_per_gpu"], 2) + (f" [{ci['lo']:.4g}, {ci['hi']:.4g}]" if ci else "")
 
 
 def _cap_text(r: dict[str, Any]) -> str:
-    base = load_label(r["find"], r["capacity_per_gpu"])
+    """The load the capacity took (per launch), "≥ c=32" for a lower bound, with the repeats' interval."""
     ci = r.get("interval")
-    return base + (f" [{ci['lo']:.3g}, {ci['hi']:.3g}]" if ci else "")
+    return _ge(r["bound"]) + load_label(r["find"], r["capacity"]) + (f" [{ci['lo']:.3g}, {ci['hi']:.3g}]" if ci else "")
 
 
-def _how(rec: dict[str, Any]) -> str:
+def outputs_text(r: dict[str, Any]) -> str:
+    """The variant's greedy outputs against the reference variant's, for the tables."""
+    o = r.get("outputs")
+    if not r.get("checked"):
+        return "not checked (no campaign `reference`)"
+    if not o:
+        return "not checked"
+    ref, check = o["reference"], o["check"]
+    if check == "reference":
+        return "the reference"
+    if check == "identical":
+        return f"identical to {ref} ({o['identical']}/{o['prompts']})"
+    if check == "differs":
+        return (f"differ from {ref} ({o['identical']}/{o['prompts']} identical)"
+                + (", allowed: outputs_may_differ" if o.get("may_differ") else ": not recommended"))
+    return f"{check} against {ref}"
+
+
+def _how(rec: dict[str, Any], unit: str) -> str:
     """By how much the recommended variant carries more than the next one, in words."""
     if rec["next"] is None:
-        return "the only variant whose capacity is a result"
-    nxt = f"{rec['next']} ({load_label(rec['find'], rec['next_capacity_per_gpu'])})"
+        return "the only variant whose capacity is a result and whose outputs may be served"
+    nxt = f"{rec['next']} ({_n(rec['next_goodput_per_gpu'], 2)})"
+    least = "at least " if rec["bound"] else ""
     if rec["by"] is None:
         return f"over {nxt}"
     ci = rec.get("by_interval")
     if ci is None:
-        return f"{rec['by']:+.0%} over {nxt}" + (f"; no interval: {rec['no_interval']}" if rec.get("no_interval") else "")
+        return f"{least}{rec['by']:+.0%} over {nxt}" + (f"; no interval: {rec['no_interval']}"
+                                                        if rec.get("no_interval") else "")
     if not ci["spread"]:
-        return (f"{rec['by']:+.0%} [{ci['lo']:+.0%}, {ci['hi']:+.0%}] over {nxt}; every repeat of both found "
-                "the same capacity")
-    text = f"{rec['by']:+.0%} [{ci['lo']:+.0%}, {ci['hi']:+.0%}] (95 %, repeats, Welch t) over {nxt}"
+        return (f"{least}{rec['by']:+.0%} [{ci['lo']:+.0%}, {ci['hi']:+.0%}] over {nxt}; every repeat of both "
+                "carried the same")
+    text = f"{least}{rec['by']:+.0%} [{ci['lo']:+.0%}, {ci['hi']:+.0%}] (95 %, repeats, Welch t) over {nxt}"
     if ci["lo"] <= 0:
         text += "; the interval includes no difference: not distinguishable from noise"
     return text
 
 
+def _undecided_text(rec: dict[str, Any], unit: str) -> str:
+    lead = f"{rec['leading']} ({_ge(rec['bound'])}{_n(rec['goodput_per_gpu'], 2)})"
+    could = "; ".join(f"{u['variant']} (≥ {_n(u['goodput_per_gpu'], 2)} req/s {unit}) could still carry more "
+                      f"than {lead}" for u in rec["undecided"])
+    steps = "; ".join(f"{u['step']} for {u['variant']} would decide" for u in rec["undecided"])
+    return f"{rec['leading']} leads with {_good_text(rec)} good req/s {unit} at {_cap_text(rec)}, but {could}: {steps}"
+
+
 def _left_out_text(rec: dict[str, Any], unit: str) -> str:
-    return "; ".join(f"{x['variant']} ({load_label(x['find'], x['capacity_per_gpu'])} {unit}, {x['why']})"
+    return "; ".join(f"{x['variant']} ({_ge(x['bound'])}{_n(x['goodput_per_gpu'], 2)} req/s {unit} at "
+                     f"{_ge(x['bound'])}{load_label(x['find'], x['capacity'])}; {x['why']})"
                      for x in rec.get("left_out") or []) or "-"
 
 
@@ -274,12 +255,35 @@ def recommendation_rows(rows: list[dict[str, Any]], unit: str, *, bold: bool) ->
     out = []
     for rec in recommendations(rows):
         slo = f"{rec['slo']} (`{rec['slo_text']}`)" if bold else f"{rec['slo']} ({rec['slo_text']})"
-        if rec["best"] is None:
+        if rec["verdict"] == "none":
             out.append([slo if rec.get("slo_text") else rec["slo"], "-", rec["note"], _left_out_text(rec, unit)])
-            continue
-        out.append([slo, f"**{rec['best']}**" if bold else rec["best"],
-                    f"{_cap_text(rec)} {unit}, {_how(rec)}", _left_out_text(rec, unit)])
+        elif rec["verdict"] == "undecided":
+            out.append([slo, "**undecided**" if bold else "undecided", _undecided_text(rec, unit),
+                        _left_out_text(rec, unit)])
+        else:
+            tok = (f" ({_ge(rec['bound'])}{_n(rec['output_tok_s_per_gpu'])} output tok/s)"
+                   if rec.get("output_tok_s_per_gpu") else "")
+            out.append([slo, f"**{rec['best']}**" if bold else rec["best"],
+                        f"{_good_text(rec)} good req/s {unit}{tok} at {_cap_text(rec)}, {_how(rec, unit)}",
+                        _left_out_text(rec, unit)])
     return out
+
+
+CAPACITY_HEAD = ["SLO", "variant", "goodput req/s {unit}", "output tok/s {unit}", "load at capacity",
+                 "greedy outputs", "binding constraint", "J / output token at capacity", "mean W at capacity",
+                 "gate", "repeats", "search"]
+RULES = ("Ranked by good requests/s per GPU at capacity (requests that met the SLO); the load is what that "
+         "took. \"≥\" marks a lower bound: a search that did not end `found` (client-bound, capped, unstable "
+         "above, step budget spent, cut short). A bound below another's figure decides nothing: undecided, with "
+         "the step that would decide. A capacity whose gate is not `passed` is not a result, and a variant whose "
+         "greedy outputs differ from the reference variant's is not recommended unless its entry says "
+         "`outputs_may_differ = true`: the recommendation leaves both out.")
+
+
+def _row_cells(r: dict[str, Any], slo: str) -> list[str]:
+    return [slo, r["variant"], _good_text(r), _ge(r["bound"]) + _n(r["output_tok_s_per_gpu"]), _cap_text(r),
+            outputs_text(r), r["binding"] or "-", j_text(_energy(r)), w_text(_energy(r)),
+            r["gate"] if r["result"] else f"{r['gate']}: not a result", str(r["repeats"]), ", ".join(r["verdicts"])]
 
 
 def campaign_section(rows: list[dict[str, Any]]) -> list[str]:
@@ -289,16 +293,9 @@ def campaign_section(rows: list[dict[str, Any]]) -> list[str]:
         return []
     unit = "per GPU" if any(r["gpus"] for r in rows) else "per launch (CPU)"
     out = ["## Capacity under each SLO", "",
-           _table(["SLO", "variant", f"capacity {unit}", "goodput req/s " + unit,
-                   "output tok/s " + unit, "binding constraint", "J / output token at capacity",
-                   "mean W at capacity", "gate", "repeats", "search"],
-                  [[f"{r['slo']} (`{r['slo_text']}`)", r["variant"], _cap_text(r), _n(r["goodput_per_gpu"], 2),
-                    _n(r["output_tok_s_per_gpu"]), r["binding"] or "-", j_text(_energy(r)), w_text(_energy(r)),
-                    r["gate"] if r["result"] else f"{r['gate']}: not a result", str(r["repeats"]),
-                    ", ".join(r["verdicts"])]
-                   for r in rows]),
-           "", "A capacity whose gate is not `passed` is recorded but is not a result: the recommendation "
-               "leaves it out.", "", "### Recommendation", ""]
+           _table([h.format(unit=unit) for h in CAPACITY_HEAD],
+                  [_row_cells(r, f"{r['slo']} (`{r['slo_text']}`)") for r in rows]),
+           "", RULES, "", "### Recommendation", ""]
     out += [_table(["SLO", "run this variant", "carrying", "left out"], recommendation_rows(rows, unit, bold=True)),
             ""]
     return out
@@ -318,7 +315,7 @@ def section(coll: Any) -> Any:
         v.setdefault("campaign", {})
         v["campaign"] = {**(v.get("campaign") or {}), "variant": r.variant or (v["campaign"] or {}).get("variant")}
         views.append(v)
-    rows = capacity_rows(views)
+    rows = capacity_rows(views, outputs=outputs_of(coll.campaign or {}))
     by_name = {r.name: r for r in runs}
     gpus = any(r["gpus"] for r in rows)
     unit = "per GPU" if gpus else "per launch (CPU)"
@@ -326,20 +323,15 @@ def section(coll: Any) -> Any:
     for row in rows:
         links = [Link(f"search.json #{i + 1}" if len(row["runs"]) > 1 else "search.json",
                       by_name[name].path / "search.json") for i, name in enumerate(row["runs"]) if name in by_name]
-        table.append([f"{row['slo']} ({row['slo_text']})", row["variant"], _cap_text(row), _n(row["goodput_per_gpu"], 2),
-                      _n(row["output_tok_s_per_gpu"]), row["binding"] or "-", j_text(_energy(row)),
-                      w_text(_energy(row)), row["gate"] if row["result"] else f"{row['gate']}: not a result",
-                      ", ".join(row["verdicts"]), links])
+        table.append([*_row_cells(row, f"{row['slo']} ({row['slo_text']})"), links])
     return Section("capacity", "Capacity under each SLO", [
         Para(["The most load each variant carried within each SLO, found by a search (bracket by doubling, "
               "bisect, both ends re-measured with fresh prompts); every step is a point of its run folder. "
               "The energy is the capacity step's (its GPUs' energy over the measured window; mean power summed "
-              "over the launch's GPUs). A capacity whose gate is not passed is recorded but is not a result."]),
-        Table(["SLO", "variant", f"capacity {unit}", f"goodput req/s {unit}", f"output tok/s {unit}",
-               "binding constraint", "J / output token at capacity", "mean W at capacity", "gate", "search",
-               "sources"], table),
-        Para(["Recommendation: for each SLO, among the variants whose gate passed, the one carrying the most "
-              "load " + unit + "; the interval is from the repeats."]),
+              "over the launch's GPUs). " + RULES]),
+        Table([*(h.format(unit=unit) for h in CAPACITY_HEAD), "sources"], table),
+        Para(["Recommendation: for each SLO, among the variants whose gate passed and whose outputs may be "
+              "served, the one carrying the most good requests/s " + unit + "; the interval is from the repeats."]),
         Table(["SLO", "run this variant", "carrying", "left out"], recommendation_rows(rows, unit, bold=False))])
 
 
