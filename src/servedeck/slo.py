@@ -213,9 +213,11 @@ def _request_meets(r: RequestRecord, slo: SloSpec) -> bool:
 
 
 def judge(records: Sequence[RequestRecord], slo: SloSpec, *, client: Optional[dict[str, Any]] = None,
-          output_tok_s: Optional[float] = None) -> dict[str, Any]:
+          output_tok_s: Optional[float] = None, closed_loop: bool = True) -> dict[str, Any]:
     """One point against the SLO, from its records (warm-up ones are left out). `client`: the point's
-    self-check (figures["client"]); a client-bound point is marked so, its verdict not a result."""
+    self-check (figures["client"]). The point is client-bound, its verdict not a result, when the client was
+    short of CPU (`client_kind` "short": more client processes are the cure) or when its schedule lag can move
+    what this SLO reads ("lag": loadgen/pace.py); a few ms of lag beside a limit of hundreds is neither."""
     measured = [r for r in records if r.kind == "measured"]
     ok = [r for r in measured if not _failed(r)]
     gaps = [len(itl_values(r)) for r in ok]
@@ -238,7 +240,7 @@ def judge(records: Sequence[RequestRecord], slo: SloSpec, *, client: Optional[di
     good = sum(_request_meets(r, slo) for r in measured)
     failing = [row for row in rows if not row["passed"]]
     binding = max(rows, key=lambda row: math.inf if row["ratio"] is None else row["ratio"]) if rows else None
-    client_bound = bool((client or {}).get("client_bound"))
+    short, lag = _client_verdict(measured, ok, rows, client or {}, closed_loop)
     ttfts = [r.ttft * 1000.0 for r in ok if r.ttft is not None]
     return {"slo": slo.name, "passed": not failing and bool(measured), "measured": len(measured),
             "failed_requests": len(measured) - len(ok), "thresholds": rows,
@@ -247,4 +249,25 @@ def judge(records: Sequence[RequestRecord], slo: SloSpec, *, client: Optional[di
             "good_requests": good, "goodput_request_s": good / window if window > 0 else None,
             "output_tok_s": output_tok_s, "window_s": window,
             "ttft_p50_ms": float(statistics.median(ttfts)) if ttfts else None,
-            "client_bound": client_bound, "client_reasons": list((client or {}).get("reasons") or [])}
+            "client_bound": bool(short or lag), "client_kind": "short" if short else "lag" if lag else None,
+            "client_reasons": short + lag, "client_procs": (client or {}).get("processes") or 1,
+            "host": (client or {}).get("host")}
+
+
+def _client_verdict(measured: Sequence[RequestRecord], ok: Sequence[RequestRecord], rows: list[dict[str, Any]],
+                    client: dict[str, Any], closed_loop: bool) -> tuple[list[str], list[str]]:
+    """(the client's own shortfall, the lag reasons that matter against these thresholds)."""
+    from servedeck.loadgen.pace import Reading, lag_matters
+    from servedeck.loadgen.stats import output_tokens
+
+    short = client.get("short")
+    if short is None:  # figures from before the self-check told the two apart: its CPU reasons
+        short = [r for r in client.get("reasons") or [] if "CPU" in r]
+    readings = [Reading(row["key"], row["key"].split("_p")[0], row["value"], row["limit"]) for row in rows
+                if row["key"] != "error_rate"]
+    outs = [output_tokens(r) for r in ok]
+    e2e = [r.e2e * 1000.0 for r in ok if r.e2e is not None]
+    lag = lag_matters([r.lag * 1000.0 for r in measured if r.lag is not None], readings,
+                      output_tokens=int(statistics.median(outs)) if outs else None,
+                      e2e_mean_ms=statistics.fmean(e2e) if e2e else None, closed_loop=closed_loop)
+    return list(short), lag

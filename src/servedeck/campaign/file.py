@@ -243,6 +243,7 @@ class _Workload(_Strict):
     warmup: int = Field(default=1, ge=0)
     seed: Optional[int] = None
     client_procs: int = Field(default=1, ge=1)  # the load spread over this many client processes (first replica)
+    waves: Optional[int] = Field(default=None, ge=1)  # closed loops: requests a stream (as `--waves`)
     label: Optional[str] = None
 
     @model_validator(mode="after")
@@ -262,6 +263,9 @@ class _Workload(_Strict):
                 seconds(self.duration, "duration")
             except Exception:
                 raise ValueError(f"duration {self.duration!r} is not a duration (like 60s)") from None
+        if self.waves is not None and (self.duration is not None or self.requests is not None or self.rate):
+            raise ValueError("waves sizes each closed-loop point by its requests (waves × concurrency): give it "
+                             "without duration, requests or rate")
         return self
 
     @property

@@ -34,7 +34,8 @@ from typing import Any
 from servedeck.loadgen.client import ClientConfig, StreamingClient
 from servedeck.loadgen.loop import current as current_loop, preferred, run as run_loop
 from servedeck.loadgen.records import RequestRecord, RequestSpec
-from servedeck.loadgen.schedule import ClosedLoop, LoadResult, LoadRun, OpenLoop, Progress, Shape, shape_json
+from servedeck.loadgen.schedule import (ClosedLoop, LoadResult, LoadRun, OpenLoop, Progress, Shape, host_cores, host_use,
+                                       shape_json)
 
 # Requests for a split run: a list (dealt round-robin), or a picklable zero-argument callable that
 # returns an iterator (each process takes every N-th item of its own copy): a duration-bounded run
@@ -95,6 +96,8 @@ class ProcessLoadRun:
         self._stop_reason = "exhausted"
         self._phase_done = self._phase_errors = 0
         self._streams: list[int] = []
+        self._host0: tuple[int, float] | None = None  # the host's cores at the measured start (host_cores)
+        self._host_end: tuple[int, float] | None = None
 
     # ---- the plan: what each process gets -------------------------------------------------------
 
@@ -226,6 +229,7 @@ class ProcessLoadRun:
                     ready.add(i)
                     if len(ready) == len(conns):
                         start = perf_counter() + _START_MARGIN_S
+                        self._host0 = host_cores()
                         self._measured_start = start - self.t0
                         for c in conns:
                             c.send(("start", start))
@@ -244,6 +248,7 @@ class ProcessLoadRun:
                     loop.remove_reader(c.fileno())
                 except (OSError, ValueError):
                     pass
+        self._host_end = host_cores()
         # Each process's own reason says which bound it met; a quota this run gave it is not the
         # caller's max_requests.
         reasons = {m.get("stop_reason") for m in self._done.values()}
@@ -283,26 +288,30 @@ class ProcessLoadRun:
             meta = self._done.get(i, {})
             lags = [r.lag for r, p in zip(self.records, self._proc_of)
                     if p == i and r.kind == "measured" and r.lag is not None]
-            cpu, wall = meta.get("cpu_s"), meta.get("wall_s")
+            cpu, wall, wait = meta.get("cpu_s"), meta.get("wall_s"), meta.get("wait_s")
             procs.append({
                 "index": i, "streams": self._streams[i] if self._streams else None,
                 "requests": sum(1 for r, p in zip(self.records, self._proc_of) if p == i and r.kind == "measured"),
                 "cpu_s": cpu, "wall_s": wall, "cpu_fraction": cpu / wall if cpu is not None and wall else None,
+                "wait_s": wait, "wait_fraction": wait / wall if wait is not None and wall else None,
                 "lag_p99_ms": float(np.percentile(lags, 99)) * 1000 if lags else None,
                 "loop": meta.get("loop"), "pid": meta.get("pid"), "gc": meta.get("gc"),
             })
         loops = sorted({p["loop"] for p in procs if p["loop"]})
+        wall_s = (end - self._measured_start) if end is not None and self._measured_start is not None else 0.0
+        cpu_s = sum(p["cpu_s"] or 0.0 for p in procs)
         return LoadResult(
             t0=self.t0,
             shape=dict(shape_json(self.shape), client_procs=self.procs),
             records=list(self.records),
             measured_start=self._measured_start,
             measured_end=end,
-            cpu_s=sum(p["cpu_s"] or 0.0 for p in procs),
-            wall_s=(end - self._measured_start) if end is not None and self._measured_start is not None else 0.0,
+            cpu_s=cpu_s,
+            wall_s=wall_s,
             stop_reason=self._stop_reason,
             loop="+".join(loops),
             procs=procs,
+            host=host_use(self._host0, self._host_end, wall_s, cpu_s),
         )
 
 
@@ -364,5 +373,5 @@ async def _child_main(conn: multiprocessing.connection.Connection, plan: dict[st
                 raise
             res = run.result()
         loop.remove_reader(conn.fileno())
-        conn.send(("done", {"cpu_s": res.cpu_s, "wall_s": res.wall_s, "loop": current_loop(),
+        conn.send(("done", {"cpu_s": res.cpu_s, "wall_s": res.wall_s, "wait_s": res.wait_s, "loop": current_loop(),
                             "stop_reason": res.stop_reason, "pid": os.getpid(), "gc": res.gc}))

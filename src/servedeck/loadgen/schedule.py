@@ -107,6 +107,10 @@ class LoadResult:
     # {"index", "streams", "requests", "cpu_s", "wall_s", "cpu_fraction", "lag_p99_ms", "loop"}.
     procs: list[dict[str, Any]] | None = None
     gc: dict[str, Any] | None = None  # how the garbage collector was handled (_QuietGC.facts)
+    # The loop thread's time runnable but waiting for a core over the measured phase (Linux schedstat; None
+    # elsewhere), and the host's cores this client may use with how many of them were busy (host_cores).
+    wait_s: float | None = None
+    host: dict[str, Any] | None = None
 
     def meta(self) -> dict[str, Any]:
         """Everything but the records, JSON-able (records go to requests.jsonl one by one)."""
@@ -122,6 +126,8 @@ class LoadResult:
             "loop": self.loop,
             "client_procs": self.procs,
             "gc": self.gc,
+            "client_wait_s": self.wait_s,
+            "host": self.host,
         }
 
 
@@ -130,6 +136,45 @@ def shape_json(shape: Shape) -> dict[str, Any]:
         return {"type": "closed", "concurrency": shape.concurrency}
     return {"type": "open", "rate": shape.rate, "arrivals": shape.arrivals, "seed": shape.seed,
             "burstiness": shape.burstiness}
+
+
+def thread_wait() -> float | None:
+    """Seconds this thread has been runnable but waiting for a core (Linux /proc schedstat), None where the
+    kernel does not say. Beside its CPU time it tells a loop short of CPU (never idle: running or waiting) from
+    one that slept between chunks (loadgen/pace.py)."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def host_cores() -> tuple[int, float] | None:
+    """(cores this process may run on, CPU-seconds they have been busy so far), to take a difference of."""
+    try:
+        import os
+
+        import psutil
+
+        allowed = sorted(os.sched_getaffinity(0))
+        times = psutil.cpu_times(percpu=True)
+        busy = sum(t.user + t.nice + t.system + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
+                   + getattr(t, "steal", 0.0) for i, t in enumerate(times) if i in allowed)
+        return len(allowed), busy
+    except (AttributeError, OSError, ImportError):
+        return None
+
+
+def host_use(before: tuple[int, float] | None, after: tuple[int, float] | None, wall_s: float,
+             client_cpu_s: float | None) -> dict[str, Any] | None:
+    """The host over a window: its cores, how many were busy, and how many were free of anything but the client
+    (what more client processes could use)."""
+    if before is None or after is None or not wall_s > 0:
+        return None
+    busy = max(0.0, (after[1] - before[1]) / wall_s)
+    client = (client_cpu_s or 0.0) / wall_s
+    return {"cores": after[0], "busy_cores": busy, "client_cores": client,
+            "free_cores": max(0.0, after[0] - max(0.0, busy - client))}
 
 
 class LoadRun:
@@ -193,6 +238,10 @@ class LoadRun:
         self._measured_end: float | None = None
         self._cpu0 = 0.0
         self._cpu_s = 0.0
+        self._wait0: float | None = None
+        self._wait_s: float | None = None
+        self._host0: tuple[int, float] | None = None
+        self._host: dict[str, Any] | None = None
         self._stop_reason = "exhausted"
         self._main: asyncio.Task[Any] | None = None
         self._failure: BaseException | None = None  # raised by a request task (on_record, say)
@@ -224,6 +273,7 @@ class LoadRun:
             self._start_phase("measured", self._planned(), start_at)
             self._measured_start = self._phase_start - self.t0
             self._cpu0 = process_time()
+            self._wait0, self._host0 = thread_wait(), host_cores()
             specs = iter(self._requests)
             if self.max_requests is not None:
                 specs = itertools.islice(specs, self.max_requests)
@@ -266,6 +316,8 @@ class LoadRun:
             stop_reason=self._stop_reason,
             loop=self._loop,
             gc=self._gc.facts() if self._gc is not None else {"quiet": False},
+            wait_s=self._wait_s,
+            host=self._host,
         )
 
     # ---- phases --------------------------------------------------------------------------
@@ -287,6 +339,10 @@ class LoadRun:
         if self._measured_start is None or self._measured_end is not None:
             return
         self._cpu_s = process_time() - self._cpu0
+        wait = thread_wait()
+        self._wait_s = wait - self._wait0 if wait is not None and self._wait0 is not None else None
+        wall = perf_counter() - self.t0 - self._measured_start
+        self._host = host_use(self._host0, host_cores(), wall, self._cpu_s)
         ends = [r.t_end for r in self.records if r.kind == "measured" and r.t_end is not None]
         self._measured_end = max(ends) if ends else perf_counter() - self.t0
 

@@ -99,6 +99,9 @@ def summarize(
     thresholds: Thresholds = Thresholds(),
     loop: str | None = None,
     procs: Sequence[dict[str, Any]] | None = None,
+    wait_s: float | None = None,
+    host: dict[str, Any] | None = None,
+    shape: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Figures over the measured, successful records. `cpu_s`/`wall_s`: the client's CPU and wall
     time over the measured phase (LoadResult.cpu_s / wall_s), for the self-check; `loop` the event
@@ -148,7 +151,8 @@ def summarize(
         "cache": _cache(ok, thresholds, warnings),
         "token_counts": _token_counts(ok, warnings),
         "goodput": _goodput(measured, slo, window) if slo is not None else None,
-        "client": _client(measured, cpu_s, wall_s, _median(e2e), thresholds, warnings, loop, procs),
+        "client": _client(measured, cpu_s, wall_s, _median(e2e), thresholds, warnings, loop, procs, wait_s, host),
+        "steady_state": _steady(measured, shape, warnings),
         "warnings": warnings,
     }
     return result
@@ -249,38 +253,85 @@ def _median(e2e_s: Sequence[float]) -> float | None:
     return statistics.median(e2e_s) if len(e2e_s) else None
 
 
+STEADY_WAVES = 3  # what --waves suggests, and the window (in request lifetimes) that counts as steady on its own
+
+
+def steady_state(measured: Sequence[RequestRecord], concurrency: int) -> dict[str, Any]:
+    """Whether a closed loop of `concurrency` streams reached a steady state: a whole wave's worth of requests
+    (one a stream) sent after the first wave had finished, or a window of STEADY_WAVES request lifetimes (E2E
+    p50). Before the first wave ends every stream started together: the engine saw one burst, its queue
+    and TTFT are the burst's. `waves`: measured requests a stream."""
+    sent = sorted((r for r in measured if r.t_send is not None), key=lambda r: (r.t_target, r.t_send))
+    first = sent[:concurrency]
+    ends = [r.t_end for r in first]
+    first_end = max(ends) if first and None not in ends else None  # type: ignore[type-var]
+    after = sum(1 for r in sent if first_end is not None and r.t_send >= first_end)  # type: ignore[operator]
+    e2e = [r.e2e for r in measured if r.status == "ok" and r.e2e is not None]
+    window = (max(r.t_end for r in sent if r.t_end is not None) - sent[0].t_send) \
+        if sent and any(r.t_end is not None for r in sent) else 0.0  # type: ignore[operator]
+    life = statistics.median(e2e) if e2e else None
+    lifetimes = window / life if life else None
+    return {"concurrency": concurrency, "requests": len(sent), "waves": len(sent) / concurrency,
+            "first_wave_end_s": None if first_end is None or not sent else first_end - sent[0].t_send,  # type: ignore[operator]
+            "after_first_wave": after, "lifetimes": lifetimes, "e2e_p50_s": life,
+            "reached": after >= concurrency or (lifetimes is not None and lifetimes >= STEADY_WAVES)}
+
+
+def _steady(measured: Sequence[RequestRecord], shape: dict[str, Any] | None,
+            warnings: list[str]) -> dict[str, Any] | None:
+    if not shape or shape.get("type") != "closed" or not measured:
+        return None
+    c = int(shape["concurrency"])
+    st = steady_state(measured, c)
+    if st["reached"] or not st["requests"]:
+        return st
+    longer = f", or a --duration of at least {STEADY_WAVES * st['e2e_p50_s']:.0f} s ({STEADY_WAVES} request " \
+             "lifetimes)" if st["e2e_p50_s"] else ""
+    what = "measured a single burst" if st["waves"] < 2 else "reached no steady state"
+    warnings.append(
+        f"{what}: {st['requests']} requests over {c} streams ({st['waves']:.1f} a stream), {st['after_first_wave']} "
+        f"sent after the first wave ended; its TTFT and queueing are the burst's, not a steady state's: ask for "
+        f"--waves {STEADY_WAVES} ({STEADY_WAVES * c} requests){longer}")
+    return st
+
+
 def _client(
     measured: Sequence[RequestRecord], cpu_s: float | None, wall_s: float | None,
     e2e_p50_s: float | None, th: Thresholds, warnings: list[str],
     loop: str | None = None, procs: Sequence[dict[str, Any]] | None = None,
+    wait_s: float | None = None, host: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """The client's self-check (docs/loadgen.md): was it short of CPU (loadgen/pace.py), and was its schedule lag
+    over the floor. Without an SLO a lag over the floor flags the point as before; against an SLO (slo.judge)
+    a lag counts only where it can move what the SLO reads."""
+    from servedeck.loadgen.pace import ProcUse, short_of_cpu
+
     lags_ms = [r.lag * 1000 for r in measured if r.lag is not None]
     lag = dist(lags_ms)
     limit_ms = max(th.lag_p99_ms, th.lag_e2e_fraction * (e2e_p50_s or 0.0) * 1000)
     over = [x for x in lags_ms if x > limit_ms]
-    reasons = []
+    # Each client process runs on one core: the busiest one is what saturates, not the sum.
+    uses = [ProcUse(p.get("index"), p.get("cpu_s"), p.get("wall_s"), p.get("wait_s")) for p in procs] if procs \
+        else [ProcUse(None, cpu_s, wall_s, wait_s)]
+    short = short_of_cpu(uses, fraction=th.cpu_fraction)
+    cpu_fraction = max((u.cpu_s / u.wall_s for u in uses if u.cpu_s is not None and u.wall_s), default=None)
+    wait_fraction = max((u.wait_s / u.wall_s for u in uses if u.wait_s is not None and u.wall_s), default=None)
+    lag_reasons = []
     # One late send alone never flags a point: below ~100 requests p99 is the slowest one, and a
     # client whose one wake-up came late while the engine held every core did not set the pace.
     # From 101 requests up, p99 over the limit means at least two are, so large points read as before.
     if lag["p99"] is not None and lag["p99"] > limit_ms and len(over) >= 2:
-        reasons.append(f"schedule lag p99 {lag['p99']:.1f} ms > {limit_ms:.1f} ms "
-                       f"({len(over)} of {len(lags_ms)} requests sent later than that)")
+        whose = "" if short else (
+            f" while the client had CPU to spare (busiest process {cpu_fraction:.0%} of a core"
+            + (f", waiting for a core {wait_fraction:.0%} of its window" if wait_fraction is not None else "")
+            + "): a host whose cores are busy, which more client processes do not cure"
+            if cpu_fraction is not None else "")
+        lag_reasons.append(f"schedule lag p99 {lag['p99']:.1f} ms > {limit_ms:.1f} ms "
+                           f"({len(over)} of {len(lags_ms)} requests sent later than that){whose}")
     elif len(over) == 1:
         warnings.append(f"one of {len(lags_ms)} requests was sent {over[0]:.1f} ms late (limit {limit_ms:.1f} ms); "
                         "one late send alone does not make the point client-bound")
-    # Each client process runs on one core: the busiest one is what saturates, not the sum.
-    per_proc = [(p.get("index"), p.get("cpu_s"), p.get("wall_s")) for p in procs] if procs \
-        else [(None, cpu_s, wall_s)]
-    cpu_fraction = None
-    for index, c, w in per_proc:
-        frac = c / w if c is not None and w else None
-        if frac is None:
-            continue
-        cpu_fraction = frac if cpu_fraction is None else max(cpu_fraction, frac)
-        # Over a window shorter than a second the CPU share is noise (process start-up, imports).
-        if frac >= th.cpu_fraction and (w or 0) >= 1.0:
-            who = "client" if index is None else f"client process {index}"
-            reasons.append(f"{who} CPU {frac:.0%} of a core >= {th.cpu_fraction:.0%}")
+    reasons = short + lag_reasons
     if reasons:
         warnings.append("the client, not the server, may have set the pace: " + "; ".join(reasons))
     return {
@@ -289,10 +340,15 @@ def _client(
         "lag_over_limit": len(over),
         "cpu_s": cpu_s,
         "wall_s": wall_s,
+        "wait_s": wait_s,
         "cpu_fraction": cpu_fraction,  # of one core; with several processes, the busiest one's
+        "wait_fraction": wait_fraction,  # of the window runnable but waiting for a core; the busiest one's
         "loop": loop,
         "processes": len(procs) if procs else 1,
         "per_process": list(procs) if procs else None,
+        "host": host,
+        "short": short,  # the client's own shortfall: more client processes are the cure
+        "lag_source": None if not lag_reasons else "client" if short else "host",
         "client_bound": bool(reasons),
         "reasons": reasons,
     }
@@ -301,4 +357,4 @@ def _client(
 def summarize_run(result: LoadResult, **kwargs: Any) -> dict[str, Any]:
     """`summarize` with the client CPU and wall time the run measured."""
     return summarize(result.records, cpu_s=result.cpu_s, wall_s=result.wall_s, loop=result.loop or None,
-                     procs=result.procs, **kwargs)
+                     procs=result.procs, wait_s=result.wait_s, host=result.host, shape=result.shape, **kwargs)

@@ -167,7 +167,8 @@ def point_figures(records: list[RequestRecord], point: dict[str, Any], workload:
     """Figures of one point: `point` carries the load meta (client cpu/wall) and cache counters."""
     load = point.get("load") or {}
     fig = summarize(records, cpu_s=load.get("client_cpu_s"), wall_s=load.get("wall_s"), slo=slo_of(workload),
-                    loop=load.get("loop"), procs=load.get("client_procs"))
+                    loop=load.get("loop"), procs=load.get("client_procs"), wait_s=load.get("client_wait_s"),
+                    host=load.get("host"), shape=load.get("shape"))
     counters = point.get("counters") or {"available": False}
     fig["cache"]["counters"] = counters
     frac_counters = counters.get("fraction") if counters.get("available") else None

@@ -209,7 +209,8 @@ async def measure(index: int, load: float, cspec: CapacitySpec, spec: BenchSpec,
                for ln in read_jsonl(folder.path / "requests.jsonl") if ln.get("point") == index]
     point = next(p for p in folder.summary["points"] if p["index"] == index)
     figures = point.get("figures") or {}
-    judged = judge(records, cspec.slo, client=figures.get("client"), output_tok_s=figures.get("output_tok_s"))
+    judged = judge(records, cspec.slo, client=figures.get("client"), output_tok_s=figures.get("output_tok_s"),
+                   closed_loop=isinstance(shape, ClosedLoop))
     judged.update(point=index, label=point["label"], energy=step_energy(figures))
     if reason:
         judged.update(passed=False, overloaded=reason[0], missed=judged["missed"] or ["overloaded"])
@@ -251,7 +252,7 @@ def headline(doc: dict[str, Any]) -> dict[str, Any]:
             "goodput_request_s": at.get("goodput_request_s"), "output_tok_s": at.get("output_tok_s"),
             "j_per_output_token": (at.get("energy") or {}).get("j_per_output_token"),
             "energy_source": (at.get("energy") or {}).get("energy_source"),
-            "point": at.get("point"), "file": SEARCH_FILE}
+            "point": at.get("point"), "client_procs": doc.get("client_procs"), "file": SEARCH_FILE}
 
 
 def fitted(cspec: CapacitySpec, target: Target, ctx: int) -> CapacitySpec:
@@ -272,11 +273,12 @@ async def run(cspec: CapacitySpec, target: Target, ctx: int, folder: RunFolder, 
     spec, cap = cspec.bench, cspec.cap
     start = min(cspec.start or 1.0, cap)
     search = Search(SearchOptions(start=start, cap=cap, cap_reason=cspec.cap_reason, resolution=cspec.resolution,
-                                  integer=cspec.find == "max-concurrency", max_steps=cspec.max_steps))
+                                  integer=cspec.find == "max-concurrency", max_steps=cspec.max_steps,
+                                  procs=spec.client_procs))
     index = 0
     while (load := search.next_load()) is not None:
         reporter.stage(f"capacity step {index + 1}: {search.why_next}")
-        judged = await measure(index, load, cspec, spec, target, folder, reporter)
+        judged = await measure(index, load, cspec, replace(spec, client_procs=search.procs), target, folder, reporter)
         search.tell(load, judged)
         _write_search(folder, cspec, search)
         reporter.stage(f"{judged['label']}: {search.steps[-1].then}")

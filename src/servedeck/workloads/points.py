@@ -123,6 +123,7 @@ class BenchSpec:
     check_prompts: int = 8  # the output check: how many of its fixed prompts (the CLI always asks 8)
     check_tokens: int = 128  # and the answer room of each
     client_procs: int = 1  # client processes the streams are split across (one schedule for all)
+    waves: Optional[int] = None  # closed loops: this many requests a stream (waves × concurrency per point)
     points: Optional[PointKind] = field(default=None, compare=False, repr=False)  # None: POINT_KINDS[workload]
 
     @property
@@ -148,7 +149,7 @@ class BenchSpec:
                      repeat_prompt: bool = False, seed: Optional[int] = None, content: Optional[str] = None,
                      request_timeout_s: Optional[float] | Literal["default"] = "default",
                      stall_after_s: Optional[float] = 300.0, check_outputs: bool = False,
-                     client_procs: int = 1) -> "BenchSpec":
+                     client_procs: int = 1, waves: Optional[int] = None) -> "BenchSpec":
         """`servedeck bench`'s options, parsed (lists, seconds, the choices) → a checked spec. `workload`: a
         PointKind, or a built-in one's name. None (and "default" for the request timeout, where None means no
         limit) takes the kind's defaults. What needs the server's context (a long prompt's size, whether it
@@ -164,7 +165,11 @@ class BenchSpec:
         shapes = tuple(OpenLoop(r, gaps) for r in rate) if rate else \
             tuple(ClosedLoop(c) for c in (concurrency or [1]))  # type: ignore[arg-type]
         default = pk.defaults
-        if duration_s is None and requests is None:
+        if waves is not None and (duration_s is not None or requests is not None):
+            raise UsageError("--waves sizes each point by its requests (waves × concurrency): it takes no "
+                             f"--{'duration' if duration_s is not None else 'requests'} beside it",
+                             hint="give one: --waves 3 (3 requests a stream), --requests N or --duration 60s")
+        if duration_s is None and requests is None and waves is None:
             duration_s, requests = default.duration_s, default.requests
         spec = cls(workload=pk.name, shapes=shapes,
                    output_tokens=default.output_tokens if output_tokens is None else output_tokens,
@@ -176,7 +181,7 @@ class BenchSpec:
                    request_timeout_s=default.request_timeout_s if request_timeout_s == "default"
                    else request_timeout_s,  # type: ignore[arg-type]
                    stall_after_s=stall_after_s, check_outputs=check_outputs, client_procs=client_procs,
-                   points=None if pk.name in POINT_KINDS and POINT_KINDS[pk.name] is pk else pk)
+                   waves=waves, points=None if pk.name in POINT_KINDS and POINT_KINDS[pk.name] is pk else pk)
         spec.check(None)
         return spec
 
@@ -195,8 +200,14 @@ class BenchSpec:
         if self.output_tokens < 1 or (sized and self.prompt_size < 16):
             raise UsageError("prompts need at least 16 tokens and outputs at least 1",
                              hint="check --input-tokens/--prompt-tokens and --output-tokens")
-        if self.duration_s is None and self.requests is None:
-            raise UsageError("say how long each point runs", hint="--duration 60s or --requests N")
+        if self.duration_s is None and self.requests is None and self.waves is None:
+            raise UsageError("say how long each point runs", hint="--duration 60s, --requests N or --waves 3")
+        if self.waves is not None and self.waves < 1:
+            raise UsageError(f"--waves must be at least 1, got {self.waves}",
+                             hint="--waves 3: three requests a stream, a steady state after the first wave")
+        if self.waves is not None and any(isinstance(s, OpenLoop) for s in self.shapes):
+            raise UsageError("--waves counts requests a stream of a closed loop; an open loop (--rate) has no streams",
+                             hint="bound open-loop points with --requests N or --duration 60s")
         if self.requests is not None and self.requests < 1:
             raise UsageError(f"--requests must be at least 1, got {self.requests}",
                              hint="or bound each point by time: --duration 60s")
@@ -222,7 +233,7 @@ class BenchSpec:
                 "stall_after_s": self.stall_after_s, "check_outputs": self.check_outputs,
                 "slo": None if self.slo is None else {"ttft_ms": self.slo.ttft_ms, "tpot_ms": self.slo.tpot_ms,
                                                       "e2e_ms": self.slo.e2e_ms},
-                "api": self.api, "ignore_eos": True, "client_procs": self.client_procs,
+                "api": self.api, "ignore_eos": True, "client_procs": self.client_procs, "waves": self.waves,
                 **({"fixed_prompt": True, "excluded": "prefill (TTFT): one fixed prompt, cached after the warm-up"}
                    if self.point_kind.fixed_prompt else {})}
 
@@ -320,6 +331,8 @@ async def run_point(index: int, shape: Shape, spec: BenchSpec, target: Target, f
                     reporter: Reporter) -> dict[str, Any]:
     """One measured point; returns its summary entry (already written to summary.json)."""
     label = shape_label(shape)
+    if spec.waves is not None and isinstance(shape, ClosedLoop):  # as vllm bench serve's --num-prompts
+        spec = replace(spec, requests=spec.waves * shape.concurrency, duration_s=None)
     nonce = seeded_nonce(spec.seed, index) if spec.seed is not None else new_nonce()
     point: dict[str, Any] = {"index": index, "label": label, "shape": shape_json(shape), "nonce": nonce,
                              "status": "running"}
@@ -523,6 +536,8 @@ OPTIONS = (
     O.OUTPUT_TOKENS,
     Option("duration", ("--duration",), Optional[str], None, "per point, e.g. 60s (default for chat)"),
     Option("requests", ("--requests",), Optional[int], None, "per point (long-prompt and decode default 3)"),
+    Option("waves", ("--waves",), Optional[int], None, "closed-loop points: N requests a stream (N × concurrency a "
+           "point, as vllm bench serve's --num-prompts); 3 or more reach a steady state, 1 is a single burst"),
     Option("warmup", ("--warmup",), int, 1, "warm-up requests per point, with their own prompts"),
     Option("slo", ("--slo",), Optional[str], None, "goodput bounds, e.g. ttft=2s,tpot=50ms; with --find the "
            "target, e.g. ttft_p95<=2s,tpot_p95<=50ms,itl_p99<=100ms,error_rate<=1%"),
@@ -550,7 +565,7 @@ def from_options(points: PointKind, o: Any, *, slo: bool = True) -> BenchSpec:
         warmup=o.get("warmup", 1), slo=O.goodput_slo(o.get("slo")) if slo else None,
         repeat_prompt=bool(o.get("repeat_prompt")), seed=o.get("seed"), content=o.get("content"),
         request_timeout_s=O.request_timeout(o), stall_after_s=O.limit(o.get("stall_after") or "5m", "--stall-after"),
-        check_outputs=bool(o.get("check_outputs")), client_procs=o.get("client_procs", 1))
+        check_outputs=bool(o.get("check_outputs")), client_procs=o.get("client_procs", 1), waves=o.get("waves"))
 
 
 def from_entry(points: PointKind, w: Any, where: Entry) -> BenchSpec:
@@ -563,13 +578,14 @@ def from_entry(points: PointKind, w: Any, where: Entry) -> BenchSpec:
     default = points.defaults
     duration_s = seconds(w.duration, "duration") if w.duration else None
     requests = w.requests
-    if duration_s is None and requests is None:
+    waves = getattr(w, "waves", None)
+    if duration_s is None and requests is None and waves is None:
         duration_s, requests = default.duration_s, default.requests
     spec = BenchSpec(workload=points.name, shapes=shapes, output_tokens=w.output_tokens or default.output_tokens,
                      input_tokens=None if points.fills_context else w.input_tokens,
                      prompt_tokens=w.prompt_tokens if points.fills_context else None,
                      duration_s=duration_s, requests=requests, warmup=w.warmup, seed=w.seed,
-                     client_procs=w.client_procs, points=None if POINT_KINDS.get(points.name) is points else points)
+                     client_procs=w.client_procs, waves=waves, points=None if POINT_KINDS.get(points.name) is points else points)
     if where.output_check:
         spec = replace(spec, check_outputs=True, check_prompts=where.output_check[0],
                        check_tokens=where.output_check[1])
@@ -582,6 +598,7 @@ def describe(w: dict[str, Any], prompt: str, *, fixed: bool = False) -> str:
     """summary.md's workload line of a load-point run; `prompt` says how its prompts are sized."""
     bits = [f"workload **{w.get('workload')}**", f"points {', '.join(w.get('points') or [])}", prompt,
             f"{w.get('content', 'random')} text after a unique tag", f"output {w.get('output_tokens')} tokens (ignore_eos)",
+            f"{w['waves']} requests a stream per point" if w.get("waves") else
             f"{w['requests']} requests per point" if w.get("requests") else f"{w.get('duration_s')} s per point",
             f"warm-up {w.get('warmup')} per point with that same prompt" if fixed
             else f"warm-up {w.get('warmup')} per point (prompts distinct from the measured ones)"]

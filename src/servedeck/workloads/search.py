@@ -18,7 +18,10 @@ unstable and holds neither end, so a lucky pass cannot hold the boundary and an 
 it. When a re-measure disagrees the search says so and widens: past a last passing load that now fails it
 bisects again below; past a first failing load that now passes it brackets again above. A client-bound point
 is not a result: that load is measured once more (fresh prompts: a box's passing spike should not end a
-search), and when it is client-bound again the search stops there and says so.
+search), and when it is client-bound again the search stops there and says so. Where the client itself was short
+of CPU (judged "client_kind" "short"), the second measure uses more client processes, as many as the host's free
+cores allow (loadgen/pace.py `more_procs`), and every later step keeps them; where its lag came from a busy host
+("lag"), more processes would not help and the same count measures again.
 `max_steps` bounds the search.
 """
 
@@ -70,6 +73,7 @@ class SearchOptions:
     resolution: Resolution = field(default_factory=lambda: Resolution(0.1))
     integer: bool = True  # concurrency: whole numbers; rate: any positive number
     max_steps: int = 30
+    procs: int = 1  # client processes the search starts with (--client-procs); it adds some where the client is short
 
 
 @dataclass
@@ -91,6 +95,8 @@ class Search:
         self._verdict: Optional[str] = None
         self._pending: Optional[tuple[str, str]] = None  # (phase, why) of the load next_load handed out
         self._retry: Optional[float] = None  # a load whose measurement was client-bound once: measure again
+        self.procs = opts.procs  # client processes for the next step: only ever raised, when the client was short
+        self.procs_why = f"{opts.procs} client process{'es' if opts.procs > 1 else ''}, as asked"
 
     # --- what was measured -------------------------------------------------------------------------
     def _runs(self, load: float) -> list[bool]:
@@ -134,16 +140,30 @@ class Search:
         self.steps.append(step)
         if judged.get("client_bound"):
             reasons = '; '.join(judged.get('client_reasons') or []) or 'self-check'
+            short = judged.get("client_kind") == "short"  # "lag": a busy host; None: figures that did not say
             if not (len(self.steps) >= 2 and self.steps[-2].load == load and self.steps[-2].judged.get("client_bound")):
+                self._retry = load
+                more, why = self._more_procs(load, judged) if short else (None, "")
+                if more is not None:
+                    self.procs, self.procs_why = more, f"{why} (after {self._label(load)} found the client short)"
+                    step.then = f"client-bound (the client short of CPU): measured again with {more} client processes"
+                    self.notes.append(f"{self._label(load)}: the client was short of CPU ({reasons}): not a result, "
+                                      f"so it is measured again with {why}")
+                    return
                 step.then = "client-bound: not a result; measured again"
                 self.notes.append(f"{self._label(load)}: the client, not the server, set the pace ({reasons}): "
-                                  "not a result, so it is measured again with fresh prompts")
-                self._retry = load
+                                  "not a result, so it is measured again with fresh prompts"
+                                  + ("" if short else "; the client had CPU to spare (the host's cores were busy), "
+                                     "so more client processes would not help") + (f" ({why})" if why else ""))
                 return
             step.then = "client-bound again: not a result; the search stops here"
-            self.notes.append(f"{self._label(load)}: client-bound twice in a row ({reasons}): not a result, "
-                              "so the search stopped; more client processes (--client-procs), or an engine that "
-                              "leaves the client a core, would help")
+            procs = judged.get("client_procs") or self.procs
+            self.notes.append(f"{self._label(load)}: client-bound twice in a row ({reasons}), the second time with "
+                              f"{procs} client process{'es' if procs > 1 else ''}: not a result, so the search "
+                              "stopped; " + ("more cores for the client (a host with free cores, an engine that "
+                                             "leaves some) would help" if short else
+                                             "its lag can move what the SLO reads although the client had CPU: a "
+                                             "host with cores the engine does not hold, or a looser SLO, would help"))
             self._verdict = "client-bound"
             return
         runs = self._runs(load)
@@ -153,6 +173,13 @@ class Search:
             self.notes.append(f"{self._label(load)} {first} at first and {now} on re-measure: the two disagree, "
                               "so the search widens around it (a load passes only when every measurement did)")
         step.then = ("passed" if judged["passed"] else f"failed ({', '.join(judged.get('missed') or []) or '-'})")
+
+    def _more_procs(self, load: float, judged: Judged) -> tuple[Optional[int], str]:
+        from servedeck.loadgen.pace import more_procs
+
+        free = (judged.get("host") or {}).get("free_cores")
+        streams = int(load) if self.opts.integer else 1 << 20  # an open loop has no fixed stream count
+        return more_procs(self.procs, free, streams)
 
     def _label(self, load: float) -> str:
         return f"c={load:g}" if self.opts.integer else f"rate={load:g}/s"
@@ -229,7 +256,8 @@ class Search:
             return o.start, "bracket", "the smallest load"
         if self._retry is not None:
             load, self._retry = self._retry, None
-            return load, "retry", f"{self._label(load)} was client-bound: measure it again with fresh prompts"
+            return load, "retry", (f"{self._label(load)} was client-bound: measure it again with fresh prompts"
+                                   + (f" and {self.procs} client processes" if self.procs > self.opts.procs else ""))
         lo, hi = self._bracket()
         widening = bool(self._unstable())
         if hi is None:  # nothing failed every time so far: double, up to the cap
@@ -286,8 +314,10 @@ class Search:
                 "binding": binding, "shape": _shape(last_pass, first_fail),
                 "cap": {"load": self.opts.cap, "reason": self.opts.cap_reason},
                 "resolution": self.opts.resolution.text, "notes": list(self.notes),
+                "client_procs": {"count": self.procs, "why": self.procs_why},
                 "steps": [{"step": i + 1, "load": s.load, "phase": s.phase, "why": s.why, "then": s.then,
-                           "passed": s.judged["passed"], "judged": s.judged} for i, s in enumerate(self.steps)]}
+                           "passed": s.judged["passed"], "client_procs": s.judged.get("client_procs"),
+                           "judged": s.judged} for i, s in enumerate(self.steps)]}
 
 
 CLIFF_RATIO = 2.0  # TTFT at the first failing load at least this many times the last passing one's
