@@ -1,7 +1,7 @@
 """servedeck's bench beside `vllm bench serve` on one running vLLM server, with vLLM's own account of both.
 
     .venv/bin/python bench/vllm_side_by_side.py --config models.toml --model NAME [--concurrency 1,16,64,256]
-        [--input-tokens 1024] [--output-tokens 256] [--duration 15s] [--prompts-per-stream 4] [--min-prompts 32]
+        [--input-tokens 1024] [--output-tokens 256] [--waves 3 | --duration 15s] [--min-prompts 32]
         [--arms servedeck,vllm-bench,vllm-bench-ccu] [--vllm-python PY] [--tokenizer DIR] [--out JSON]
 
 Issue 32: on one H200 at 64 streams servedeck measured TTFT p50 991 / 902 ms where `vllm bench serve` measured
@@ -10,19 +10,27 @@ queue time on /metrics. Each arm at each concurrency is bracketed by two reads o
 servedeck point now carries: runs/figures.py `histogram_agreement`), so every row sets the tool's own figures
 beside the engine's for the same requests.
 
+Both tools run the same schedule (issue 47): a closed loop of C streams that sends N requests in all, N =
+max(min-prompts, waves × C), so that each stream sends `--waves` requests (3 by default: the first wave is the
+burst every closed loop starts with, the later ones a steady state). On 2026-12-06 servedeck's points were bounded
+by `--duration 10s` instead: at 256 streams of ~12 s requests that was one wave (256 requests, TTFT mean 3,252 ms)
+against vllm bench serve's three (768, 2,007 ms): the schedules, not the tools, differed. `--duration` still runs
+servedeck's duration-bounded loop, to show that.
+
 Arms, interleaved (their order rotates from one concurrency to the next):
-  servedeck        `servedeck bench MODEL --workload chat --concurrency C --duration D --no-gate`: a closed loop
-                   bounded by duration, one distinct warm-up request, prompts sized by the server's tokenizer,
-                   per-chunk usage asked of vLLM (`stream_options.continuous_usage_stats`, so chunks are counted
-                   as tokens exactly)
+  servedeck        `servedeck bench MODEL --workload chat --concurrency C --requests N --no-gate` (`--duration D`
+                   when given): one distinct warm-up request, prompts sized by the server's tokenizer, per-chunk
+                   usage asked of vLLM (`stream_options.continuous_usage_stats`, so chunks are counted as tokens
+                   exactly)
   vllm-bench       `vllm bench serve --backend openai-chat --dataset-name random --ignore-eos --max-concurrency C
-                   --num-prompts N` (N = max(min-prompts, prompts-per-stream × C)): N prompts of exactly the same
-                   length, one initial test request before them (the engine counts it), usage at the end only
+                   --num-prompts N`: N prompts of exactly the same length, one initial test request before them
+                   (the engine counts it), usage at the end only
   vllm-bench-ccu   the same with `--extra-body` asking for per-chunk usage as servedeck does: whether that costs
                    the server anything
 The model must be running (`servedeck start NAME`). `--vllm-python` is the interpreter that has vLLM (default:
 the model's build's python; on the device, python3 with PYTHONPATH=/tmp/site); `--tokenizer` defaults to the
-model's source folder. Prints a table and writes JSON (default bench/results/vllm_side_by_side.json).
+model's source folder. Prints a table, then for each C where both ran the difference of servedeck's TTFT and TPOT
+means from vllm bench serve's (within 5 % is the mark), and writes JSON (default bench/results/vllm_side_by_side.json).
 """
 
 from __future__ import annotations
@@ -69,10 +77,16 @@ def generated(engine: str, base_url: str) -> Optional[float]:
     return raw.get(name) if raw and name else None
 
 
+def prompts(c: int, args: argparse.Namespace) -> int:
+    """Requests a point sends in all, both tools alike: `--waves` a stream, at least `--min-prompts`."""
+    return max(args.min_prompts, args.waves * c)
+
+
 def run_servedeck(config: Path, model: str, c: int, args: argparse.Namespace) -> dict[str, Any]:
+    bound = ["--duration", args.duration] if args.duration else ["--requests", str(prompts(c, args))]
     cmd = [*servedeck_cli(), "--config", str(config), "bench", model, "--workload", "chat", "--concurrency", str(c),
            "--input-tokens", str(args.input_tokens), "--output-tokens", str(args.output_tokens),
-           "--duration", args.duration, "--no-gate", "--json"]
+           *bound, "--no-gate", "--json"]
     cp = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
     if cp.returncode != 0:
         return {"error": (cp.stderr or cp.stdout).strip()[-800:]}
@@ -82,7 +96,10 @@ def run_servedeck(config: Path, model: str, c: int, args: argparse.Namespace) ->
             "ttft_p50_ms": fig["ttft_ms"]["p50"], "ttft_mean_ms": fig["ttft_ms"].get("mean"),
             "tpot_p50_ms": fig["tpot_ms"]["p50"], "tpot_mean_ms": fig["tpot_ms"].get("mean"),
             "e2e_p50_ms": fig["e2e_ms"]["p50"], "output_tok_s": fig["output_tok_s"],
-            "engine": fig.get("engine_agreement"), "schedule": "duration-bounded closed loop, 1 distinct warm-up",
+            "engine": fig.get("engine_agreement"), "steady_state": fig.get("steady_state"),
+            "schedule": (f"closed loop bounded by {args.duration}" if args.duration else
+                         f"closed loop of {prompts(c, args)} requests ({prompts(c, args) / c:g} a stream)")
+            + ", 1 distinct warm-up", "prompts": None if args.duration else prompts(c, args),
             "generated_by_engine": None}
 
 
@@ -119,7 +136,7 @@ def records_of_vllm_bench(result: dict[str, Any]) -> list[RequestRecord]:
 
 def run_vllm_bench(base_url: str, served: str, engine: str, c: int, args: argparse.Namespace,
                    per_chunk_usage: bool) -> dict[str, Any]:
-    n = max(args.min_prompts, args.prompts_per_stream * c)
+    n = prompts(c, args)
     work = Path(tempfile.mkdtemp(prefix="vllm-bench-"))
     cmd = [*vllm_cli(args.vllm_python), "bench", "serve", "--backend", "openai-chat",
            "--endpoint", "/v1/chat/completions", "--base-url", base_url, "--model", served,
@@ -145,7 +162,7 @@ def run_vllm_bench(base_url: str, served: str, engine: str, c: int, args: argpar
             "output_tok_s": res["output_throughput"],
             "engine": histogram_agreement(before.histograms, after.histograms, recs),
             "generated_by_engine": (gen1 - gen0) / dur if gen0 is not None and gen1 is not None and dur else None,
-            "schedule": f"{n} prompts of one length, 1 initial test request, then a drain", "prompts": n}
+            "schedule": f"{n} prompts of one length ({n / c:g} a stream), 1 initial test request", "prompts": n}
 
 
 def row_of(c: int, arm: str, r: dict[str, Any]) -> list[str]:
@@ -169,8 +186,11 @@ def main() -> None:
     ap.add_argument("--concurrency", default="1,16,64,256")
     ap.add_argument("--input-tokens", type=int, default=1024)
     ap.add_argument("--output-tokens", type=int, default=256)
-    ap.add_argument("--duration", default="15s", help="servedeck's points (its closed loop is bounded by time)")
-    ap.add_argument("--prompts-per-stream", type=int, default=4, help="vllm bench serve: num-prompts = this × C")
+    ap.add_argument("--waves", type=int, default=3, help="requests a stream, both tools: N = max(min-prompts, "
+                    "waves × C) requests a point (vllm bench serve's --num-prompts, servedeck's --requests)")
+    ap.add_argument("--prompts-per-stream", type=int, dest="waves", help=argparse.SUPPRESS)  # its name before
+    ap.add_argument("--duration", default=None, help="servedeck only: bound its points by time instead (the "
+                    "2026-12-06 schedule), to show what a different schedule does")
     ap.add_argument("--min-prompts", type=int, default=32)
     ap.add_argument("--arms", default="servedeck,vllm-bench,vllm-bench-ccu")
     ap.add_argument("--vllm-python", default=None)
@@ -178,7 +198,10 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", type=Path, default=HERE / "results" / "vllm_side_by_side.json")
     args = ap.parse_args()
-    seconds(args.duration, "--duration")  # refused here rather than inside the first arm
+    if args.duration:
+        seconds(args.duration, "--duration")  # refused here rather than inside the first arm
+    if args.waves < 1:
+        sys.exit(f"--waves must be at least 1, got {args.waves}")
     cfg = load_config(args.config)
     name = cfg.resolve(args.model)
     model, build = cfg.models[name], cfg.deck.builds[cfg.models[name].build]
@@ -192,7 +215,8 @@ def main() -> None:
         sys.exit(f"--arms: unknown {sorted(unknown)}; expected servedeck, vllm-bench, vllm-bench-ccu")
     result: dict[str, Any] = {"model": name, "base_url": base_url, "engine_version": rec.get("engine_version"),
                               "input_tokens": args.input_tokens, "output_tokens": args.output_tokens,
-                              "duration": args.duration, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                              "duration": args.duration, "waves": args.waves, "min_prompts": args.min_prompts,
+                              "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                               "rows": []}
     head = ["C", "arm", "requests client/engine", "TTFT p50", "TTFT mean", "engine TTFT mean", "TPOT mean",
             "engine TPOT mean", "engine queue mean", "output tok/s"]
@@ -214,6 +238,37 @@ def main() -> None:
     for row in table:
         print(" | ".join(cell.rjust(widths[i]) for i, cell in enumerate(row)))
     print(f"\n(ms; output tok/s by each tool's own count and window) → {args.out}")
+    result["agreement"] = agreement(result["rows"])
+    args.out.write_text(json.dumps(result, indent=1))
+    for a in result["agreement"]:
+        print(f"C={a['concurrency']}: servedeck against vllm bench serve, TTFT mean {_signed(a['ttft_mean_diff'])}, "
+              f"TPOT mean {_signed(a['tpot_mean_diff'])} ({a['servedeck_requests']} / {a['vllm_bench_requests']} "
+              f"requests): {'within' if a['within'] else 'NOT within'} {TOLERANCE:.0%}")
+
+
+TOLERANCE = 0.05  # issue 47: on the same schedule the two tools' TTFT and TPOT means within 5 %
+
+
+def agreement(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """For each concurrency where both servedeck and vllm-bench ran: servedeck's TTFT and TPOT means relative to
+    vllm bench serve's ((servedeck − vllm) / vllm), and whether both are within TOLERANCE."""
+    out = []
+    for c in sorted({r["concurrency"] for r in rows}):
+        sd = next((r for r in rows if r["concurrency"] == c and r["arm"] == "servedeck" and not r.get("error")), None)
+        vb = next((r for r in rows if r["concurrency"] == c and r["arm"] == "vllm-bench" and not r.get("error")), None)
+        if sd is None or vb is None or not vb.get("ttft_mean_ms") or not vb.get("tpot_mean_ms"):
+            continue
+        ttft = (sd["ttft_mean_ms"] - vb["ttft_mean_ms"]) / vb["ttft_mean_ms"]
+        tpot = (sd["tpot_mean_ms"] - vb["tpot_mean_ms"]) / vb["tpot_mean_ms"]
+        out.append({"concurrency": c, "ttft_mean_diff": ttft, "tpot_mean_diff": tpot,
+                    "servedeck_requests": sd["requests"], "vllm_bench_requests": vb["requests"],
+                    "same_schedule": sd.get("prompts") is not None and sd.get("prompts") == vb.get("prompts"),
+                    "within": abs(ttft) <= TOLERANCE and abs(tpot) <= TOLERANCE})
+    return out
+
+
+def _signed(x: float) -> str:
+    return f"{x:+.1%}"
 
 
 if __name__ == "__main__":

@@ -87,7 +87,7 @@ slot = "small"
 context = 8192
 gpus = [0]
 gpu_memory_utilization = 0.25
-args = { dtype = "bfloat16", max-num-seqs = 64 }
+args = { dtype = "bfloat16", max-num-seqs = 256 }  # issue 47: the capacity search must have room past c=32
 notes = "SmolLM2-135M-Instruct, real weights (dequantized from its Q4_1 GGUF), bf16"
 TOML
 
@@ -119,13 +119,13 @@ PY
   fi
   step "servedeck's bench beside vllm bench serve, vLLM's histograms deciding (issue 32, 2c)"
   timeout -s INT "$(left 555)" "$py" "$repo/bench/vllm_side_by_side.py" --config "$SERVEDECK_CONFIG" --model r8b \
-    --concurrency "${CONCURRENCY:-1,16,64,256}" --duration "${DURATION:-10s}" --prompts-per-stream 3 \
+    --concurrency "${CONCURRENCY:-1,16,64,256}" ${DURATION:+--duration "$DURATION"} --waves "${WAVES:-3}" \
     --arms servedeck,vllm-bench --vllm-python "$engine_py" --out "$out/vllm_side_by_side_h200.json" \
     | tee "$OUT/vllm_side_by_side.txt"
   if [ $(( 540 - ($(date +%s) - t0) )) -gt 90 ]; then
     step "the same with per-chunk usage asked of vLLM, as servedeck asks: does it cost the server?"
     timeout -s INT "$(left 540)" "$py" "$repo/bench/vllm_side_by_side.py" --config "$SERVEDECK_CONFIG" --model r8b \
-      --concurrency 64,256 --prompts-per-stream 3 --arms vllm-bench-ccu --vllm-python "$engine_py" \
+      --concurrency 64,256 --waves "${WAVES:-3}" --arms vllm-bench-ccu --vllm-python "$engine_py" \
       --out "$out/vllm_side_by_side_h200_ccu.json" | tee -a "$OUT/vllm_side_by_side.txt"
   fi
   step "stop"
@@ -183,7 +183,7 @@ duration = "6s"
 kind = "capacity"
 find = "max-concurrency"
 slo = ["interactive"]
-max = 32
+max = 256                      # issue 47: room past c=32 (at e246aa0 ngram was capped at 32, plain stopped at 16)
 input_tokens = 512
 output_tokens = 128
 duration = "4s"
@@ -210,13 +210,13 @@ TOML
   ;;
 again)
   # A second machine after the first went back mid-session: r8b again for the contested points of the
-  # side by side (64 and 256 streams), then the sleep alternations again with the level-1 wake's prefix
+  # side by side (64 and 256 streams, both tools on one schedule: WAVES requests a stream), then the sleep alternations again with the level-1 wake's prefix
   # cache reset, as many as the call leaves time for.
   step "start r8b"
   sd start r8b || exit 2
   step "servedeck's bench beside vllm bench serve at ${CONCURRENCY:-64,256} streams"
   timeout -s INT "$(left 390)" "$py" "$repo/bench/vllm_side_by_side.py" --config "$SERVEDECK_CONFIG" --model r8b \
-    --concurrency "${CONCURRENCY:-64,256}" --duration "${DURATION:-8s}" --prompts-per-stream 2 \
+    --concurrency "${CONCURRENCY:-64,256}" ${DURATION:+--duration "$DURATION"} --waves "${WAVES:-3}" \
     --arms servedeck,vllm-bench --vllm-python "$engine_py" --out "$out/vllm_side_by_side_h200.json" \
     | tee "$OUT/vllm_side_by_side.txt"
   sd stop --all
