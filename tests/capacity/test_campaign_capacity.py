@@ -213,10 +213,14 @@ def test_compare_compares_the_capacities(campaign):
     r = _cli(["compare", "parallel=1", "parallel=4", "--campaign", str(folder), "--json"], env)
     assert r.returncode == 0, r.stderr
     cap = json.loads(r.stdout)["capacity"]
-    assert [(c["a"], c["b"], c["change"]) for c in cap] == [(1, 4, 3.0)]
+    rows = {r["variant"]: r for r in _status(campaign)["capacity"]}
+    good = (rows["parallel=1"]["goodput_per_gpu"], rows["parallel=4"]["goodput_per_gpu"])
+    assert [(c["a"], c["b"], c["a_goodput"], c["b_goodput"], c["a_bound"], c["b_bound"]) for c in cap] == \
+        [(1, 4, *good, False, False)]
     text = _cli(["compare", "parallel=1", "parallel=4", "--campaign", str(folder)], env).stdout
-    assert "capacity (max-concurrency under interactive (ttft_p50<=600s,error_rate<=0%)): A c=1, B c=4: " \
-           "B carries +300%" in text
+    assert (f"capacity (max-concurrency under interactive (ttft_p50<=600s,error_rate<=0%)): A {good[0]:.2f} at c=1, "
+            f"B {good[1]:.2f} at c=4 (good req/s per launch (CPU) at the load it took): B carries "
+            f"{good[1] / good[0] - 1:+.0%}") in text
 
 
 def test_compare_shows_the_energy_at_capacity(campaign):

@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 
 from servedeck.campaign.summary import render_markdown
+from servedeck.page.stale import Basis
+from servedeck.page.tried import campaign_entry
 from servedeck.report.build import write
 from servedeck.report.collect import from_campaign
 
@@ -68,3 +70,15 @@ def test_campaign_md_rebuilt_from_it_recommends_plain(campaign):
     row = _recommendation_row(text)
     assert row[1] == "**plain**"
     assert "differ from plain (2/8 identical): not recommended" in text
+
+
+def test_the_model_pages_tried_and_refuted_refutes_ngram_for_its_outputs_and_says_capacity_is_undecided(campaign):
+    entry = campaign_entry(campaign, Basis())
+    (ngram,) = entry["variants"]
+    assert (ngram["variant"], ngram["verdict"], ngram["refuted"]) == ("ngram", "outputs differ", True)
+    assert ngram["reasons"][0] == ("greedy outputs differ from plain's (2/8 prompts identical); "
+                                   "`outputs_may_differ = true` on its [[variants]] entry allows it")
+    capacity = [r for r in ngram["reasons"] if r.startswith("capacity")]
+    assert capacity == ["capacity (max-concurrency under interactive (ttft_p90<=250ms,tpot_p90<=15ms)): A ≥ 52.57 "
+                        "at ≥ c=16, B ≥ 30.15 at ≥ c=32 (good req/s per GPU at the load it took): undecided: B "
+                        "(≥ 30.15) could still carry more than A (≥ 52.57); a higher `max` for B would decide"]

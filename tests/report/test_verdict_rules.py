@@ -12,14 +12,16 @@ at c=32 carrying 30.15, and ngram's outputs differing from plain's in 6 of 8 pro
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from servedeck.campaign.file import parse
 from servedeck.errors import ConfigError
-from servedeck.report.capacity import campaign_section, capacity_rows, recommendations
-from servedeck.report.recommend import outputs_of
+from servedeck.report.capacity import campaign_section, capacity_rows, compare_capacity, recommendations
+from servedeck.report.recommend import outputs_of, pair
 
 
 def _view(variant: str, c: float, good: float, verdict: str = "found", *, tok: float | None = None,
@@ -238,3 +240,64 @@ def test_outputs_may_differ_of_the_wrong_type_names_file_key_value_and_the_fix()
                                "boolean, no quotes), got 'yes': write outputs_may_differ = true to let this "
                                "variant be recommended though its greedy outputs differ from the reference "
                                "variant's")
+
+
+# --- `servedeck compare A B`: the same rules between two sides --------------------------------------
+
+def _pair(a: dict, b: dict) -> dict:
+    rows = {r["variant"]: r for r in capacity_rows([a, b])}
+    return pair(rows[a["campaign"]["variant"]], rows[b["campaign"]["variant"]])
+
+
+def test_pair_b_carries_more_good_requests_at_fewer_users():
+    got = _pair(_view("A", 32, 30.15, "found"), _view("B", 16, 52.57, "found"))
+    assert (got["verdict"], round(got["change"], 3), got["qualifier"]) == ("B", round(52.57 / 30.15 - 1, 3), "")
+
+
+def test_pair_a_bound_below_the_other_is_undecided_with_its_step():
+    got = _pair(_view("A", 16, 52.57, "client-bound"), _view("B", 32, 30.15, "capped"))
+    assert (got["verdict"], got["open"], got["step"]) == ("undecided", "B", "a higher `max`")
+
+
+def test_pair_a_bound_above_an_exact_figure_decides_and_says_at_least():
+    got = _pair(_view("A", 8, 40.0), _view("B", 32, 50.0, "capped"))
+    assert (got["verdict"], got["qualifier"]) == ("B", "at least ")
+
+
+def test_pair_an_exact_figure_below_a_bound_says_at_most():
+    got = _pair(_view("A", 32, 50.0, "capped"), _view("B", 8, 40.0))
+    assert (got["verdict"], got["qualifier"]) == ("A", "at most ")
+
+
+def test_pair_equal_exact_figures_are_the_same():
+    assert _pair(_view("A", 8, 40.0), _view("B", 16, 40.0))["verdict"] == "same"
+
+
+def _run(path: Path, view: dict, answers: list[str] | None = None) -> SimpleNamespace:
+    """A report Run as compare_capacity reads it: its view, its folder (with outputs.jsonl when answered)."""
+    path.mkdir(parents=True)
+    if answers is not None:
+        (path / "outputs.jsonl").write_text("".join(
+            json.dumps({"index": i, "prompt_sha": f"p{i}", "token_ids": [ord(ch) for ch in text]}) + "\n"
+            for i, text in enumerate(answers)))
+    return SimpleNamespace(view=view, path=path, gpus_used=view["gpus_used"])
+
+
+def test_compare_ranks_by_goodput_and_names_differing_outputs(tmp_path):
+    a = _run(tmp_path / "plain", _view("plain", 16, 52.57, "client-bound"), ["ab", "cd", "ef", "gh"])
+    b = _run(tmp_path / "ngram", _view("ngram", 32, 30.15, "capped"), ["ab", "cX", "eX", "gX"])
+    (row,) = compare_capacity([a], [b])
+    assert (row["a"], row["b"], row["verdict"], row["decide"]) == (16, 32, "undecided", "a higher `max`")
+    assert row["text"].startswith("A ≥ 52.57 at ≥ c=16, B ≥ 30.15 at ≥ c=32 (good req/s per GPU at the load it "
+                                  "took): undecided: B (≥ 30.15) could still carry more than A (≥ 52.57); a higher "
+                                  "`max` for B would decide")
+    assert ("B's greedy outputs differ from A's (1/4 prompts identical): B is not recommended in A's place unless "
+            "its campaign entry says outputs_may_differ = true") in row["text"]
+
+
+def test_compare_without_the_output_check_says_so(tmp_path):
+    a = _run(tmp_path / "a", _view("a", 8, 40.0))
+    b = _run(tmp_path / "b", _view("b", 16, 20.0))
+    (row,) = compare_capacity([a], [b])
+    assert "A 40.00 at c=8, B 20.00 at c=16 (good req/s per GPU at the load it took): B carries -50%" in row["text"]
+    assert "greedy outputs not compared" in row["text"]

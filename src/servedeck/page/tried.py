@@ -1,7 +1,10 @@
 """Tried and refuted: the variants of this model its campaigns measured, judged against the campaign's
 base variant with `compare`'s own statistics (report/compare.py), so "--parallel 1: TTFT 3× slower at two users"
 appears without anyone writing it. A variant is refuted when it failed to boot or crashed, failed its
-gate, or lost on a figure by a margin the comparison calls distinguishable from noise.
+gate, gave greedy outputs that differ from the campaign's reference variant's (its entry not saying
+`outputs_may_differ = true`), or lost on a figure by a margin the comparison calls distinguishable from noise
+or on what it carries within an SLO (good requests/s per GPU, bounds compared as bounds: report/recommend.py;
+an undecided capacity is said, not counted).
 """
 
 from __future__ import annotations
@@ -11,11 +14,14 @@ from typing import Any, Optional
 
 from servedeck.errors import ServedeckError
 from servedeck.page.stale import Basis, mark
+from servedeck.report.recommend import outputs_bar, outputs_of
 
-CRASHED, TIMED_OUT, GATE_FAILED, LOST, WON, LEVEL, NO_RESULT = (
-    "crashed", "timed out", "failed its gate", "lost", "won", "not distinguishable", "no comparison")
-# a cell that ran past its cell_timeout did not finish what the base variant finished in the same budget
-REFUTED = (CRASHED, TIMED_OUT, GATE_FAILED, LOST)
+CRASHED, TIMED_OUT, GATE_FAILED, OUTPUTS_DIFFER, LOST, WON, LEVEL, NO_RESULT = (
+    "crashed", "timed out", "failed its gate", "outputs differ", "lost", "won", "not distinguishable",
+    "no comparison")
+# a cell that ran past its cell_timeout did not finish what the base variant finished in the same budget; a
+# variant whose greedy outputs differ from the reference's (its entry not allowing it) is not a drop-in
+REFUTED = (CRASHED, TIMED_OUT, GATE_FAILED, OUTPUTS_DIFFER, LOST)
 
 
 def worse(v: Any) -> bool:
@@ -84,6 +90,10 @@ def judge_variant(doc: dict[str, Any], variant: str, runs: list[Any], base_runs:
     for r in gates:
         reasons.append(f"gate failed in {r.name}: {(r.view.get('gate') or {}).get('result', {}).get('found', '?')}"
                        f"/{(r.view.get('gate') or {}).get('result', {}).get('probes', '?')} found")
+    bar = outputs_bar(outputs_of(doc).get(variant))  # the recommendation's rule (report/recommend.py)
+    if bar:
+        verdict = OUTPUTS_DIFFER if verdict == NO_RESULT else verdict
+        reasons.append(bar)
     benches = [r for r in runs if r.kind == "bench" and r.view.get("status") == "ok"]
     base = [r for r in base_runs if r.kind == "bench" and r.view.get("status") == "ok"]
     lost, won = [], []
@@ -93,6 +103,9 @@ def judge_variant(doc: dict[str, Any], variant: str, runs: list[Any], base_runs:
         except (ServedeckError, ValueError, KeyError) as e:
             reasons.append(f"no comparison: {e}")
         else:
+            for x in cmp.capacity:  # what each carries within an SLO, by the recommendation's rules
+                line = f"capacity ({x['slo']}): {x['text'].split(' (searches: ')[0]}"
+                (lost if x["verdict"] == "A" else won if x["verdict"] == "B" else reasons).append(line)
             for p in cmp.points:
                 for v in p.verdicts:
                     if worse(v):

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from servedeck.report.capacity_energy import at_capacity, j_text, mean_at_capacity, w_text
-from servedeck.report.recommend import bound_step, outputs_of, recommendations
+from servedeck.report.recommend import bound_step, outputs_of, pair, recommendations
 from servedeck.report.stats import spread
 
 
@@ -336,40 +336,113 @@ def section(coll: Any) -> Any:
 
 
 def compare_capacity(a: list[Any], b: list[Any]) -> list[dict[str, Any]]:
-    """`servedeck compare A B`: per SLO both sides searched, each side's capacity (mean of its repeats), B's
-    change against A, each side's gate and the energy at its capacity points. `a`, `b`: report Runs
-    (collect.Run), each side one configuration."""
-    def by_slo(runs: list[Any]) -> dict[str, list[dict[str, Any]]]:
+    """`servedeck compare A B`: per SLO both sides searched, what each carried within it per GPU (good requests/s
+    and output tok/s at its capacity, the mean of its repeats; "≥" where a search did not pin it down), the
+    load that took, which carries more by the recommendation's rules (report/recommend.py pair: "undecided"
+    with the step that would decide where a bound decides nothing), the greedy outputs of the two sides
+    where both answered the output check, each side's gate and the energy at its capacity points. `a`, `b`:
+    report Runs (collect.Run), each side one configuration."""
+    def by_slo(runs: list[Any], side: str) -> dict[str, list[dict[str, Any]]]:
         out: dict[str, list[dict[str, Any]]] = {}
         for r in runs:
             cap = r.view.get("capacity")
             if cap:
-                out.setdefault(f"{cap['find']} under {cap.get('slo')} ({cap.get('slo_text')})", []).append(r.view)
+                view = {**r.view, "campaign": {**(r.view.get("campaign") or {}), "variant": side},
+                        "gpus_used": getattr(r, "gpus_used", None) or r.view.get("gpus_used") or 0}
+                out.setdefault(f"{cap['find']} under {cap.get('slo')} ({cap.get('slo_text')})", []).append(view)
         return out
 
-    sa, sb = by_slo(a), by_slo(b)
+    sa, sb = by_slo(a, "A"), by_slo(b, "B")
+    outputs = outputs_ab(a, b)
     rows = []
     for key in [k for k in sa if k in sb]:
-        ca = [v["capacity"]["capacity"] for v in sa[key] if v["capacity"].get("capacity") is not None]
-        cb = [v["capacity"]["capacity"] for v in sb[key] if v["capacity"].get("capacity") is not None]
-        ma, mb = (sum(ca) / len(ca) if ca else None), (sum(cb) / len(cb) if cb else None)
-        change = (mb / ma - 1) if ma and mb is not None else None
-        find = sa[key][0]["capacity"]["find"]
-        verdicts = (", ".join(v["capacity"]["verdict"] for v in sa[key]),
-                    ", ".join(v["capacity"]["verdict"] for v in sb[key]))
-        gates = [", ".join(dict.fromkeys(_gate_of(v) for v in side)) for side in (sa[key], sb[key])]
+        got = {r["variant"]: r for r in capacity_rows(sa[key] + sb[key], outputs=outputs)}
+        ra, rb = got["A"], got["B"]
+        unit = "per GPU" if ra["gpus"] or rb["gpus"] else "per launch (CPU)"
+        d = pair(ra, rb)
         ea, eb = mean_at_capacity(sa[key]), mean_at_capacity(sb[key])
-        not_results = [f"{n}'s gate {g}: not a result" for n, g in zip("AB", gates) if g != "passed"]
-        text = (f"A {load_label(find, ma)}, B {load_label(find, mb)}"
-                + (f": B carries {change:+.0%}" if change is not None else "")
-                + f" (searches: A {verdicts[0]}; B {verdicts[1]})"
+        not_results = [f"{n}'s gate {r['gate']}: not a result" for n, r in (("A", ra), ("B", rb)) if not r["result"]]
+        text = (f"A {_side_text(ra)}, B {_side_text(rb)} (good req/s {unit} at the load it took)"
+                + f": {_pair_text(d, ra, rb)}"
+                + f" (searches: A {', '.join(ra['verdicts'])}; B {', '.join(rb['verdicts'])})"
+                + (f"; {_outputs_pair_text(rb)}" if outputs else "; greedy outputs not compared (both sides need "
+                   "outputs.jsonl: `bench --check-outputs`)")
                 + f"; at capacity J / output token A {j_text(ea)}, B {j_text(eb)}, mean W A {w_text(ea)}, "
                   f"B {w_text(eb)}"
                 + (f"; {'; '.join(not_results)}" if not_results else ""))
-        rows.append({"slo": key, "a": ma, "b": mb, "change": change, "a_verdicts": verdicts[0],
-                     "b_verdicts": verdicts[1], "a_gate": gates[0], "b_gate": gates[1],
+        rows.append({"slo": key, "a": ra["capacity"], "b": rb["capacity"],
+                     "a_goodput": ra["goodput_per_gpu"], "b_goodput": rb["goodput_per_gpu"],
+                     "a_output_tok_s": ra["output_tok_s_per_gpu"], "b_output_tok_s": rb["output_tok_s_per_gpu"],
+                     "a_bound": ra["bound"], "b_bound": rb["bound"], "per": unit,
+                     "change": d["change"], "verdict": d["verdict"], "decide": d["step"],
+                     "outputs": rb["outputs"], "a_verdicts": ", ".join(ra["verdicts"]),
+                     "b_verdicts": ", ".join(rb["verdicts"]), "a_gate": ra["gate"], "b_gate": rb["gate"],
                      "a_energy": ea, "b_energy": eb, "text": text})
     return rows
+
+
+def _side_text(r: dict[str, Any]) -> str:
+    return f"{_good_text(r, interval=False)} at {_ge(r['bound'])}{load_label(r['find'], r['capacity'])}"
+
+
+def _pair_text(d: dict[str, Any], ra: dict[str, Any], rb: dict[str, Any]) -> str:
+    if d["verdict"] == "no figure":
+        return "no goodput recorded at one side's capacity"
+    if d["verdict"] == "undecided":
+        low, high = (rb, ra) if d["open"] == "B" else (ra, rb)
+        return (f"undecided: {d['open']} (≥ {_n(low['goodput_per_gpu'], 2)}) could still carry more than "
+                f"{'A' if d['open'] == 'B' else 'B'} ({_good_text(high, interval=False)}); {d['step']} for "
+                f"{d['open']} would decide")
+    if d["verdict"] == "same":
+        return "both carry the same"
+    return f"B carries {d['qualifier']}{d['change']:+.0%}"
+
+
+def _outputs_pair_text(rb: dict[str, Any]) -> str:
+    o = rb.get("outputs") or {}
+    if o.get("check") == "differs":
+        return (f"B's greedy outputs differ from A's ({o['identical']}/{o['prompts']} prompts identical)"
+                + (": allowed by its campaign entry's outputs_may_differ" if o.get("may_differ") else
+                   ": B is not recommended in A's place unless its campaign entry says outputs_may_differ = true"))
+    if o.get("check") == "identical":
+        return f"greedy outputs identical ({o['identical']}/{o['prompts']} prompts)"
+    return f"greedy outputs {o.get('check') or 'not checked'}"
+
+
+def outputs_ab(a: list[Any], b: list[Any]) -> Optional[dict[str, dict[str, Any]]]:
+    """A's and B's greedy outputs (each side's first run with outputs.jsonl) in recommend.outputs_of's shape, A
+    the reference; None unless both sides answered the output check. B's campaign entry (its campaign.json
+    beside the run folders) says whether its outputs may differ."""
+    from servedeck.fsio import read_jsonl
+    from servedeck.loadgen.outputs import compare as compare_outputs
+
+    ra = next((r for r in a if (r.path / OUTPUTS).is_file()), None)
+    rb = next((r for r in b if (r.path / OUTPUTS).is_file()), None)
+    if ra is None or rb is None:
+        return None
+    try:
+        got = compare_outputs(list(read_jsonl(ra.path / OUTPUTS)), list(read_jsonl(rb.path / OUTPUTS)))
+    except (OSError, ValueError):
+        return None
+    return {"A": {"check": "reference", "reference": "A", "may_differ": False},
+            "B": {"check": got["verdict"], "reference": "A", "identical": got["identical"],
+                  "prompts": got["prompts"], "may_differ": _may_differ(rb)}}
+
+
+OUTPUTS = "outputs.jsonl"  # the output check's file (workloads/outputs.py FILE)
+
+
+def _may_differ(run: Any) -> bool:
+    """Whether the campaign that made `run` let its variant's outputs differ (campaign.json, under the same
+    results tree, as collect.declared_knobs reads it); False for a run of no campaign."""
+    c = run.view.get("campaign") or {}
+    if not c.get("folder") or not c.get("variant"):
+        return False
+    try:
+        doc = json.loads((run.path.parent.parent / "campaigns" / str(c["folder"]) / "campaign.json").read_text())
+        return bool((doc["variants"][c["variant"]] or {}).get("outputs_may_differ"))
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
 
 
 def is_capacity_point(point: Any) -> bool:

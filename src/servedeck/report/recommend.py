@@ -135,6 +135,24 @@ def recommendations(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def pair(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """`compare A B` under one SLO (two capacity_rows rows): which carries more good requests/s per GPU.
+    verdict "A" | "B" | "same" | "undecided" (the lower figure is a bound: it could still exceed the other;
+    `open` names that side and `step` what would decide) | "no figure"; change is B's against A's, and
+    qualifier says when that change is "at least " (B's figure is a bound) or "at most " (A's is)."""
+    ga, gb = a.get("goodput_per_gpu"), b.get("goodput_per_gpu")
+    if ga is None or gb is None:
+        return {"verdict": "no figure", "change": None, "qualifier": "", "open": None, "step": None}
+    change = gb / ga - 1 if ga else None
+    qualifier = "at least " if b["bound"] and not a["bound"] else "at most " if a["bound"] and not b["bound"] else ""
+    low = b if gb < ga else a if ga < gb else (b if b["bound"] else a if a["bound"] else None)
+    if low is not None and low["bound"]:
+        return {"verdict": "undecided", "change": change, "qualifier": qualifier,
+                "open": "B" if low is b else "A", "step": "; ".join(low["steps"]) or "-"}
+    verdict = "same" if ga == gb else "B" if gb > ga else "A"
+    return {"verdict": verdict, "change": change, "qualifier": qualifier, "open": None, "step": None}
+
+
 def by_interval(best: dict[str, Any], runner: dict[str, Any]) -> Optional[dict[str, float]]:
     """How much more `best` carries than `runner` in good requests/s per GPU (mean/mean − 1), with the 95 %
     interval of that change from both sides' repeats (Welch t, report/stats.py): None unless each side has
