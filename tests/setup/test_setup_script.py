@@ -85,10 +85,23 @@ def test_chromium_step_with_chromium_hidden_from_path_installs_and_succeeds(scra
     """Before the fix this step exited 1 ("could not install Debian's chromium"): apt-cache, piped into
     `grep -q` under pipefail, died of SIGPIPE (141) whenever Chromium was not on PATH."""
     r = setup("--prereqs", "chromium", path=path_without(scratch, "chromium"), cache=scratch / "cache")
-    assert "gpgv" not in (scratch / "cache" / "setup-apt.log").read_text()  # apt's methods reached the PATH
+    [log] = (scratch / "cache" / "logs").glob("setup-*-apt.log")
+    assert "gpgv" not in log.read_text()  # apt's methods reached the PATH
     assert r.returncode == 0, r.stderr
     assert "installing Debian's chromium" in r.stderr
     assert "chromium is installed as /usr/bin/chromium, which is not on this PATH" in r.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the Chromium step installs with apt-get, which needs root here")
+@pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="the step's install is checked against Debian's chromium")
+def test_two_set_ups_keep_their_own_logs(scratch):
+    """Two set-ups on one machine wrote one setup-*.log each step, the second over the first's."""
+    path = path_without(scratch, "chromium")
+    for _ in range(2):
+        r = setup("--prereqs", "chromium", path=path, cache=scratch / "cache")
+        assert r.returncode == 0, r.stderr
+    logs = sorted((scratch / "cache" / "logs").glob("setup-*-apt.log"))
+    assert len(logs) == 2 and all(p.stat().st_size > 0 for p in logs), logs
 
 
 def test_an_unknown_prerequisite_is_refused_naming_the_known_ones(tmp_path):
