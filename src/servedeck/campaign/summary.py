@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
+from servedeck.mdtable import table_lines
 from servedeck.report.capacity import campaign_section, capacity_rows
 from servedeck.report.recommend import outputs_of
 from servedeck.report.render import gate_cell, headline_cell
@@ -57,11 +58,9 @@ def stretch_rows(doc: dict[str, Any], runs_root: Path) -> list[dict[str, Any]]:
 
 
 def stretch_table(rows: list[dict[str, Any]]) -> list[str]:
-    out = ["| variant | workload | status | figures | gate |", "|---|---|---|---|---|"]
-    for r in rows:
-        out.append(f"| {r['variant']} | {r['workload']} | {r['status']} | {r['figures'].replace('|', '/')} | "
-                   f"{r['gate']} |")
-    return out
+    return table_lines(["variant", "workload", "status", "figures", "gate"],
+                       [[r["variant"], r["workload"], r["status"], r["figures"].replace("|", "/"), r["gate"]]
+                        for r in rows])
 
 
 def capacity_of(doc: dict[str, Any], runs_root: Path) -> list[dict[str, Any]]:
@@ -84,24 +83,20 @@ def status_view(doc: dict[str, Any], runs_root: Path, folder: Path) -> dict[str,
 
 
 def table(rows: list[dict[str, Any]]) -> list[str]:
-    out = ["| variant | workload | point | output tok/s | per-user tok/s p50 | TTFT p50 ms | ok/err | gate | per replica |",
-           "|---|---|---|---:|---:|---:|---:|---|---|"]
-    for r in rows:
-        rep = "/".join(str(x) for x in r["replicas"]) if r["replicas"] else ""
-        out.append(f"| {r['variant']} | {r['workload']} | {r['point']} | {_num(r['output_tok_s'])} | "
-                   f"{_num(r['per_user_tok_s_p50'])} | {_num(r['ttft_p50_ms'], 0)} | {r['ok']}/{r['errors']} | "
-                   f"{r['gate']} | {rep} |")
-    return out
+    head = ["variant", "workload", "point", "output tok/s", "per-user tok/s p50", "TTFT p50 ms", "ok/err", "gate",
+            "per replica"]
+    return table_lines(head, [[r["variant"], r["workload"], r["point"], _num(r["output_tok_s"]),
+                               _num(r["per_user_tok_s_p50"]), _num(r["ttft_p50_ms"], 0), f"{r['ok']}/{r['errors']}",
+                               r["gate"], "/".join(str(x) for x in r["replicas"]) if r["replicas"] else ""]
+                              for r in rows], "lllrrrrll")
 
 
 def status_markdown(view: dict[str, Any]) -> str:
     """`campaign status` for a pipe or a file: the cells and the figures as markdown tables, whole lines
     (a terminal gets rich's tables; text written elsewhere must not be cut at 80 columns)."""
-    lines = [f"campaign {view.get('name')} ({view.get('folder')})", "", "| cell | state | runs | reason |",
-             "|---|---|---|---|"]
-    for c in view.get("cells") or []:
-        reason = (c.get("reason") or "").replace("|", "\\|").replace("\n", " ")
-        lines.append(f"| {c['id']} | {c['state']} | {len(c.get('runs') or [])} | {reason} |")
+    lines = [f"campaign {view.get('name')} ({view.get('folder')})", "",
+             *table_lines(["cell", "state", "runs", "reason"], [[c["id"], c["state"], len(c.get("runs") or []),
+                                                                 c.get("reason") or ""] for c in view.get("cells") or []])]
     if view.get("points"):
         lines += ["", *table(view["points"]), "", "A figure whose gate is not `passed` is recorded but is not a result."]
     if view.get("stretches"):
@@ -115,10 +110,8 @@ def render_markdown(doc: dict[str, Any], runs_root: Path) -> str:
     lines = [f"# Campaign {doc.get('name')}", "",
              f"File `{doc.get('file')}`, model `{doc.get('model')}`, host `{doc.get('host')}`; "
              f"started {doc.get('started')}, updated {doc.get('updated')}.", "", "## Cells", "",
-             "| cell | state | runs | reason |", "|---|---|---|---|"]
-    for c in doc.get("cells", []):
-        reason = (c.get("reason") or "").replace("|", "\\|").replace("\n", " ")[:200]
-        lines.append(f"| {c['id']} | {c['state']} | {len(c.get('runs') or [])} | {reason} |")
+             *table_lines(["cell", "state", "runs", "reason"], [[c["id"], c["state"], len(c.get("runs") or []),
+                                                                 (c.get("reason") or "")[:200]] for c in doc.get("cells", [])])]
     rows = point_rows(doc, runs_root)
     if rows:
         lines += ["", "## Figures (from each run's requests.jsonl)", "", *table(rows)]
@@ -133,12 +126,13 @@ def render_markdown(doc: dict[str, Any], runs_root: Path) -> str:
         lines += ["", f"## Greedy outputs against the reference variant `{ovr.get('reference')}`", ""]
         if ovr.get("note"):
             lines.append(ovr["note"])
-        lines += ["| cell | verdict | identical prompts | first difference |", "|---|---|---:|---|"]
+        rows = []
         for cell, r in (ovr.get("cells") or {}).items():
             d = r.get("first_difference") or {}
             where = (f"prompt {d.get('index')}, {d.get('unit', 'token')} {d.get('position')}: "
                      f"{str(d.get('a'))[:40]!r} vs {str(d.get('b'))[:40]!r}") if d.get("verdict") == "differs" else \
                 (d.get("why") or "")
-            lines.append(f"| {cell} | {r.get('verdict')} | {r.get('identical')}/{r.get('prompts')} | {where} |")
+            rows.append([cell, r.get("verdict"), f"{r.get('identical')}/{r.get('prompts')}", where])
+        lines += table_lines(["cell", "verdict", "identical prompts", "first difference"], rows, "llrl")
     lines += ["", "A figure whose gate is not `passed` is recorded but is not a result."]
     return "\n".join(lines) + "\n"

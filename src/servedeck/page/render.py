@@ -12,6 +12,7 @@ from typing import Any, Callable, Optional
 from jinja2 import Environment, select_autoescape
 from markupsafe import Markup, escape
 
+from servedeck.mdtable import cell, table
 from servedeck.page.blocks import Cell, Link, Mark, Para, Pre, Section, Table
 from servedeck.page.sections import section_blocks
 from servedeck.report.html import SECTIONS, STYLE
@@ -27,7 +28,7 @@ def _md(c: Cell, in_table: bool) -> str:
     if isinstance(c, list):
         return " ".join(_md(x, in_table) for x in c if x not in ("", None))
     text = "" if c is None else str(c)
-    return text.replace("|", "\\|").replace("\n", " ") if in_table else text
+    return cell(text) if in_table else text
 
 
 def markdown(title: str, sections: list[Section]) -> str:
@@ -38,10 +39,7 @@ def markdown(title: str, sections: list[Section]) -> str:
             if isinstance(b, Para):
                 out += ["".join(_md(p, False) for p in b.parts), ""]
             elif isinstance(b, Table):
-                out.append("| " + " | ".join(b.head) + " |")
-                out.append("|" + "|".join("---" for _ in b.head) + "|")
-                out += ["| " + " | ".join(_md(c, True) for c in row) + " |" for row in b.rows]
-                out.append("")
+                out += [table(b.head, [[_md(c, True) for c in row] for row in b.rows], markdown=True), ""]
             elif isinstance(b, Pre):
                 out += ["```", b.text, "```", ""]
     return "\n".join(out).rstrip() + "\n"

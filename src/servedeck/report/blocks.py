@@ -15,6 +15,8 @@ from typing import Optional, Union
 
 from markupsafe import Markup, escape
 
+from servedeck.mdtable import cell, table
+
 
 @dataclass(frozen=True)
 class Link:
@@ -75,7 +77,7 @@ def _md_cell(c: Cell, base: Path, moved: Optional[Moved] = None) -> str:
         return f"[{c.text}]({_rel(c.target, base, moved)})"
     if isinstance(c, list):
         return " ".join(_md_cell(x, base, moved) for x in c)
-    return str(c).replace("|", "\\|").replace("\n", " ")
+    return cell(c)
 
 
 def markdown(title: str, sections: list[Section], base: Path, moved: Optional[Moved] = None) -> str:
@@ -87,10 +89,7 @@ def markdown(title: str, sections: list[Section], base: Path, moved: Optional[Mo
             if isinstance(b, Para):
                 out += ["".join(_md_cell(p, base, moved) for p in b.parts), ""]
             elif isinstance(b, Table):
-                out.append("| " + " | ".join(b.head) + " |")
-                out.append("|" + "|".join("---" for _ in b.head) + "|")
-                out += ["| " + " | ".join(_md_cell(c, base, moved) for c in row) + " |" for row in b.rows]
-                out.append("")
+                out += [table(b.head, [[_md_cell(c, base, moved) for c in row] for row in b.rows], markdown=True), ""]
             elif isinstance(b, Figure):
                 out += [f"*Figure: {b.caption}* (drawn in report.html) — sources: "
                         + ", ".join(_md_cell(x, base, moved) for x in b.sources), ""]

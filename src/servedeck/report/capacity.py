@@ -10,15 +10,10 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
+from servedeck.mdtable import table as _table
 from servedeck.report.capacity_energy import at_capacity, j_text, mean_at_capacity, w_text
 from servedeck.report.recommend import bound_step, outputs_of, pair, recommendations
 from servedeck.report.stats import spread
-
-
-def _table(head: list[str], rows: list[list[str]]) -> str:
-    out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-    out += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
-    return "\n".join(out)
 
 
 def _n(x: Optional[float], digits: int = 1) -> str:

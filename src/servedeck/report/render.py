@@ -9,8 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from servedeck.gates.samples import describe as describe_gates
+from servedeck.mdtable import table as _table
 from servedeck.report.knobs import gpu_facts
-from servedeck.report.text import ms, num, pct
+from servedeck.report.text import ms, num, pct, quantile_text
 from servedeck.report.workloads import outputs_section, speculation_section
 from servedeck.workloads.kinds import kind_of
 
@@ -72,12 +73,6 @@ def banner(view: dict[str, Any]) -> str:
                      f"{_cited(view.get('gate') or {})})")
     lines += [f"**WARNING**: {w}" for w in view.get("warnings") or []]
     return "\n\n".join(lines)
-
-
-def _table(head: list[str], rows: list[list[str]]) -> str:
-    out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-    out += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
-    return "\n".join(out)
 
 
 def _gate_section(view: dict[str, Any]) -> list[str]:
@@ -191,6 +186,10 @@ def _figures(view: dict[str, Any]) -> list[str]:
     return out
 
 
+def _bucket(b: Any) -> Any:
+    return (b[0], b[1]) if b else None
+
+
 def engine_agreement_line(ea: dict[str, Any]) -> str:
     """One line: the client's TTFT, TPOT and E2E means beside the engine's own histograms' (runs/figures.py)."""
     parts = []
@@ -199,12 +198,15 @@ def engine_agreement_line(ea: dict[str, Any]) -> str:
         if not row:
             continue
         e = row["engine"]
+        bucket = e.get("p50_bucket_ms")  # the histogram's resolution: a quantile is said as its bucket
+        p50 = quantile_text(e.get("p50_ms"), _bucket(bucket))
         if row.get("client"):
             c = row["client"]
-            parts.append(f"{label} mean {ms(c['mean_ms'])} client / {ms(e['mean_ms'])} engine "
-                         f"(p50 {ms(c['p50_ms_binned'])} / {ms(e['p50_ms'])} in the engine's buckets)")
+            parts.append(f"{label} mean {ms(c['mean_ms'])} client / {ms(e['mean_ms'])} engine (exact: sum / count); "
+                         f"p50 {quantile_text(c['p50_ms_binned'], _bucket(c.get('p50_bucket_ms_binned')))} / {p50} "
+                         "in the engine's buckets")
         else:
-            parts.append(f"{label} mean {ms(e['mean_ms'])} (engine)")
+            parts.append(f"{label} mean {ms(e['mean_ms'])} (engine; exact: sum / count), p50 {p50} (its bucket)")
     n = ((ea.get("figures") or {}).get("ttft") or {}).get("engine", {}).get("requests")
     same = "" if ea.get("same_requests") is not False else \
         f"; **the engine counted {n} first tokens, the client {ea.get('client_first_tokens')}: not the same requests**"

@@ -7,11 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-
-def _t(head: list[str], rows: list[list[str]]) -> str:
-    out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-    out += ["| " + " | ".join(c.replace("|", "\\|").replace("\n", "⏎") for c in row) + " |" for row in rows]
-    return "\n".join(out)
+from servedeck.mdtable import table as _t
 
 
 def _n(x: Optional[float], digits: int = 1) -> str:

@@ -40,6 +40,7 @@ from servedeck.loadgen.prompts import _tag, new_nonce, seeded_nonce
 from servedeck.loadgen.records import RequestRecord
 from servedeck.loadgen.schedule import sleep_until
 from servedeck.loadgen.texts import Content
+from servedeck.mdtable import table
 from servedeck.runs.folder import RunFolder
 from servedeck.runs.turns import turn_figures
 from servedeck.workloads import options as O
@@ -343,11 +344,10 @@ def section(view: dict[str, Any]) -> list[str]:
     head = ["turn", "turns sent", "ok", "prompt tokens p50", "cached tokens p50", "cached share",
             "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms"]
 
-    def row(label: str, f: dict[str, Any]) -> str:
-        cells = [label, str(f.get("requests")), str(f.get("ok")), _tok(f.get("prompt_tokens_p50")),
-                 _tok(f.get("cached_tokens_p50")), _share(f.get("cached_share")), _ms(f.get("ttft_ms_p50")),
-                 _ms(f.get("ttft_ms_p99")), _ms(f.get("tpot_ms_p50"))]
-        return "| " + " | ".join(cells) + " |"
+    def row(label: str, f: dict[str, Any]) -> list[str]:
+        return [label, str(f.get("requests")), str(f.get("ok")), _tok(f.get("prompt_tokens_p50")),
+                _tok(f.get("cached_tokens_p50")), _share(f.get("cached_share")), _ms(f.get("ttft_ms_p50")),
+                _ms(f.get("ttft_ms_p99")), _ms(f.get("tpot_ms_p50"))]
 
     out = ["## Conversations: figures per turn", "",
            f"{w.get('users')} users at once, {w.get('turns')} turns each: {w.get('turn_tokens')} tokens of "
@@ -356,9 +356,8 @@ def section(view: dict[str, Any]) -> list[str]:
               else "no system prompt."), ""]
     if w.get("cut_note"):
         out += [f"Said before the first request: {w['cut_note']}.", ""]
-    out += ["| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
-    out += [row(str(f["turn"]), f) for f in c.get("per_turn") or []]
-    out += [row("all", c.get("overall") or {}), "",
+    rows = [row(str(f["turn"]), f) for f in c.get("per_turn") or []] + [row("all", c.get("overall") or {})]
+    out += [table(head, rows, "r" * len(head)), "",
             "Prompt tokens: the whole history as the server counted it. Cached: what the engine reported served "
             "from its prefix cache (usage.prompt_tokens_details.cached_tokens, or llama.cpp's timings.cache_n); "
             "share = Σ cached / Σ prompt tokens. Lines: requests.jsonl (conversation, turn)."]

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from servedeck.report.text import ms, num, table
+from servedeck.mdtable import table
+from servedeck.report.text import ms, num
 from servedeck.workloads import points as P
 from servedeck.workloads.shape import Kind
 

@@ -42,7 +42,7 @@ from servedeck.loadgen import texts
 from servedeck.loadgen.api import ApiClient
 from servedeck.loadgen.prompts import _tag, chars_per_token, fit_length, new_nonce
 from servedeck.loadgen.texts import Content
-from servedeck.report.text import table
+from servedeck.mdtable import table
 from servedeck.runs.folder import RunFolder
 from servedeck.telemetry.point import sampled_stretch
 from servedeck.workloads import options as O
