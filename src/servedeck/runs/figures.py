@@ -101,6 +101,19 @@ def bucket_quantile(q: float, buckets: list[list[float]]) -> Optional[float]:
     return lower
 
 
+def bucket_of(q: float, buckets: list[list[float]]) -> Optional[tuple[float, float]]:
+    """The (lower, upper] bounds of the bucket the q-quantile falls in: all a histogram knows of it (the
+    interpolated figure inside is a guess at where in the bucket it lies). Upper is +Inf past the last bound."""
+    if not buckets or buckets[-1][1] <= 0:
+        return None
+    rank, lower = q * buckets[-1][1], 0.0
+    for le, c in buckets:
+        if c >= rank:
+            return lower, le
+        lower = le
+    return lower, float("inf")
+
+
 def _ms(seconds: Optional[float]) -> Optional[float]:
     return None if seconds is None else seconds * 1000
 
@@ -113,12 +126,16 @@ def _binned(values: list[float], bounds: list[float]) -> list[list[float]]:
     return [[le, float(np.searchsorted(arr, le, side="right"))] for le in bounds]
 
 
+QUANTILES = (0.5, 0.9, 0.99)  # the engine's quantiles a point keeps, each with its bucket
+
+
 def histogram_agreement(before: Optional[dict[str, Any]], after: Optional[dict[str, Any]],
                         records: Iterable[RequestRecord]) -> Optional[dict[str, Any]]:
     """servedeck against the engine's own latency histograms (`Engine.latency_histograms`, read from its
     /metrics before and after the measured phase): per figure the engine's count, mean (its sum / count:
-    exact) and quantiles (interpolated inside its buckets), the client's over the same requests, and the
-    client's quantiles binned into the engine's buckets, so both sides are read at one resolution.
+    exact) and quantiles (interpolated inside its buckets, each with the bucket it lies in: `p50_bucket_ms`,
+    all the histogram knows of it), the client's over the same requests, and the client's quantiles binned
+    into the engine's buckets, so both sides are read at one resolution.
 
     The engine times from its own receipt of a request (vLLM: after the API server rendered and tokenized
     the prompt) to its first and last token; the client from the request's send to the first and last
@@ -142,8 +159,11 @@ def histogram_agreement(before: Optional[dict[str, Any]], after: Optional[dict[s
             continue
         bounds = [le for le, _ in delta["buckets"]]
         eng = {"name": now.get("name"), "requests": int(round(delta["count"])),
-               "mean_ms": delta["sum"] / delta["count"] * 1000,
-               **{f"p{int(q * 100)}_ms": _ms(bucket_quantile(q, delta["buckets"])) for q in (0.5, 0.9, 0.99)}}
+               "mean_ms": delta["sum"] / delta["count"] * 1000,  # exact: the histogram's sum over its count
+               **{f"p{int(q * 100)}_ms": _ms(bucket_quantile(q, delta["buckets"])) for q in QUANTILES},
+               # what the histogram knows of each quantile: its bucket (the figure above is interpolated in it)
+               **{f"p{int(q * 100)}_bucket_ms": [x * 1000 for x in bucket_of(q, delta["buckets"]) or ()] or None
+                  for q in QUANTILES}}
         row: dict[str, Any] = {"engine": eng}
         vals = client.get(key)
         if vals:
@@ -151,7 +171,8 @@ def histogram_agreement(before: Optional[dict[str, Any]], after: Optional[dict[s
             row["client"] = {"requests": len(vals), "mean_ms": float(np.mean(vals)) * 1000,
                              "p50_ms": float(np.median(vals)) * 1000,
                              "p90_ms": float(np.percentile(vals, 90)) * 1000,
-                             "p50_ms_binned": _ms(bucket_quantile(0.5, binned))}
+                             "p50_ms_binned": _ms(bucket_quantile(0.5, binned)),
+                             "p50_bucket_ms_binned": [x * 1000 for x in bucket_of(0.5, binned) or ()] or None}
             row["mean_minus_engine_ms"] = row["client"]["mean_ms"] - eng["mean_ms"]
             row["mean_ratio"] = row["client"]["mean_ms"] / eng["mean_ms"] if eng["mean_ms"] > 0 else None
         rows[key] = row
