@@ -448,7 +448,7 @@ def plan_campaign(cfg: Config, camp: Campaign, inv: Any = None) -> dict[str, Any
         verdicts = [r["fit"]["status"] for r in reps]
         fits = "no-room" if "no-room" in verdicts else "unknown" if "unknown" in verdicts else "fits"
         variants[v.name] = {"overrides": v.overrides(), "knobs": camp.knobs.get(v.name, {}), "replicas": reps,
-                            "fit": fits}
+                            "fit": fits, "outputs_may_differ": v.outputs_may_differ}
     try:
         check_host(camp, cells)
         host_problem = None

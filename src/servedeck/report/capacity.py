@@ -268,8 +268,9 @@ CAPACITY_HEAD = ["SLO", "variant", "goodput req/s {unit}", "output tok/s {unit}"
                  "greedy outputs", "binding constraint", "J / output token at capacity", "mean W at capacity",
                  "gate", "repeats", "search"]
 RULES = ("Ranked by good requests/s per GPU at capacity (requests that met the SLO); the load is what that "
-         "took. \"≥\" marks a lower bound: a search that did not end `found` (client-bound, capped, unstable "
-         "above, step budget spent, cut short). A bound below another's figure decides nothing: undecided, with "
+         "took. \"≥\" marks a lower bound: a search that did not end `found` (client-bound, capped at `max`, "
+         "unstable above, step budget spent, cut short; a cap the engine set, its slots or KV cache, is a figure). "
+         "A bound below another's figure decides nothing: undecided, with "
          "the step that would decide. A capacity whose gate is not `passed` is not a result, and a variant whose "
          "greedy outputs differ from the reference variant's is not recommended unless its entry says "
          "`outputs_may_differ = true`: the recommendation leaves both out.")
