@@ -14,9 +14,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
 t0=$SECONDS
-# Bold only on a terminal: piped into a log (`| tee demo.log`), escape codes would be written into the file.
-if [ -t 1 ]; then bold=$'\033[1m' plain=$'\033[0m'; else bold="" plain=""; fi
-say() { printf '\n%s== %s%s (%ss)\n' "$bold" "$1" "$plain" "$((SECONDS - t0))"; }
+. "$here/_demo_lines.sh"  # say (a step's heading) and next_steps (the closing lines)
 
 say "setup (engines and models are cached under ~/.cache/servedeck)"
 "$here/setup.sh"
@@ -71,12 +69,4 @@ say "servedeck stop smollm2"
 trap - EXIT
 
 say "done in $((SECONDS - t0)) s; state and run folders kept in $demo"
-# Where a user goes on from: `servedeck` lives in this repo's venv (not on PATH), and the demo's state and
-# results are under the scratch folder, which only these variables point servedeck at.
-cat <<EOF
-
-servedeck is $sd (not on your PATH); to put it there in this shell:
-  source $repo/.venv/bin/activate
-What the demo did, from its records (the launch, why, memory, what was measured):
-  cd $demo && SERVEDECK_HOME=$demo/home SERVEDECK_RESULTS=$demo/results $sd page smollm2
-EOF
+next_steps "$repo" "$demo"
