@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from servedeck.door.policy import (
-    DRAINING, FAILED, READY, STARTING, STOPPED, STOPPING, Replica, Settings, View, decide, idle_expired, pick_replica,
+    DRAINING, FAILED, READY, STARTING, STOPPED, STOPPING, Ask, Replica, Settings, View, decide, idle_expired,
+    pick_replica,
 )
 
 S = Settings(min_residency_s=30.0, drain_timeout_s=120.0)

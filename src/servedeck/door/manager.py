@@ -453,7 +453,7 @@ class Manager:
         A replicated entry is ready while any replica is (requests go to the ready ones; the watch loop
         relaunches a replica that died)."""
         changed = False
-        for name, rt in self.models.items():
+        for rt in self.models.values():
             if not rt.managed or rt.busy:
                 continue
             recs = [live[m] for m in rt.members if m in live]

@@ -10,7 +10,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from servedeck.page.records import Launch, launch_dir_of, versions_by_launch, when
+from servedeck.page.records import Launch, launch_dir_of, versions_by_launch
 from servedeck.page.stale import Basis, basis, mark
 
 VersionOf = Callable[[Launch], tuple[Optional[str], Optional[str]]]

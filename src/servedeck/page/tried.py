@@ -96,7 +96,8 @@ def judge_variant(doc: dict[str, Any], variant: str, runs: list[Any], base_runs:
         reasons.append(bar)
     benches = [r for r in runs if r.kind == "bench" and r.view.get("status") == "ok"]
     base = [r for r in base_runs if r.kind == "bench" and r.view.get("status") == "ok"]
-    lost, won = [], []
+    lost: list[str] = []
+    won: list[str] = []
     if benches and base:
         try:
             cmp = compare(base, benches)

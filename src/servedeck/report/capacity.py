@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from servedeck.mdtable import table as _table
 from servedeck.report.capacity_energy import at_capacity, j_text, mean_at_capacity, w_text
@@ -165,7 +165,7 @@ def _interval(xs: list[float]) -> Optional[dict[str, float]]:
     return {"lo": sp.low, "hi": sp.high} if sp.low is not None and sp.high is not None else None
 
 
-def _mean(xs: list[Optional[float]]) -> Optional[float]:
+def _mean(xs: Sequence[Optional[float]]) -> Optional[float]:
     vals = [x for x in xs if x is not None]
     return sum(vals) / len(vals) if vals else None
 
@@ -315,7 +315,7 @@ def section(coll: Any) -> Any:
     by_name = {r.name: r for r in runs}
     gpus = any(r["gpus"] for r in rows)
     unit = "per GPU" if gpus else "per launch (CPU)"
-    table = []
+    table: list[list[Any]] = []
     for row in rows:
         links = [Link(f"search.json #{i + 1}" if len(row["runs"]) > 1 else "search.json",
                       by_name[name].path / "search.json") for i, name in enumerate(row["runs"]) if name in by_name]
