@@ -20,7 +20,7 @@ import pytest
 
 from servedeck.campaign.file import parse
 from servedeck.errors import ConfigError
-from servedeck.report.capacity import campaign_section, capacity_rows, compare_capacity, recommendations
+from servedeck.report.capacity import campaign_section, capacity_rows, compare_capacity, recommendations, run_section
 from servedeck.report.recommend import outputs_of, pair
 
 
@@ -301,3 +301,24 @@ def test_compare_without_the_output_check_says_so(tmp_path):
     (row,) = compare_capacity([a], [b])
     assert "A 40.00 at c=8, B 20.00 at c=16 (good req/s per GPU at the load it took): B carries -50%" in row["text"]
     assert "greedy outputs not compared" in row["text"]
+
+
+# --- one run's summary.md and `show` ---------------------------------------------------------------
+
+def test_one_runs_summary_writes_a_bound_as_a_bound_with_its_step():
+    view = _view("plain", 16, 52.57, "client-bound", tok=6728.8)
+    view["capacity"].update({"slo": "interactive", "cap": {"load": 32.0, "reason": "--max 32"}, "steps": 7,
+                             "requests": 1109, "boundary": {"max_passing": 16.0, "min_failing": None}})
+    text = "\n".join(run_section(view))
+    assert "**Capacity ≥ c=16** (a lower bound on the max concurrency within `ttft_p90<=250ms`: the search " \
+           "ended client-bound; more client processes (`client_procs`) would pin it down)" in text
+    assert "Goodput there ≥ 52.57 requests/s, ≥ 6,729 output tok/s." in text
+
+
+def test_one_runs_summary_writes_a_found_capacity_as_a_figure():
+    view = _view("plain", 16, 52.57, "found", tok=6728.8)
+    view["capacity"].update({"slo": "interactive", "cap": {"load": 32.0, "reason": "--max 32"}, "steps": 7,
+                             "requests": 1109, "boundary": {"max_passing": 16.0, "min_failing": 20.0}})
+    text = "\n".join(run_section(view))
+    assert "**Capacity c=16** (max concurrency within `ttft_p90<=250ms`; found)" in text
+    assert "Goodput there 52.57 requests/s, 6,729 output tok/s." in text

@@ -67,12 +67,17 @@ def run_section(view: dict[str, Any]) -> list[str]:
         out.append(f"No capacity found for `{cap['slo_text']}` ({verdict}).")
     else:
         b = cap["boundary"]
-        out.append(f"**Capacity {load_label(find, cap['capacity'])}** (max {what} within `{cap['slo_text']}`; "
-                   f"{verdict}): the first failing load is {load_label(find, b.get('min_failing'))}"
+        step = bound_step(cap)  # a search that did not pin the capacity down: a lower bound (report/recommend.py)
+        ge = _ge(step is not None)
+        how = (f"a lower bound on the max {what} within `{cap['slo_text']}`: the search ended {verdict}; {step} "
+               "would pin it down" if step
+               else f"max {what} within `{cap['slo_text']}`; {verdict}")
+        out.append(f"**Capacity {ge}{load_label(find, cap['capacity'])}** ({how}): the first failing load is "
+                   f"{load_label(find, b.get('min_failing'))}"
                    + (f", binding constraint **{cap['binding']}**" if cap.get("binding") else "")
                    + (f", a {cap['shape']} boundary" if cap.get("shape") else "")
-                   + f". Goodput there {_n(cap.get('goodput_request_s'), 2)} requests/s, "
-                   f"{_n(cap.get('output_tok_s'))} output tok/s."
+                   + f". Goodput there {ge}{_n(cap.get('goodput_request_s'), 2)} requests/s, "
+                   f"{ge}{_n(cap.get('output_tok_s'))} output tok/s."
                    + _energy_sentence(at_capacity(view)))
     out.append("")
     out.append(f"{cap['steps']} steps, {cap['requests']} measured requests; cap {load_label(find, cap['cap']['load'])} "
