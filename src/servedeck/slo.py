@@ -256,8 +256,9 @@ def judge(records: Sequence[RequestRecord], slo: SloSpec, *, client: Optional[di
 
 def _client_verdict(measured: Sequence[RequestRecord], ok: Sequence[RequestRecord], rows: list[dict[str, Any]],
                     client: dict[str, Any], closed_loop: bool) -> tuple[list[str], list[str]]:
-    """(the client's own shortfall, the lag reasons that matter against these thresholds)."""
-    from servedeck.loadgen.pace import Reading, lag_matters
+    """(the client's own shortfall, the lag reasons that matter against these thresholds): a lag that matters is
+    the client's own when its loop was running, not waiting for a core, more of the time (pace.loop_fell_behind)."""
+    from servedeck.loadgen.pace import Reading, lag_matters, loop_fell_behind
     from servedeck.loadgen.stats import output_tokens
 
     short = client.get("short")
@@ -270,4 +271,5 @@ def _client_verdict(measured: Sequence[RequestRecord], ok: Sequence[RequestRecor
     lag = lag_matters([r.lag * 1000.0 for r in measured if r.lag is not None], readings,
                       output_tokens=int(statistics.median(outs)) if outs else None,
                       e2e_mean_ms=statistics.fmean(e2e) if e2e else None, closed_loop=closed_loop)
-    return list(short), lag
+    own = loop_fell_behind(client.get("cpu_fraction"), client.get("wait_fraction")) if lag and not short else None
+    return (list(short) + ([own] + lag if own else [])), ([] if own else lag)

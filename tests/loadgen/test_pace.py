@@ -9,6 +9,8 @@ plain SmolLM2 on vLLM, SLO ttft_p90<=250ms,tpot_p90<=15ms, 512 in / 128 out, 4 s
 - the same 40 ms against TPOT alone (128 tokens: 0.31 ms per token against 15 ms) does not.
 - a client process at 95 % of a core is short of CPU; one at 10 % of a core that waited for a core 85 % of the
   window (busy or waiting 95 %) is short too: its loop never idled; one at 7 % that waited 3 % is not.
+- a lag that matters from a loop running 30 % of its window and waiting 2 % is the loop's own (a wave of streams
+  ending together: more processes split it); one from a loop at 5 % waiting 44 % (or with no schedstat) is the host's.
 - a closed loop whose streams each sat 10 % of their time waiting on the client's late sends did not hold its
   concurrency: that matters even where every figure is far from its limit.
 """
@@ -17,7 +19,8 @@ from __future__ import annotations
 
 import pytest
 
-from servedeck.loadgen.pace import ProcUse, Reading, lag_matters, lag_reach_ms, more_procs, short_of_cpu
+from servedeck.loadgen.pace import (ProcUse, Reading, lag_matters, lag_reach_ms, loop_fell_behind, more_procs,
+                                    short_of_cpu)
 
 SLO_0612 = lambda ttft, tpot: [Reading("ttft_p90", "ttft", ttft, 250.0), Reading("tpot_p90", "tpot", tpot, 15.0)]  # noqa: E731
 
@@ -76,3 +79,10 @@ def test_more_client_processes_as_the_free_cores_allow():
     n, why = more_procs(1, free_cores=0.3, streams=4)  # a box with no free core: one more, and it says so
     assert n == 2 and "no free core" in why
     assert more_procs(4, free_cores=2.0, streams=4) == (None, "every stream already has its own client process")
+
+
+def test_a_lag_is_the_loops_own_when_it_ran_more_than_it_waited():
+    own = loop_fell_behind(0.30, 0.02)
+    assert own and "while it had the CPU" in own and "30%" in own
+    assert loop_fell_behind(0.05, 0.44) is None  # waiting for cores others held: the host's
+    assert loop_fell_behind(0.07, None) is None  # the 2026-12-06 figures: no schedstat, the host's by default

@@ -10,6 +10,7 @@ lag does to the figures the SLO reads.
 
     short_of_cpu(procs)                       reasons a client process was short of CPU ([] when none was)
     lag_matters(lags_ms, readings, ...)       reasons the lag could move a figure the SLO reads ([] when not)
+    loop_fell_behind(cpu, wait)               whether such a lag was the client's own loop's (running, not waiting)
     more_procs(current, free_cores, streams)  how many client processes to measure again with, and why
 
 A lag reaches a figure by at most its own size: a first token stamped late by the loop (TTFT), a gap (ITL), the
@@ -111,6 +112,18 @@ def lag_matters(lags_ms: Sequence[float], readings: Sequence[Reading], *, output
             out.append(f"each stream waited on late sends {idle:.0%} of its time (lag mean {mean:.1f} ms beside "
                        f"E2E mean {e2e_mean_ms:.0f} ms): the point did not hold its concurrency (>= {shortfall:.0%})")
     return out
+
+
+def loop_fell_behind(cpu_fraction: Optional[float], wait_fraction: Optional[float]) -> Optional[str]:
+    """Whose a lag that matters was, when the client was not short of CPU: its own loop's (it was running, not
+    waiting for a core, more of the time: work of its own, like a wave of 256 streams ending together, kept it
+    from the schedule, and more client processes split that work), said as a reason; None when it waited for a
+    core at least as long as it ran, or the kernel does not say (the host's cores were busy: more processes would
+    wait the same)."""
+    if cpu_fraction is None or wait_fraction is None or wait_fraction >= cpu_fraction:
+        return None
+    return (f"the client's loop fell behind while it had the CPU (running {cpu_fraction:.0%} of its window, "
+            f"waiting for a core {wait_fraction:.0%})")
 
 
 def more_procs(current: int, free_cores: Optional[float], streams: int) -> tuple[Optional[int], str]:

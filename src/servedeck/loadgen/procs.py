@@ -155,6 +155,7 @@ class ProcessLoadRun:
                 p = ctx.Process(target=_child, args=(theirs, plan), name=f"servedeck-client-{plan['index']}",
                                 daemon=True)
                 p.start()
+                _process_cores(p.pid)
                 theirs.close()
                 workers.append((p, mine))
             await self._serve([c for _, c in workers])
@@ -313,6 +314,17 @@ class ProcessLoadRun:
             procs=procs,
             host=host_use(self._host0, self._host_end, wall_s, cpu_s),
         )
+
+
+def _process_cores(pid: int | None) -> None:
+    """Let a client process run on every core this process may (its main thread's set), not only on the spawning
+    thread's: a loop thread held to one busy core must not hold there the processes meant to relieve it."""
+    try:
+        cores = os.sched_getaffinity(os.getpid())
+        if pid is not None and os.sched_getaffinity(pid) != cores:
+            os.sched_setaffinity(pid, cores)
+    except (AttributeError, OSError):  # no affinity here, or the process already ended: nothing to widen
+        pass
 
 
 # ---- the client process ---------------------------------------------------------------------------

@@ -1,0 +1,53 @@
+"""slo.judge's client verdict, from records; cases chosen before the code (2026-12-06, plain SmolLM2 on an H100,
+SLO ttft_p90<=250ms,tpot_p90<=15ms, 128-token answers):
+- c=32, lag p99 6.7 ms, client at 7 % of a core: the point is a result (it passed);
+- the same records with a 40 ms lag p99 and a loop that was running (30 %) rather than waiting (2 %): client-bound,
+  the client's own shortfall ("short", more processes split its work);
+- 40 ms with a loop that waited for a core (5 % running, 44 % waiting): client-bound, the host's ("lag");
+- any lag with a client process short of CPU: client-bound, "short", whatever the SLO."""
+
+from __future__ import annotations
+
+from servedeck.loadgen.records import RequestRecord
+from servedeck.slo import judge, parse_slo
+
+SLO = parse_slo("ttft_p90<=250ms,tpot_p90<=15ms")
+
+
+def records(late_ms: float, n: int = 200) -> list[RequestRecord]:
+    """n requests of TTFT 114 ms and 128 tokens at 2.6 ms each; the slowest 2 % sent `late_ms` late, the rest 0.5 ms."""
+    out = []
+    for i in range(n):
+        lag = (late_ms if i % 50 == 0 or i % 50 == 1 or i % 50 == 2 else 0.5) / 1000
+        t = i * 0.5
+        out.append(RequestRecord(id=f"r{i}", kind="measured", t_target=t - lag, t_send=t, t_first_token=t + 0.114,
+                                 t_end=t + 0.114 + 127 * 0.0026, chunk_t=[t + 0.114], chunk_n=[1], output_tokens=128,
+                                 streamed_tokens=128, status="ok"))
+    return out
+
+
+def client(cpu: float, wait: float | None, short: list[str] | None = None) -> dict:
+    return {"cpu_fraction": cpu, "wait_fraction": wait, "short": short or [], "processes": 4,
+            "host": {"cores": 16, "busy_cores": 3.1, "client_cores": 0.3, "free_cores": 13.2}}
+
+
+def test_the_2026_12_06_point_is_a_result():
+    j = judge(records(6.7), SLO, client=client(0.07, None))
+    assert j["passed"] and not j["client_bound"] and j["client_kind"] is None and j["client_reasons"] == []
+    assert j["client_procs"] == 4 and j["host"]["free_cores"] == 13.2
+
+
+def test_a_lag_that_matters_from_a_running_loop_is_the_clients_own():
+    j = judge(records(40.0), SLO, client=client(0.30, 0.02))
+    assert j["client_bound"] and j["client_kind"] == "short"
+    assert "while it had the CPU" in j["client_reasons"][0] and "ttft_p90" in j["client_reasons"][1]
+
+
+def test_a_lag_that_matters_from_a_waiting_loop_is_the_hosts():
+    j = judge(records(40.0), SLO, client=client(0.05, 0.44))
+    assert j["client_bound"] and j["client_kind"] == "lag" and "ttft_p90" in j["client_reasons"][0]
+
+
+def test_a_client_short_of_cpu_voids_the_point_whatever_the_lag():
+    j = judge(records(0.5), SLO, client=client(0.95, 0.01, short=["client process 2 CPU 95% of a core >= 90%"]))
+    assert j["client_bound"] and j["client_kind"] == "short"
