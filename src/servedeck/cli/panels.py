@@ -10,7 +10,7 @@ import typer
 
 PANELS: list[tuple[str, list[str]]] = [
     ("The deck: run the servers", ["init", "start", "switch", "status", "stop", "sleep", "wake", "logs", "render",
-                                   "restore", "history", "unit", "page"]),
+                                   "restore", "history", "unit", "page", "install"]),
     ("Know before you launch", ["doctor", "plan", "gpu", "crashes", "verify-build"]),
     ("Measure one server", ["gate", "bench", "ramp", "runs", "show", "compare-outputs", "report", "compare"]),
     ("Campaigns: many launches", ["hosts", "campaign"]),
