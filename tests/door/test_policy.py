@@ -347,3 +347,79 @@ def test_shared_prefix_under_the_caller_s_best_so_far_is_not_counted_past_it():
 
     assert shared_prefix("abcdef", "abcxyz", floor=4) <= 4
     assert shared_prefix("abcdefgh", "abcdefxy", floor=2) == 6
+
+
+# --- progress (issue 48 item 2): a model switched in serves the requests that waited for it -----------------
+
+S0 = Settings(min_residency_s=0.0, drain_timeout_s=120.0)
+
+
+def test_a_holder_that_just_became_ready_serves_its_waiters_before_it_is_switched_out():
+    """The livelock of issue 48: with min_residency_s = 0, b had just been switched in for its two waiting
+    requests and a's two waited too. b counted as idle (nothing in flight yet) and was switched out before
+    its waiters ran; then a, the same way: 29-33 switches in 40 s, no answer. Queued requests of a ready
+    holder are demand, whatever min_residency_s says."""
+    vs = views(View("a", "main", queued=2), View("b", "main", READY, queued=2, ready_since=100.0))
+    act = decide("a", vs, 100.0, S0)
+    assert act.kind == "wait" and act.why == "handover" and "b (2 waiting)" in act.reason
+    assert decide("a", vs, 10_000.0, S0).kind == "wait"  # however long: the waiters are being woken to take it
+
+
+def test_once_the_waiters_took_the_holder_it_drains_then_switches():
+    """The handover's end: b's waiters are in flight (queued 0), so the switch drains them and goes."""
+    vs = views(View("a", "main", queued=2), View("b", "main", READY, inflight=2, ready_since=100.0))
+    assert decide("a", vs, 100.0, S0).kind == "drain"
+    vs = views(View("a", "main", queued=2), View("b", "main", READY, ready_since=100.0))
+    assert decide("a", vs, 101.0, S0).kind == "switch"
+
+
+def test_requests_queued_behind_a_draining_holder_do_not_stop_the_switch():
+    """A draining holder's new requests queue behind the switch (it takes none): they are no handover, or
+    a holder with steady traffic would never drain."""
+    vs = views(View("a", "main", queued=1), View("b", "main", DRAINING, queued=3, ready_since=0.0))
+    assert decide("a", vs, 100.0, S0, drain_started=99.0).kind == "switch"
+
+
+def simulate(arrivals: dict[str, int], settings: Settings, steps: int = 400) -> tuple[dict[str, int], int]:
+    """The slot worker and its waiters as a pure model, in the order the door's event loop runs them: the
+    worker decides for the oldest wanting model; after a start or switch it decides again at once (it takes
+    the lock back before the waiters it woke can run); only while it waits (or drains) do the waiters of a
+    ready model take it, and what is in flight finishes. Returns what was served and the switches."""
+    queued = dict(arrivals)
+    served = {m: 0 for m in arrivals}
+    state = {m: STOPPED for m in arrivals}
+    inflight = {m: 0 for m in arrivals}
+    since = {m: 0.0 for m in arrivals}  # want_since: the oldest wanting model goes first
+    switches = 0
+    for step in range(steps):
+        wanting = [m for m in arrivals if queued[m] and state[m] != READY]
+        if not wanting:  # the worker ends; the waiters of the ready model take it
+            break
+        target = min(wanting, key=lambda m: since[m])
+        vs = views(*(View(m, "main", state[m], inflight[m], queued[m], ready_since=0.0) for m in arrivals))
+        act = decide(target, vs, float(step), settings)
+        if act.kind in ("start", "switch"):
+            for e in act.evict:
+                state[e] = STOPPED
+                if queued[e]:
+                    since[e] = float(step)  # its waiters want it again
+            state[target] = READY
+            switches += bool(act.evict)
+            continue
+        for m in arrivals:  # the worker waits: woken waiters take their ready model, in flight finishes
+            served[m] += inflight[m]
+            inflight[m] = 0
+            if state[m] == READY:
+                inflight[m], queued[m] = queued[m], 0
+    for m in arrivals:
+        served[m] += inflight[m] + (queued[m] if state[m] == READY else 0)
+    return served, switches
+
+
+@pytest.mark.parametrize("arrivals", [{"a": 2, "b": 2}, {"a": 17, "b": 17, "c": 16}])
+def test_every_waiting_request_is_served_with_one_switch_per_model(arrivals):
+    """The four- and fifty-request cases of issue 48 as the policy sees them: each model is switched in
+    once and serves everything that waited for it."""
+    served, switches = simulate(arrivals, S0)
+    assert served == arrivals
+    assert switches <= len(arrivals) - 1

@@ -209,6 +209,8 @@ class Manager:
                 if rt.queued == 0:
                     rt.want_since = None
                     rt.waiting_for = ""
+                    if rt.slot in self.workers:  # the slot worker waits for a holder's waiters (policy: handover)
+                        self.cond.notify_all()
                 self._gauge(rt)
 
     def take_ready(self, name: str, ask: Pol.Ask | None = None) -> Pol.Replica | None:
