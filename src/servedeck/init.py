@@ -269,8 +269,8 @@ def compose(found: Found, cache: Path | None = None) -> Composed:
 HEADER = [
     "servedeck models.toml, written by `servedeck init` from what it found on this machine. This file is",
     "yours: servedeck reads it and never rewrites it. `servedeck render MODEL` prints the command an entry",
-    "becomes; `servedeck doctor` checks that each build and model is there. Every key is described in",
-    "docs/config.md of servedeck's source.",
+    "becomes; `servedeck doctor` checks that each build and model is there. Each entry's last comment says",
+    "where init found it.",
 ]
 
 

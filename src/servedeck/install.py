@@ -76,7 +76,7 @@ def _fetch_sdist(project: str, filename: str, into: Path) -> Path:
         url = next(f["url"] for f in entries if f["filename"] == filename)
         urllib.request.urlretrieve(url, into / filename)
     except StopIteration:
-        raise InstallError(f"PyPI lists no {filename}", hint=f"check the version, or name another one") from None
+        raise InstallError(f"PyPI lists no {filename}", hint="check the version, or name another one") from None
     except OSError as e:
         raise InstallError(f"cannot fetch {filename} from {PYPI_SIMPLE}: {e}",
                            hint="check this machine reaches pypi.org (a proxy: set HTTPS_PROXY)") from None

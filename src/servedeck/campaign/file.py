@@ -36,7 +36,6 @@ from servedeck.timeparse import seconds
 from servedeck.workloads.kinds import KINDS, keys as kind_keys, misplaced
 from servedeck.workloads.shape import Entry
 
-KEYS_DOC = "docs/campaign.md"  # where a campaign file's keys are described
 
 
 # keys a variant may override, and where a [matrix] key may point
@@ -375,8 +374,8 @@ def parse(text: str, path: Path) -> Campaign:
     try:
         cf = CampaignFile.model_validate(raw)
     except ValidationError as e:
-        lines = validation_lines(e, f"{path}: ", KEYS_DOC)
-        raise ConfigError("\n".join(lines), hint="see docs/campaign.md for every key and its type") from None
+        lines = validation_lines(e, f"{path}: ", CampaignFile)
+        raise ConfigError("\n".join(lines), hint="fix each key named above as its line says") from None
     variants, knobs = list(cf.variants), {}
     for v in cf.variants:
         knobs[v.name] = knobs_of(v)
@@ -386,7 +385,7 @@ def parse(text: str, path: Path) -> Campaign:
             variants.append(Variant.model_validate({"name": name, **overrides}))
             knobs[name] = kn
         except ValidationError as e:
-            problems += validation_lines(e, f"matrix: combination {name}: ", KEYS_DOC)
+            problems += validation_lines(e, f"matrix: combination {name}: ", Variant)
     if not variants:
         problems.append("variants: no variants and no [matrix]: add at least one [[variants]] (name = \"base\" "
                         "with no overrides launches the model as models.toml has it)")
@@ -418,7 +417,7 @@ def load(path: Path) -> Campaign:
         text = path.read_text()
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such campaign file", hint="give the path of a campaign .toml "
-                          "(docs/campaign.md shows one)") from None
+                          "([campaign] names it and its model, [[variants]] each launch, [[workloads]] what is run)") from None
     except OSError as e:
         raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
     return parse(text, path.resolve())

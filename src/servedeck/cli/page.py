@@ -15,7 +15,7 @@ def page(
     model: str = typer.Argument(..., help="model or alias"),
     md: bool = typer.Option(False, "--md", help="Markdown (the default)"),
     html: bool = typer.Option(False, "--html", help="one self-contained HTML page"),
-    json_out: bool = typer.Option(False, "--json", help="the page's document (schema in docs/page.md)"),
+    json_out: bool = typer.Option(False, "--json", help="the page's document (its keys: the page's sections)"),
 ) -> None:
     """One model's page from servedeck's records alone: what it is, whether it runs, its launch and why,
     memory, what was measured (and whether it still holds), crashes, uptime, build, what was refuted, and

@@ -113,8 +113,9 @@ def parse(text: str, path: Path, checks: Iterable[Check] = ()) -> Config:
     try:
         deck = ModelsToml.model_validate(raw)
     except ValidationError as e:
-        lines = validation_lines(e, f"{path}: ", "docs/config.md")
-        raise ConfigError("\n".join(lines), hint="see docs/config.md for every key and its type") from None
+        lines = validation_lines(e, f"{path}: ", ModelsToml)
+        raise ConfigError("\n".join(lines), hint="fix each key named above as its line says (`servedeck init "
+                          "--dry-run` prints a models.toml that loads, for comparison)") from None
     deck, groups, problems = expand_replicas(deck)
     problems += cross_check(deck, groups)
     if not problems:  # engine rules assume the file hangs together (builds exist)

@@ -4,11 +4,13 @@ path and what was expected."""
 
 from __future__ import annotations
 
+import difflib
 import sys
+import typing
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from servedeck.errors import ConfigError
 
@@ -30,10 +32,38 @@ def describe(loc: tuple) -> str:
     return ".".join(str(p) for p in loc if not str(p).startswith(("function-after", "list[", "literal[")))
 
 
-def explain(err: dict, keys_doc: str) -> str:
+def _held_model(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model a field holds, itself or inside a dict, list, Optional or Union; None if none."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        held = _held_model(arg)
+        if held is not None:
+            return held
+    return None
+
+
+def known_keys(root: type[BaseModel], loc: tuple) -> list[str]:
+    """The keys the table holding `loc`'s last key takes (a table name or list index on the way is passed over)."""
+    model = root
+    for part in loc[:-1]:
+        if isinstance(part, str) and part in model.model_fields:
+            held = _held_model(model.model_fields[part].annotation)
+            if held is None:
+                return []
+            model = held
+    return sorted(model.model_fields)
+
+
+def explain(err: dict, root: type[BaseModel]) -> str:
     kind = err.get("type", "")
     if kind == "extra_forbidden":
-        return f"unknown key (check its spelling against {keys_doc})"
+        # the keys themselves, not a pointer to documentation a wheel's user may not have
+        keys = known_keys(root, tuple(err.get("loc", ())))
+        near = difflib.get_close_matches(str(err["loc"][-1]), keys, n=1) if err.get("loc") else []
+        if near:
+            return f"unknown key: did you mean {near[0]}?"
+        return f"unknown key (this table takes: {', '.join(keys)})" if keys else "unknown key"
     if kind == "missing":
         return "required key is missing"
     msg = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
@@ -42,11 +72,12 @@ def explain(err: dict, keys_doc: str) -> str:
     return msg
 
 
-def problems(e: ValidationError, prefix: str, keys_doc: str) -> list[str]:
-    """One line per place (a union reports each of its branches; one line is enough)."""
+def problems(e: ValidationError, prefix: str, root: type[BaseModel]) -> list[str]:
+    """One line per place (a union reports each of its branches; one line is enough). `root`: the model
+    validated, whose fields name the keys an unknown one may have meant."""
     out: list[str] = []
     for err in e.errors():
-        line = f"{prefix}{describe(err['loc'])}: {explain(err, keys_doc)}"
+        line = f"{prefix}{describe(err['loc'])}: {explain(err, root)}"
         if line not in out:
             out.append(line)
     return out

@@ -97,7 +97,7 @@ def check_hf(repo_id: str, env: dict[str, str] | None = None, revision: str | No
 def check_local(path: Path) -> WeightsResult:
     if path.suffix == ".gguf" or (path.is_file() and path.name.endswith(".gguf")):
         if not path.is_file():
-            return WeightsResult(FAIL, f"{path} does not exist", "fix `source` or run scripts/prepare-models.sh")
+            return WeightsResult(FAIL, f"{path} does not exist", "fix `source`, or run `servedeck init` to find the models on this machine")
         size = path.stat().st_size
         try:
             h = read_header(path)

@@ -57,7 +57,7 @@ SWEEP_S = 5.0  # how often those three are checked
 WRITE_HIGH, WRITE_LOW = 1 << 20, 1 << 18  # above, a client's answers wait (its engine socket paused); resume below
 # JSON bodies are read by Python's json module, whose depth is bounded by the recursion limit (1,000
 # frames, less the door's own call depth: 968 levels read on Python 3.11 with uvloop, 961 with asyncio)
-NESTING_HINT = "nest the JSON body less deeply: the door reads about 960 levels (docs/door.md, Limits)"
+NESTING_HINT = "nest the JSON body less deeply: the door reads about 960 levels"
 
 
 class Conn(asyncio.Protocol):

@@ -466,7 +466,8 @@ class Engine:
             return (), ""
         problems = self.check_sleep(f"models.{name}", model, build, expand)
         if problems:
-            raise ConfigError(problems[0], hint="docs/config.md#sleep says which engines and builds can sleep")
+            raise ConfigError(problems[0], hint="levels 1 and 2: vLLM on CUDA or ROCm; level 1: SGLang; llama.cpp "
+                                                "and vLLM's CPU build cannot sleep (\"auto\" switches them cold)")
         blocked = self.sleep_unavailable(model, build, expand)
         if blocked:
             return (), blocked

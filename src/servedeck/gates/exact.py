@@ -56,7 +56,7 @@ class Question:
 def _refuse(path: Path, line: int, what: str) -> UsageError:
     return UsageError(f"{path}:{line}: {what}",
                       hint='each line is one JSON object like {"prompt": "What is 3 + 4?", "answer": "7", '
-                           '"match": "number"} (docs/gates.md)')
+                           '"match": "number"} (match: exact, number, regex or choice)')
 
 
 def _question(path: Path, n: int, doc: Any) -> Question:
@@ -104,7 +104,7 @@ def load_questions(path: Path, limit: Optional[int] = None) -> list[Question]:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise UsageError(f"{path}: no such question file", hint="give the path of a .jsonl file (docs/gates.md)") from None
+        raise UsageError(f"{path}: no such question file", hint="give the path of a .jsonl file of questions, one JSON object a line") from None
     except (OSError, UnicodeDecodeError) as e:
         raise UsageError(f"{path}: cannot read it: {e}", hint="a UTF-8 .jsonl file, one question per line") from None
     out: list[Question] = []
@@ -122,7 +122,7 @@ def load_questions(path: Path, limit: Optional[int] = None) -> list[Question]:
         seen[q.id] = n
         out.append(q)
     if not out:
-        raise UsageError(f"{path}: no questions in it", hint="one JSON object per line (docs/gates.md)")
+        raise UsageError(f"{path}: no questions in it", hint='one JSON object a line, like {"prompt": "What is 3 + 4?", "answer": "7", "match": "number"}')
     return out[:limit] if limit else out
 
 

@@ -69,7 +69,8 @@ def find_task(task: str, task_dir: Optional[Path]) -> Task:
     if task_dir is None:
         raise UsageError(f"lm-eval:{task}: give --task-dir, the folder holding the task's YAML",
                          hint="lm-eval tasks run here from local files only (no hub at run time); "
-                              "docs/gates.md shows a task YAML")
+                              "the task is a YAML file there: task: NAME, dataset_path: json, "
+                              "dataset_kwargs.data_files naming local files, output_type: generate_until")
     if not task_dir.is_dir():
         raise UsageError(f"--task-dir {task_dir}: no such folder", hint="the folder holding the task's YAML")
     found: dict[str, tuple[Path, dict[str, Any]]] = {}

@@ -157,7 +157,7 @@ def _figures(view: dict[str, Any]) -> list[str]:
            "TTFT: send → first non-empty content token. TPOT = (E2E − TTFT)/(output tokens − 1). ITL: chunk gaps "
            "shared among the chunk's tokens. Rates over the measured window. Prefill: prompt tokens / TTFT, "
            "only for prompts ≥ 1024 tokens not served from the prefix cache. Cached: share of prompt tokens "
-           "the prefix cache served (engine counters when available). Definitions: docs/campaign.md."]
+           "the prefix cache served (engine counters when available)."]
     for p in pts:
         f = p["figures"]
         notes = list(f.get("warnings") or [])

@@ -47,7 +47,7 @@ def _outside() -> dict[str, Kind]:
         if not isinstance(kind, Kind) or kind.name != ep.name:
             raise UsageError(f"the {ENTRY_POINTS} entry point {ep.name!r} ({ep.value}) is not a workload Kind named "
                              f"{ep.name!r}", hint="point it at a module's KIND = Kind(name=..., ...) "
-                                                  "(docs/contributing.md)")
+                                                  "named as the entry point")
         found.setdefault(ep.name, kind)
     return found
 

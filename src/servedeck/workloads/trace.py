@@ -113,7 +113,9 @@ def _jsonl(path: Path, text: str) -> list[TraceRow]:
                                   "or the Azure LLM inference trace's CSV (its header: "
                                   f"{','.join(AZURE_COLUMNS)})") from None
         if not isinstance(doc, dict):
-            raise UsageError(f"{path}: line {n} is not a JSON object", hint="docs/workloads.md describes the format")
+            raise UsageError(f"{path}: line {n} is not a JSON object", hint='one JSON object a line: {"timestamp": 0, "input_length": 900, "output_length": 120, '
+                                                                           '"hash_ids": [0, 1]} (timestamp in ms from the start; hash_ids: '
+                                                                           'blocks of shared prompt)')
         for key in FIELDS:
             if key not in doc:
                 raise UsageError(f"{path}: line {n} lacks {key!r}", hint=f"every line has {', '.join(FIELDS)}")
@@ -417,7 +419,7 @@ async def run(spec: TraceSpec, target: Target, ctx: int, folder: RunFolder, repo
 
 OPTIONS = (
     Option("trace_file", ("--trace",), Optional[str], None, "trace: a JSONL trace (timestamp ms, input_length, "
-           "output_length, hash_ids) or an Azure LLM inference trace's CSV (docs/workloads.md)"),
+           "output_length, hash_ids) or an Azure LLM inference trace's CSV (TIMESTAMP, ContextTokens, GeneratedTokens)"),
     Option("time_scale", ("--time-scale",), float, 1.0, "trace: its gaps × this (0.5: twice as fast)"),
     Option("window", ("--window",), Optional[str], None, "trace: only its first stretch, e.g. 10m"),
     Option("block_tokens", ("--block-tokens",), int, 512, "trace: tokens per hash_ids block (Mooncake's: 512)"),
@@ -433,7 +435,8 @@ KEYS = (Key("trace", Optional[str]), Key("time_scale", Optional[float]), Key("wi
 def from_options(o: Any) -> TraceSpec:
     if not o.get("trace_file"):
         raise UsageError("--workload trace replays a file: give --trace FILE",
-                         hint="make a small one with scripts/make_trace.py OUT.jsonl")
+                         hint='a JSONL file, one request a line: {"timestamp": 0, "input_length": 900, "output_length": 120, '
+                              '"hash_ids": [0, 1]} (timestamp in ms; hash_ids: blocks of shared prompt)')
     spec = TraceSpec(path=Path(o["trace_file"]), time_scale=o.get("time_scale", 1.0),
                      block_tokens=o.get("block_tokens", 512), length_scale=o.get("length_scale", 1.0),
                      window_s=seconds(o["window"], "--window") if o.get("window") else None,
@@ -463,7 +466,7 @@ def check_entry(w: Any) -> None:
     """The keys' rules; the file itself is read by `file_problems`, which knows where the campaign file is."""
     if w.trace is None:
         raise ValueError("a trace workload replays a file: give trace = \"PATH.jsonl\" "
-                         "(scripts/make_trace.py writes a small one)")
+                         "(one JSON object a line: timestamp ms, input_length, output_length, hash_ids)")
     if w.concurrency or w.rate:
         raise ValueError("a trace's schedule is its own: drop concurrency/rate (time_scale = 0.5 replays it "
                          "twice as fast)")
