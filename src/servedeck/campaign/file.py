@@ -368,9 +368,10 @@ def knobs_of(variant: Variant) -> dict[str, Any]:
     return out
 
 
-def parse(text: str, path: Path) -> Campaign:
-    """Pure: the file's text → a Campaign, or ConfigError naming every problem (file: key path: what)."""
-    raw = read_toml(text, path)
+def parse(text: str, path: Path, raw: Optional[dict[str, Any]] = None) -> Campaign:
+    """Pure: the file's text → a Campaign, or ConfigError naming every problem (file: key path: what). `raw`:
+    the tables already read from `text` and reshaped (a tune file's trial: tune/file.py)."""
+    raw = read_toml(text, path) if raw is None else raw
     try:
         cf = CampaignFile.model_validate(raw)
     except ValidationError as e:

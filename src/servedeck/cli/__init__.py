@@ -25,7 +25,7 @@ HOMES = {
     **dict.fromkeys(["gate", "bench", "ramp", "runs", "show", "compare-outputs"], "campaign"),
     **dict.fromkeys(["report", "compare"], "report"),
     **dict.fromkeys(["watch", "notices", "soak"], "watch"),
-    "page": "page", "hosts": "cluster", "serve": "door", "campaign": "campaigns",
+    "page": "page", "hosts": "cluster", "serve": "door", "campaign": "campaigns", "tune": "tune",
 }
 MODULES = tuple(sorted(set(HOMES.values())))  # every command module, for --help and root_app
 

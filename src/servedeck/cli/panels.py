@@ -13,7 +13,7 @@ PANELS: list[tuple[str, list[str]]] = [
                                    "restore", "history", "unit", "page", "install"]),
     ("Know before you launch", ["doctor", "plan", "gpu", "crashes", "verify-build"]),
     ("Measure one server", ["gate", "bench", "ramp", "runs", "show", "compare-outputs", "report", "compare"]),
-    ("Campaigns: many launches", ["hosts", "campaign"]),
+    ("Campaigns: many launches", ["hosts", "campaign", "tune"]),
     ("One address for every model", ["serve"]),
     ("Keep it running", ["watch", "notices", "soak"]),
 ]

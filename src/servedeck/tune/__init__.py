@@ -1,0 +1,10 @@
+"""`servedeck tune FILE`: a search over engine flags for the most good requests/s per GPU within an SLO.
+
+    space.py      the [search] table: knobs (categorical, integer and log ranges, sets of keys taken together,
+                  `when` conditions), `require` rules, the budget; pure
+    file.py       the tune file: a campaign file whose variants the search chooses; each trial a one-variant campaign
+    objective.py  a trial's verdict (measured, or why not) and what the search is told; the best by the verdict
+                  rules (report/recommend.py); pure
+    runner.py     the loop: the starter, then Optuna's TPE trials, each through the campaign Runner, resumable
+    folder.py     the tune folder: tune.toml, tune.json, tune.md, study.db (Optuna's SQLite)
+"""

@@ -1,0 +1,110 @@
+"""The tune file: a campaign file (campaign/file.py: [campaign], [[workloads]], [slo.NAME], the gate) whose
+variants the search chooses, from its [search] table (space.py). Pure: text in, a Tune out.
+
+Every trial is a one-variant campaign made from this file: the variant's overrides are the sampled values,
+its name the trial's (`t3`), and, unless `check_outputs = false`, a first workload that answers the fixed
+output-check prompts, so each trial's greedy outputs can be held against the starter's (the model's entry
+as models.toml has it, launched first: trial `starter`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import tomlkit
+
+from servedeck.campaign.file import Campaign, parse as parse_campaign
+from servedeck.config.tomlfile import read_toml
+from servedeck.errors import ConfigError
+from servedeck.tune.space import DOC, Space, SpaceError, overrides, parse_search
+
+STARTER = "starter"  # the trial that launches the model's entry unchanged: the reference and the baseline
+# the workload a trial answers the output check with: one short request besides the check's prompts
+CHECK_WORKLOAD = {"kind": "chat", "label": "output check", "concurrency": [1], "requests": 1, "warmup": 0,
+                  "input_tokens": 16, "output_tokens": 4}
+
+
+@dataclass(frozen=True)
+class Tune:
+    path: Path
+    text: str
+    raw: dict[str, Any]  # the campaign part of the file (no [search])
+    camp: Campaign  # validated with the starter as its one variant
+    space: Space
+    slo: str  # the SLO the objective reads
+
+    @property
+    def name(self) -> str:
+        return self.camp.name
+
+    def trial_campaign(self, variant: str, values: dict[str, Any]) -> Campaign:
+        """The one-variant campaign of a trial (ConfigError when a sampled value is wrong for a variant)."""
+        return _campaign(self.raw, self.path, f"{self.name}.{variant}", variant, values, self.space.check_outputs)
+
+
+def _campaign(raw: dict[str, Any], path: Path, name: Optional[str], variant: str, values: dict[str, Any],
+              check: bool) -> Campaign:
+    head = dict(raw.get("campaign") or {})
+    if name is not None:  # None: the file's own (or its absence, which the campaign's rules name)
+        head["name"] = name
+    if check:
+        head["reference"] = variant  # its first workload answers the output check (campaign/steps.py)
+    body = {**raw, "campaign": head, "variants": [{"name": variant, **overrides(values)}],
+            "workloads": ([dict(CHECK_WORKLOAD)] if check else []) + list(raw.get("workloads") or [])}
+    return parse_campaign(tomlkit.dumps(body), path, body)
+
+
+def _capacity_slos(raw: dict[str, Any]) -> list[str]:
+    return [s for w in raw.get("workloads") or [] if isinstance(w, dict) and w.get("kind") == "capacity"
+            for s in (w.get("slo") or [])]
+
+
+def parse(text: str, path: Path) -> Tune:
+    raw = read_toml(text, path)
+    problems = []
+    for key, what in (("variants", "[[variants]]"), ("matrix", "[matrix]")):
+        if key in raw:
+            problems.append(f"{key}: a tune's variants are chosen by its [search] table: drop {what} (a campaign "
+                            "file runs listed variants: `servedeck campaign run`)")
+    head = raw.get("campaign") if isinstance(raw.get("campaign"), dict) else {}
+    for key in ("repeats", "base", "reference"):
+        if key in head:
+            problems.append(f"campaign.{key}: a tune sets it itself (each trial is one launch, held against the "
+                            "starter: the model's entry as models.toml has it): drop it")
+    try:
+        space = parse_search(raw.get("search"))
+    except SpaceError as e:
+        space = None
+        problems.append(f"{e.where}: {e.what}")
+    if problems:
+        raise ConfigError("\n".join(f"{path}: {p}" for p in problems), hint=f"{DOC} shows a tune file")
+    assert space is not None
+    rest = {k: v for k, v in raw.items() if k != "search"}
+    camp = _campaign(rest, path, None, STARTER, {}, space.check_outputs)  # names campaign.* problems
+    slos = list(dict.fromkeys(_capacity_slos(rest)))
+    slo: Optional[str] = space.slo
+    if not slos:
+        problems.append('workloads: a tune needs a capacity workload (kind = "capacity", find = "max-concurrency" '
+                        'or "max-rate", slo = ["NAME"]): its goodput within the SLO is what the search maximises')
+    elif slo is None and len(slos) > 1:
+        problems.append(f"search.slo: the capacity workloads name {', '.join(slos)}: say which one the search "
+                        f'maximises, like slo = "{slos[0]}"')
+    elif slo is not None and slo not in slos:
+        problems.append(f"search.slo: {slo!r} is not an SLO a capacity workload searches under "
+                        f"({', '.join(slos)}): name one of those")
+    if problems:
+        raise ConfigError("\n".join(f"{path}: {p}" for p in problems), hint=f"{DOC} shows a tune file")
+    return Tune(path, text, rest, camp, space, slo or slos[0])
+
+
+def load(path: Path) -> Tune:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such tune file", hint=f"give the path of a tune .toml ({DOC} shows one)") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
+    return parse(text, path.resolve())

@@ -1,0 +1,189 @@
+"""The tune folder: `<results>/tunes/<name>__<MMDD-HHMMSS>/`.
+
+    tune.toml   the tune file as it was when the tune began (a resume searches this copy)
+    tune.json   every trial: its values, state, verdict, figures or why none, its campaign folder; the best so
+                far by the verdict rules; written atomically after every change
+    tune.md     the same for a person, rebuilt from tune.json alone
+    study.db    Optuna's study (SQLite): what the sampler learns from, and what `--resume` continues
+    tune.lock   held while a servedeck runs the tune (a second one is refused)
+
+A trial's state: running → done (it has a verdict: measured or why not) | interrupted (Ctrl-C or a servedeck
+that is gone: a resume redoes the same values as a new trial). Only TuneFolder writes these files.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Optional
+
+from servedeck import paths
+from servedeck.deck.state import now_iso
+from servedeck.errors import RunError
+from servedeck.fsio import atomic_write_json, atomic_write_text, unique_dir
+from servedeck.mdtable import table_lines
+from servedeck.tune.file import Tune
+from servedeck.tune.space import Categorical, IntRange
+
+SCHEMA = 1
+RUNNING, DONE, INTERRUPTED = "running", "done", "interrupted"
+
+
+def tunes_root(configured: Optional[str]) -> Path:
+    return paths.results_dir(configured) / "tunes"
+
+
+def _space_json(tune: Tune) -> list[dict[str, Any]]:
+    out = []
+    for k in tune.space.knobs:
+        kind = "categorical" if isinstance(k, Categorical) else "integer" if isinstance(k, IntRange) else "together"
+        out.append({"name": k.name, "kind": kind, "range": k.describe(),
+                    "when": {a: list(b) for a, b in k.when.on.items()} if k.when else None})
+    return out
+
+
+class TuneFolder:
+    def __init__(self, path: Path, doc: dict[str, Any]):
+        self.path, self.doc = path, doc
+
+    @classmethod
+    def create(cls, root: Path, tune: Tune, model: str) -> "TuneFolder":
+        try:
+            path = unique_dir(root, f"{tune.name}__{datetime.now().strftime('%m%d-%H%M%S')}")
+        except OSError as e:
+            raise RunError(f"cannot create a tune folder under {root}: {e.strerror}",
+                           hint="set [host] results_dir in models.toml or SERVEDECK_RESULTS to a writable place") from None
+        atomic_write_text(path / "tune.toml", tune.text)
+        sp = tune.space
+        doc = {"schema": SCHEMA, "name": tune.name, "file": str(tune.path), "model": model, "slo": tune.slo,
+               "host": socket.gethostname(), "started": now_iso(), "updated": now_iso(),
+               "budget": {"trials": sp.trials, "wall": sp.wall}, "sampler": "optuna TPESampler",
+               "seed": sp.seed, "startup_trials": sp.startup_trials, "space": _space_json(tune),
+               "require": [r.text for r in sp.rules], "outputs_may_differ": sp.outputs_may_differ,
+               "check_outputs": sp.check_outputs, "storage": "study.db", "spent_s": 0.0, "finished": False,
+               "trials": [], "best": None}
+        folder = cls(path, doc)
+        folder.save()
+        return folder
+
+    @classmethod
+    def open(cls, path: Path) -> "TuneFolder":
+        try:
+            doc = json.loads((path / "tune.json").read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise RunError(f"{path / 'tune.json'}: cannot read: {e}",
+                           hint="the folder is not a tune folder, or its tune.json is damaged") from None
+        return cls(path, doc)
+
+    @property
+    def storage_url(self) -> str:
+        return f"sqlite:///{self.path / 'study.db'}"
+
+    def trial(self, name: str) -> Optional[dict[str, Any]]:
+        return next((t for t in self.doc["trials"] if t["trial"] == name), None)
+
+    def begin_trial(self, name: str, number: Optional[int], values: dict[str, Any], redoes: Optional[str]) -> None:
+        rec = {"trial": name, "number": number, "values": values, "state": RUNNING, "verdict": None, "value": None,
+               "bound": False, "why": None, "tell": None, "campaign": None, "runs": [], "row": None,
+               "outputs": None, "fit": None, "redoes": redoes, "started": now_iso(), "ended": None,
+               "duration_s": None}
+        old = self.trial(name)
+        if old is not None:  # the starter, begun again after an interruption
+            self.doc["trials"].remove(old)
+        self.doc["trials"].append(rec)
+        self.save()
+
+    def update_trial(self, name: str, **changes: Any) -> None:
+        rec = self.trial(name)
+        assert rec is not None, name
+        rec.update(changes)
+        self.save()
+
+    def save(self) -> None:
+        self.doc["updated"] = now_iso()
+        atomic_write_json(self.path / "tune.json", self.doc)
+        atomic_write_text(self.path / "tune.md", render_markdown(self.doc))
+
+
+def _num(x: Optional[float], digits: int = 2) -> str:
+    return "—" if x is None else f"{x:,.{digits}f}"
+
+
+def _values(values: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in values.items()) or "(the model's entry)"
+
+
+def _figure(t: dict[str, Any]) -> str:
+    row = t.get("row") or {}
+    if t.get("verdict") in ("measured", "no-capacity"):
+        ge = "≥ " if t.get("bound") else ""
+        cap = row.get("capacity")
+        at = f" at {'c=' if row.get('find') == 'max-concurrency' else ''}{cap:g}" if cap is not None else ""
+        tok = row.get("output_tok_s_per_gpu")
+        return f"{ge}{_num(t.get('value'))} good req/s" + (f" ({ge}{tok:.1f} tok/s)" if tok is not None else "") + at
+    return "—"
+
+
+def best_sentence(best: Optional[dict[str, Any]]) -> str:
+    if not best or best.get("verdict") in (None, "none"):
+        return "No trial has a figure that may be served yet" + (f": {best['note']}." if best and best.get("note") else ".")
+    ge = "≥ " if best.get("bound") else ""
+    lead = f"{best.get('leading')} ({ge}{_num(best.get('goodput_per_gpu'))} good req/s per GPU)"
+    if best["verdict"] == "recommended":
+        nxt = f", {best['by'] * 100:+.0f} % over {best['next']}" if best.get("next") and best.get("by") is not None else ""
+        return f"Best so far: **{lead}**{nxt}."
+    opens = "; ".join(f"{u['variant']} (≥ {_num(u['goodput_per_gpu'])}: {u['step']})" for u in best.get("undecided") or [])
+    return f"Undecided: {lead} leads, but lower bounds below it could still exceed it: {opens}."
+
+
+def render_markdown(doc: dict[str, Any]) -> str:
+    b = doc.get("budget") or {}
+    budget = " and ".join(x for x in (f"{b['trials']} trials" if b.get("trials") else "",
+                                      f"wall {b['wall']}" if b.get("wall") else "") if x)
+    lines = [f"# Tune {doc.get('name')}", "",
+             f"File `{doc.get('file')}`, model `{doc.get('model')}`, host `{doc.get('host')}`; objective: good "
+             f"requests/s per GPU within SLO `{doc.get('slo')}` (a lower bound counts as its value, marked ≥). "
+             f"Budget {budget}; {doc.get('sampler')} (seed {doc.get('seed')}, {doc.get('startup_trials')} random "
+             f"trials first). Started {doc.get('started')}, updated {doc.get('updated')}"
+             + (", finished." if doc.get("finished") else "."), "", best_sentence(doc.get("best")), "",
+             "## Space", "", *table_lines(["key", "kind", "values", "only when"],
+                                          [[s["name"], s["kind"], s["range"],
+                                            ", ".join(f"{k} in {v}" for k, v in (s.get("when") or {}).items())]
+                                           for s in doc.get("space") or []])]
+    if doc.get("require"):
+        lines += ["", "Rules every trial keeps: " + "; ".join(f"`{r}`" for r in doc["require"]) + "."]
+    lines += ["", "## Trials", "", *table_lines(
+        ["trial", "values", "state", "verdict", "figure within the SLO", "outputs", "why", "campaign"],
+        [[t["trial"], _values(t.get("values") or {}), t["state"], t.get("verdict") or "", _figure(t),
+          (t.get("outputs") or {}).get("check", ""), (t.get("why") or "")[:160], t.get("campaign") or ""]
+         for t in doc.get("trials") or []])]
+    lines += ["", "The starter is the model's entry as models.toml has it: every trial's greedy outputs are held "
+              "against its, and it is the figure to beat. Pruned trials (verdicts other than measured and "
+              "no-capacity) tell the search their region is bad. Not built yet: verifying the best few with "
+              "repeats, and `tune apply` (docs/tune.md)."]
+    return "\n".join(lines) + "\n"
+
+
+def _finished(doc: dict[str, Any]) -> bool:
+    return bool(doc.get("finished"))
+
+
+def list_tunes(root: Path) -> list[Path]:
+    if not root.exists():
+        return []
+    found = [p for p in root.iterdir() if p.is_dir() and (p / "tune.json").exists()]
+    return sorted(found, key=lambda p: (p.name.split("__")[-1], p.stat().st_mtime))
+
+
+def newest_unfinished(root: Path, tune: Tune) -> Optional[Path]:
+    """The newest folder of this tune (same name, same file) whose search has not finished."""
+    for p in reversed(list_tunes(root)):
+        try:
+            doc = json.loads((p / "tune.json").read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if doc.get("name") == tune.name and doc.get("file") == str(tune.path) and not _finished(doc):
+            return p
+    return None

@@ -1,0 +1,307 @@
+"""`servedeck tune FILE`: the starter, then trials chosen by Optuna's TPE until the budget is spent, one at a time.
+
+Each trial is a one-variant campaign (tune/file.py) run by the campaign's own Runner (launch through the deck,
+gate, output check, capacity search under the SLO, engines stopped by process group), after two checks that
+keep a variant from ever booting: the `require` rules and the planner's fit (gpu/fit.py, as `campaign plan`
+reads it). Its verdict (objective.py) is told to the study, kept in SQLite under the tune folder, so a resume
+continues the same search: a trial Ctrl-C or a crash cut short is told failed and its values asked again (the
+same values, a new trial); finished trials are never redone.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Optional, Protocol
+
+from filelock import FileLock, Timeout
+
+from servedeck.campaign import cells as C
+from servedeck.campaign.runner import RunOptions, Runner
+from servedeck.campaign.summary import capacity_of
+from servedeck.config import Config
+from servedeck.deck import Deck
+from servedeck.deck.state import now_iso
+from servedeck.errors import ConfigError, RefusedError, RunError, ServedeckError, UsageError
+from servedeck.runs.folder import runs_root
+from servedeck.supervisor import process as P
+from servedeck.tune import objective as O
+from servedeck.tune.file import STARTER, Tune, parse
+from servedeck.tune.folder import DONE, INTERRUPTED, RUNNING, TuneFolder, newest_unfinished, tunes_root
+from servedeck.workloads.outputs import compare_runs
+
+
+class TuneReporter(Protocol):
+    def begin(self, folder: Path, done: int, budget: Optional[int]) -> None: ...
+    def trial_start(self, trial: str, values: dict[str, Any]) -> None: ...
+    def phase(self, text: str) -> None: ...
+    def trial_end(self, trial: str, rec: dict[str, Any], best: str) -> None: ...
+    def note(self, text: str) -> None: ...
+
+
+class QuietTuneReporter:
+    def begin(self, folder: Path, done: int, budget: Optional[int]) -> None:
+        pass
+
+    def trial_start(self, trial: str, values: dict[str, Any]) -> None:
+        pass
+
+    def phase(self, text: str) -> None:
+        pass
+
+    def trial_end(self, trial: str, rec: dict[str, Any], best: str) -> None:
+        pass
+
+    def note(self, text: str) -> None:
+        pass
+
+
+class _CellNews:
+    """The campaign runner's reporter, forwarded to the tune's (one cell per trial: no ETA of its own)."""
+
+    def __init__(self, rep: TuneReporter):
+        self.rep = rep
+
+    def begin(self, folder: Path, total: int, done: int) -> None:
+        pass
+
+    def phase(self, cell: str, text: str) -> None:
+        self.rep.phase(text)
+
+    def cell_end(self, cell: str, state: str, reason: Optional[str], done: int, total: int,
+                 eta_s: Optional[float]) -> None:
+        pass
+
+    def note(self, text: str) -> None:
+        self.rep.note(text)
+
+
+def optuna_module() -> Any:
+    try:
+        import optuna
+    except ImportError:
+        raise UsageError("servedeck tune needs Optuna, which is not installed here",
+                         hint="pip install 'servedeck[tune]' (or pip install 'optuna>=4,<6')") from None
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna
+
+
+def trial_name(number: int) -> str:
+    return f"t{number + 1}"
+
+
+class TuneRun:
+    """The one owner of a tune folder's trials while a servedeck runs it (tune.lock held)."""
+
+    def __init__(self, cfg: Config, tune: Tune, resume: bool, reporter: Optional[TuneReporter] = None):
+        self.cfg, self.rep = cfg, reporter or QuietTuneReporter()
+        self.optuna = optuna_module()
+        root = tunes_root(cfg.deck.host.results_dir)
+        if resume:
+            found = newest_unfinished(root, tune)
+            if found is None:
+                raise RunError(f"no unfinished tune {tune.name!r} from {tune.path} under {root}",
+                               hint="start it anew without --resume")
+            tune = parse((found / "tune.toml").read_text(), tune.path)  # the search as it began
+        self.tune = tune
+        self.base = C.derive(cfg, tune.camp).base  # refuses an unknown model before any folder exists
+        self.folder = TuneFolder.open(found) if resume else TuneFolder.create(root, tune, self.base)
+        self.runs_root = runs_root(cfg.deck.host.results_dir)
+        self.lock = FileLock(str(self.folder.path / "tune.lock"))
+
+    def run(self) -> TuneFolder:
+        try:
+            self.lock.acquire(timeout=0)
+        except Timeout:
+            raise RefusedError(f"tune {self.tune.name} ({self.folder.path}) is being run by another servedeck",
+                               hint="wait for it, or stop it (Ctrl-C in its terminal) before resuming") from None
+        try:
+            return self._run()
+        finally:
+            self.lock.release()
+
+    def _study(self) -> Any:
+        opt = self.optuna
+        sp = self.tune.space
+        with warnings.catch_warnings():  # multivariate/group TPE are marked experimental
+            warnings.simplefilter("ignore", opt.exceptions.ExperimentalWarning)
+            sampler = opt.samplers.TPESampler(seed=sp.seed, n_startup_trials=sp.startup_trials, multivariate=True,
+                                              group=True)
+        return opt.create_study(storage=self.folder.storage_url, study_name=self.tune.name, direction="maximize",
+                                sampler=sampler, load_if_exists=True)
+
+    def _run(self) -> TuneFolder:
+        study = self._study()
+        redo = self._recover(study)
+        self.rep.begin(self.folder.path, self._finished(), self.tune.space.trials)
+        started = time.monotonic()
+        spent0 = float(self.folder.doc.get("spent_s") or 0.0)
+        try:
+            starter = self.folder.trial(STARTER)
+            if starter is None or starter["state"] != DONE:
+                self._trial(STARTER, None, {})
+            while O.trials_left(self._finished(), self.tune.space.trials,
+                                spent0 + time.monotonic() - started, self.tune.space.wall_s):
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", self.optuna.exceptions.ExperimentalWarning)
+                    ask = study.ask()
+                    values = self.tune.space.sample(ask)
+                name = trial_name(ask.number)
+                v = self._trial(name, ask.number, values, redo.pop(_key(values), None))
+                self._tell(study, ask.number, v)
+            self.folder.doc["finished"] = True
+        finally:
+            self.folder.doc["spent_s"] = spent0 + time.monotonic() - started
+            self.folder.save()
+        return self.folder
+
+    def _finished(self) -> int:
+        """Searched trials that count against `trials`: every one with a verdict (the starter is extra)."""
+        return sum(t["state"] == DONE for t in self.folder.doc["trials"] if t["trial"] != STARTER)
+
+    def _tell(self, study: Any, number: int, v: O.Verdict) -> None:
+        state = self.optuna.trial.TrialState
+        if v.tell == O.COMPLETE:
+            study.tell(number, v.value)
+        elif v.tell == O.PRUNED:
+            study.tell(number, state=state.PRUNED)
+
+    def _recover(self, study: Any) -> dict[str, str]:
+        """A resume: trials a Ctrl-C or a crash cut short are told failed, their engines stopped if a servedeck that
+        is gone left them running, and their values asked again first (the same values, as a new trial). Returns
+        which trial each re-asked set of values redoes."""
+        state = self.optuna.trial.TrialState
+        redo: dict[str, str] = {}
+        cut = [t for t in self.folder.doc["trials"] if t["state"] in (RUNNING, INTERRUPTED)]
+        for t in cut:
+            if t["state"] == RUNNING:
+                self.folder.update_trial(t["trial"], state=INTERRUPTED,
+                                         why=t.get("why") or "its servedeck is gone (killed, or the host restarted)")
+            self._reap(t["trial"], t.get("values") or {})
+        running = {ft.number for ft in study.get_trials(deepcopy=False, states=(state.RUNNING, state.WAITING))}
+        for t in cut:
+            if t["number"] is None or t.get("redone"):
+                continue
+            if t["number"] in running:
+                study.tell(t["number"], state=state.FAIL)
+            # the values it sampled, asked again first (a `when` left some knobs out: fixed ones only)
+            params = next((ft.params for ft in study.get_trials(deepcopy=False) if ft.number == t["number"]), {})
+            study.enqueue_trial(params, skip_if_exists=False)
+            redo[_key(t.get("values") or {})] = t["trial"]
+            self.folder.update_trial(t["trial"], redone=True)
+        if cut:
+            self.rep.note(f"resuming: {', '.join(t['trial'] for t in cut)} cut short; redone with the same values")
+        return redo
+
+    def _reap(self, trial: str, values: dict[str, Any]) -> None:
+        """Engines of a cut-short trial whose servedeck is gone: stopped by process group, through the deck."""
+        try:
+            derived = C.derive(self.cfg, self.tune.trial_campaign(trial, values))
+        except ServedeckError:
+            return
+        deck = Deck(derived.cfg)
+        running = deck.running()
+        mine = [n for n in derived.models.get(trial, ()) if n in running
+                and not (running[n].owner_pid and P.alive(running[n].owner_pid))]
+        if mine:
+            deck.stop(mine, wait_s=60)
+            self.rep.note(f"stopped {', '.join(mine)}, left running by a servedeck that is gone")
+
+    # --- one trial ------------------------------------------------------------------------------
+    def _trial(self, name: str, number: Optional[int], values: dict[str, Any], redoes: Optional[str] = None) -> O.Verdict:
+        f = self.folder
+        f.begin_trial(name, number, values, redoes)
+        self.rep.trial_start(name, values)
+        t0 = time.monotonic()
+        verdict: Optional[O.Verdict] = None
+        try:
+            verdict = self._measure(name, values)
+        except KeyboardInterrupt:
+            f.update_trial(name, state=INTERRUPTED, why="interrupted (Ctrl-C); `servedeck tune FILE --resume` "
+                                                        "redoes it with the same values")
+            raise
+        except ServedeckError as e:  # not the trial's fault (models of yours in the way, a full disk): said, kept
+            f.update_trial(name, state=INTERRUPTED, why=f"stopped: {e.message}")
+            raise
+        finally:
+            f.update_trial(name, ended=now_iso(), duration_s=round(time.monotonic() - t0, 1))
+        if verdict.verdict == O.INTERRUPTED:
+            f.update_trial(name, state=INTERRUPTED, why=verdict.why)
+            raise KeyboardInterrupt
+        f.update_trial(name, state=DONE, **verdict.to_json())
+        f.doc["best"] = O.best(f.doc["trials"], self.tune.slo)
+        f.save()
+        from servedeck.tune.folder import best_sentence
+
+        self.rep.trial_end(name, f.trial(name) or {}, best_sentence(f.doc["best"]))
+        return verdict
+
+    def _measure(self, name: str, values: dict[str, Any]) -> O.Verdict:
+        f, sp = self.folder, self.tune.space
+        broken = sp.broken_rules(values)
+        if broken:
+            return O.before_launch(broken, []) or O.Verdict(O.BROKE_RULE, O.PRUNED)
+        try:
+            camp = self.tune.trial_campaign(name, values)
+            derived = C.derive(self.cfg, camp)
+        except ConfigError as e:
+            return O.Verdict(O.INVALID, O.PRUNED, why=e.message.replace(f"{self.tune.path}: ", ""))
+        fits = self._fits(derived, name)
+        f.update_trial(name, fit=[{k: x.get(k) for k in ("model", "status", "message")} for x in fits])
+        pre = O.before_launch([], fits)
+        if pre is not None:
+            return pre
+        try:
+            runner = Runner(self.cfg, camp, RunOptions(), _CellNews(self.rep))
+        except ConfigError as e:
+            return O.Verdict(O.INVALID, O.PRUNED, why=e.message.replace(f"{self.tune.path}: ", ""))
+        f.update_trial(name, campaign=runner.folder.path.name)
+        try:
+            cfolder = runner.run()
+        finally:
+            doc = runner.folder.doc
+            f.update_trial(name, runs=[r for c in doc["cells"] for r in c.get("runs") or []])
+        cell = doc["cells"][0]
+        rows = [r for r in capacity_of(doc, self.runs_root) if r["slo"] == self.tune.slo]
+        row = rows[0] if rows else None
+        outputs = self._outputs(name, cell) if sp.check_outputs else None
+        f.update_trial(name, row=_jsonable(row), outputs=outputs)
+        del cfolder
+        return O.judge(cell, row, outputs)
+
+    def _fits(self, derived: C.Derived, name: str) -> list[dict[str, Any]]:
+        """The planner's verdict on each replica, as `campaign plan` reads it (unknown on a host without GPUs)."""
+        from servedeck.gpu import fit_now, inventory
+
+        inv = inventory()
+        return [fit_now(derived.cfg, m, inv=inv).to_json() for m in derived.models[name]]
+
+    def _outputs_run(self, cell: dict[str, Any]) -> Optional[Path]:
+        return next((self.runs_root / r for r in cell.get("runs") or []
+                     if (self.runs_root / r / "outputs.jsonl").exists()), None)
+
+    def _outputs(self, name: str, cell: dict[str, Any]) -> Optional[dict[str, Any]]:
+        mine = self._outputs_run(cell)
+        if name == STARTER:
+            self.folder.update_trial(name, outputs_run=mine.name if mine else None)
+            return {"reference": STARTER, "may_differ": False, "check": "reference"}
+        starter = self.folder.trial(STARTER) or {}
+        ref = self.runs_root / starter["outputs_run"] if starter.get("outputs_run") else None
+        if mine is None or ref is None:
+            return O.outputs_check(None, self.tune.space.outputs_may_differ)
+        return O.outputs_check(compare_runs(ref, mine), self.tune.space.outputs_may_differ)
+
+
+def _key(values: dict[str, Any]) -> str:
+    return repr(sorted(values.items()))
+
+
+def _jsonable(row: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
+    import json
+
+    return None if row is None else json.loads(json.dumps(row, default=str))
+
+
+def run_tune(cfg: Config, tune: Tune, resume: bool, reporter: Optional[TuneReporter] = None) -> TuneFolder:
+    return TuneRun(cfg, tune, resume, reporter).run()

@@ -1,0 +1,100 @@
+"""A trial's verdict and what the search is told, and the best by the verdict rules, pure. Each case was written
+from what a user should read before the code: a bound is its value marked, a trial whose answers changed or
+whose gate failed is pruned (a bad region), a config that breaks a rule or cannot fit is never launched."""
+
+from __future__ import annotations
+
+from servedeck.tune import objective as O
+
+DONE = {"state": "done"}
+
+
+def row(good, *, bound=False, capacity=4.0, result=True, slo="chat", steps=None):
+    return {"slo": slo, "slo_text": "ttft_p90<=2s", "variant": "x", "find": "max-concurrency", "capacity": capacity,
+            "capacity_per_gpu": capacity, "bound": bound, "steps": steps or (["a higher `max`"] if bound else []),
+            "goodput_per_gpu": good, "goodputs_per_gpu": [good] if good is not None else [],
+            "output_tok_s_per_gpu": (good or 0) * 30, "goodput_interval": None, "repeats": 1,
+            "result": result, "gate": "passed" if result else "failed"}
+
+
+def same():
+    return O.outputs_check({"verdict": "identical", "identical": 2, "prompts": 2}, False)
+
+
+def test_a_measured_trial_tells_its_goodput():
+    v = O.judge(DONE, row(1.5), same())
+    assert (v.verdict, v.tell, v.value, v.bound) == ("measured", "complete", 1.5, False)
+
+
+def test_a_bound_counts_as_its_value_and_is_marked_with_the_step_that_would_pin_it():
+    v = O.judge(DONE, row(2.0, bound=True), same())
+    assert (v.verdict, v.value, v.bound) == ("measured", 2.0, True)
+    assert "a higher `max`" in v.why
+
+
+def test_no_load_within_the_slo_is_a_figure_of_zero():
+    v = O.judge(DONE, row(None, capacity=None), same())
+    assert (v.verdict, v.tell, v.value) == ("no-capacity", "complete", 0.0)
+
+
+def test_a_failed_gate_is_pruned():
+    v = O.judge(DONE, row(3.0, result=False), same())
+    assert (v.verdict, v.tell) == ("gate-failed", "pruned")
+
+
+def test_changed_outputs_are_pruned_unless_the_space_allows_them():
+    differs = {"verdict": "differs", "identical": 1, "prompts": 2}
+    v = O.judge(DONE, row(3.0), O.outputs_check(differs, False))
+    assert (v.verdict, v.tell) == ("outputs-differ", "pruned") and "1/2 prompts identical" in v.why
+    allowed = O.judge(DONE, row(3.0), O.outputs_check(differs, True))
+    assert (allowed.verdict, allowed.value) == ("measured", 3.0)
+
+
+def test_a_cell_that_failed_or_timed_out_is_pruned_with_its_reason():
+    v = O.judge({"state": "failed", "reason": "llama-server exited with 1"}, None, None)
+    assert (v.verdict, v.tell) == ("failed", "pruned") and "exited with 1" in v.why
+    assert O.judge({"state": "timed-out", "reason": "cell_timeout"}, None, None).tell == "pruned"
+
+
+def test_an_interrupted_cell_tells_the_search_nothing():
+    assert O.judge({"state": "pending", "reason": "Ctrl-C"}, None, None).tell is None
+
+
+def test_a_broken_rule_or_no_room_is_never_launched():
+    assert O.before_launch([], [{"status": "unknown"}, {"status": "fits"}]) is None  # a CPU host launches
+    rule = O.before_launch(["args.ubatch-size <= args.batch-size"], [])
+    assert (rule.verdict, rule.tell) == ("broke-rule", "pruned")
+    room = O.before_launch([], [{"status": "no-room", "message": "m@t1 does not fit: GPU 0 needs 90 GiB"}])
+    assert (room.verdict, room.tell) == ("no-fit", "pruned") and "does not fit" in room.why
+
+
+def _trial(name, good, **kw):
+    outputs = kw.pop("outputs", same())
+    return {"trial": name, "row": row(good, **kw), "outputs": outputs}
+
+
+def test_the_best_is_the_recommendation_over_the_trials():
+    best = O.best([_trial("starter", 1.0), _trial("t1", 2.0), _trial("t2", 1.5)], "chat")
+    assert (best["verdict"], best["best"], best["next"]) == ("recommended", "t1", "t2")
+
+
+def test_a_bound_below_the_leader_leaves_it_undecided():
+    best = O.best([_trial("t1", 2.0), _trial("t2", 1.0, bound=True)], "chat")
+    assert (best["verdict"], best["leading"]) == ("undecided", "t1")
+    assert best["undecided"][0]["variant"] == "t2"
+
+
+def test_a_trial_with_changed_outputs_never_leads():
+    differs = O.outputs_check({"verdict": "differs", "identical": 0, "prompts": 2}, False)
+    best = O.best([_trial("t1", 5.0, outputs=differs), _trial("t2", 1.0)], "chat")
+    assert best["best"] == "t2" and best["left_out"][0]["variant"] == "t1"
+
+
+def test_before_any_figure_there_is_no_best():
+    assert O.best([{"trial": "t1", "row": None}], "chat")["verdict"] == "none"
+
+
+def test_the_budget_counts_finished_trials_and_spent_time():
+    assert O.trials_left(2, 3, 0, None) and not O.trials_left(3, 3, 0, None)
+    assert O.trials_left(0, None, 10, 60) and not O.trials_left(0, None, 60, 60)
+    assert not O.trials_left(1, 5, 61, 60)
