@@ -44,6 +44,6 @@ def arrange(app: typer.Typer) -> None:
 def first_step(config_found: bool) -> str:
     """What `servedeck` alone says to do first."""
     if not config_found:
-        return ("No models.toml here yet: `servedeck init` writes a starter one (the embedded default model, "
-                "SmolLM2, on llama.cpp and vLLM), then `servedeck start smollm2`.")
+        return ("No models.toml here yet: `servedeck init` writes one for the engines and models on this machine "
+                "(or says what to install), then `servedeck start NAME` with a name it wrote.")
     return "`servedeck status` says what runs; `servedeck start MODEL` starts one; `servedeck --help` lists the rest."
