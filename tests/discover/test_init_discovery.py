@@ -134,3 +134,19 @@ def test_the_starter_is_what_discovery_of_a_set_up_cache_gives():
     doc = tomllib.loads(text)
     assert list(doc["models"]) == ["smollm2", "smollm2-vllm", "gemma", "minilm"]
     assert doc["builds"]["llamacpp"]["binary"] == default_locations()["llama_server"]
+
+
+def test_a_model_whose_architecture_no_found_engine_serves_is_left_out_saying_why():
+    from servedeck.discover import Engine, Found, Model
+    from servedeck.init import compose
+
+    found = Found([Engine("vllm", "python", "/v/bin/python", "--vllm-python", "0.32.0", serves=("LlamaForCausalLM",))],
+                  [Model("/m/llama", "hf", "llama", "--models-dir /m", architecture="LlamaForCausalLM"),
+                   Model("/m/odd", "hf", "odd", "--models-dir /m", architecture="OddForCausalLM"),
+                   Model("/m/x.gguf", "gguf", "x", "--models-dir /m")])
+    out = compose(found)
+    assert list(out.models) == ["llama"]
+    why = {lo.what: lo.why for lo in out.left_out}
+    assert "OddForCausalLM is not in the model registry of vllm 0.32.0" in why["/m/odd"]
+    assert why["/m/x.gguf"] == "a GGUF file needs llama-server, and none was found"
+    assert "# Found but left out:" in out.text and "/m/odd" in out.text
