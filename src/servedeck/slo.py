@@ -256,14 +256,18 @@ def judge(records: Sequence[RequestRecord], slo: SloSpec, *, client: Optional[di
 
 def _client_verdict(measured: Sequence[RequestRecord], ok: Sequence[RequestRecord], rows: list[dict[str, Any]],
                     client: dict[str, Any], closed_loop: bool) -> tuple[list[str], list[str]]:
-    """(the client's own shortfall, the lag reasons that matter against these thresholds): a lag that matters is
-    the client's own when its loop was running, not waiting for a core, more of the time (pace.loop_fell_behind)."""
+    """(the client's own shortfall, the host's lag) when the point is no result: a client process near a full core,
+    or a lag that can move what these thresholds read; ([], []) otherwise. A lag that matters is the client's own
+    when it was short of CPU (stats' `short`) or its loop was running, not waiting for a core, more of the time
+    (pace.loop_fell_behind): more client processes are then the cure."""
     from servedeck.loadgen.pace import Reading, lag_matters, loop_fell_behind
     from servedeck.loadgen.stats import output_tokens
 
     short = client.get("short")
+    full = client.get("saturated")
     if short is None:  # figures from before the self-check told the two apart: its CPU reasons
         short = [r for r in client.get("reasons") or [] if "CPU" in r]
+        full = bool(short)
     readings = [Reading(row["key"], row["key"].split("_p")[0], row["value"], row["limit"]) for row in rows
                 if row["key"] != "error_rate"]
     outs = [output_tokens(r) for r in ok]
@@ -271,5 +275,7 @@ def _client_verdict(measured: Sequence[RequestRecord], ok: Sequence[RequestRecor
     lag = lag_matters([r.lag * 1000.0 for r in measured if r.lag is not None], readings,
                       output_tokens=int(statistics.median(outs)) if outs else None,
                       e2e_mean_ms=statistics.fmean(e2e) if e2e else None, closed_loop=closed_loop)
+    if not full and not lag:  # a client short of CPU whose lag moves nothing the SLO reads: the point stands
+        return [], []
     own = loop_fell_behind(client.get("cpu_fraction"), client.get("wait_fraction")) if lag and not short else None
     return (list(short) + ([own] + lag if own else [])), ([] if own else lag)

@@ -7,8 +7,9 @@ plain SmolLM2 on vLLM, SLO ttft_p90<=250ms,tpot_p90<=15ms, 512 in / 128 out, 4 s
 - the same with the 8.1 ms lag of the campaign's second measure, and c=16 with one process at 15 % (7.9 ms): stands.
 - a lag of 40 ms against that 250 ms TTFT limit (16 %) matters, whatever the margin.
 - the same 40 ms against TPOT alone (128 tokens: 0.31 ms per token against 15 ms) does not.
-- a client process at 95 % of a core is short of CPU; one at 10 % of a core that waited for a core 85 % of the
-  window (busy or waiting 95 %) is short too: its loop never idled; one at 7 % that waited 3 % is not.
+- a client process at 95 % of a core is short of CPU (and saturated); one at 1 % of a core that waited for a core
+  62 % of its window is short (measured here: a loop pinned to a core 64 busy loops hold); one at 60 % that waited
+  20 % idled a fifth of its window (not short), one at 75 % that waited 20 % never idled (short); one at 7 % that waited 3 % is not (the 2026-12-06 client).
 - a lag that matters from a loop running 30 % of its window and waiting 2 % is the loop's own (a wave of streams
   ending together: more processes split it); one from a loop at 5 % waiting 44 % (or with no schedstat) is the host's.
 - a closed loop whose streams each sat 10 % of their time waiting on the client's late sends did not hold its
@@ -20,7 +21,7 @@ from __future__ import annotations
 import pytest
 
 from servedeck.loadgen.pace import (ProcUse, Reading, lag_matters, lag_reach_ms, loop_fell_behind, more_procs,
-                                    short_of_cpu)
+                                    saturated, short_of_cpu)
 
 SLO_0612 = lambda ttft, tpot: [Reading("ttft_p90", "ttft", ttft, 250.0), Reading("tpot_p90", "tpot", tpot, 15.0)]  # noqa: E731
 
@@ -65,8 +66,13 @@ def test_a_closed_loop_that_waited_on_its_client_did_not_hold_its_load():
 
 def test_short_of_cpu_by_its_own_use_or_by_never_idling():
     assert short_of_cpu([ProcUse(None, cpu_s=3.8, wall_s=4.0, wait_s=0.1)])  # 95 % of a core
-    starved = short_of_cpu([ProcUse(1, cpu_s=0.4, wall_s=4.0, wait_s=3.4)])  # 10 % running, 85 % waiting
-    assert starved and "process 1" in starved[0] and "waiting" in starved[0]
+    assert saturated([ProcUse(None, cpu_s=3.8, wall_s=4.0, wait_s=0.1)])
+    starved = short_of_cpu([ProcUse(1, cpu_s=0.04, wall_s=4.0, wait_s=2.48)])  # 1 % running, 62 % waiting
+    assert starved and "process 1" in starved[0] and "waited for a core 62%" in starved[0]
+    assert not saturated([ProcUse(1, cpu_s=0.04, wall_s=4.0, wait_s=2.48)])
+    assert short_of_cpu([ProcUse(0, cpu_s=2.4, wall_s=4.0, wait_s=0.8)]) == []  # 60 % + 20 %: it idled
+    never_idle = short_of_cpu([ProcUse(0, cpu_s=3.0, wall_s=4.0, wait_s=0.8)])  # 75 % + 20 %
+    assert never_idle and "never idled" in never_idle[0]
     assert short_of_cpu([ProcUse(0, cpu_s=0.28, wall_s=4.0, wait_s=0.12)]) == []  # 7 %: the 2026-12-06 client
     assert short_of_cpu([ProcUse(0, cpu_s=0.28, wall_s=4.0, wait_s=None)]) == []  # no schedstat: CPU alone
     assert short_of_cpu([ProcUse(0, cpu_s=0.45, wall_s=0.5, wait_s=0.0)]) == []  # under a second: start-up noise

@@ -1,14 +1,17 @@
 """Who set a point's pace, and whether the client's lag matters: pure decisions (docs/loadgen.md, "The client's
 self-check").
 
-Two different things make a send late. The client can be short of CPU: a process busy, or waiting to run, for
-nearly its whole window (its loop never idled, so it could not keep the schedule); more client processes cure
-that where there are cores for them. Or the host is busy: the client had CPU to spare but each wake-up waited a
-few ms for a core the engine's processes held (2026-12-06, vLLM on a 16-CPU H100 host: 7 % of one core per client
-process, lag p99 5-8 ms); more client processes change nothing there, and whether it matters depends on what the
-lag does to the figures the SLO reads.
+Two different things make a send late. The client can be short of CPU: a process near a full core, or one that
+waited for a core a quarter of its window or more (runnable, not running), or one never idle (running or waiting
+nearly its whole window), or a loop that fell behind while it was running rather than waiting (its own work);
+more client processes cure that where there are cores for them. Or the host is busy: the client had CPU to spare
+and waited little, but its wake-ups came a few ms late (2026-12-06, vLLM on a 16-CPU H100 host: 7 % of one core
+per client process, lag p99 5-8 ms); more client processes change nothing there. Either way, whether a lag voids
+a point depends on what it does to the figures the SLO reads; a client process near a full core voids it anyway
+(its stamps are late whatever the sends say).
 
     short_of_cpu(procs)                       reasons a client process was short of CPU ([] when none was)
+    saturated(procs)                          whether one ran near a full core
     lag_matters(lags_ms, readings, ...)       reasons the lag could move a figure the SLO reads ([] when not)
     loop_fell_behind(cpu, wait)               whether such a lag was the client's own loop's (running, not waiting)
     more_procs(current, free_cores, streams)  how many client processes to measure again with, and why
@@ -30,6 +33,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 SHORT_FRACTION = 0.9  # of the window busy or waiting for a core: the loop never idled
+WAIT_FRACTION = 0.25  # of the window runnable but waiting for a core: short of CPU, whoever held the cores
 MIN_WALL_S = 1.0  # under this the shares are start-up noise (imports, first connections)
 SHARE = 0.05  # of a limit: a lag that can move a figure by this much matters
 SHORTFALL = 0.05  # of a closed loop's time its streams waited on late sends
@@ -56,9 +60,11 @@ class Reading:
     limit_ms: float
 
 
-def short_of_cpu(procs: Sequence[ProcUse], *, fraction: float = SHORT_FRACTION,
+def short_of_cpu(procs: Sequence[ProcUse], *, fraction: float = SHORT_FRACTION, wait_fraction: float = WAIT_FRACTION,
                  min_wall_s: float = MIN_WALL_S) -> list[str]:
-    """A reason for each client process that ran, or waited to run, for `fraction` of its window or more."""
+    """A reason for each client process short of CPU: it ran `fraction` of a core or more, or it waited for a core
+    `wait_fraction` of its window or more (runnable, not running: whoever held the cores, a process of its own on
+    a freer core would not wait so), or it was running or waiting `fraction` of its window (never idle)."""
     out = []
     for p in procs:
         if p.cpu_s is None or not p.wall_s or p.wall_s < min_wall_s:
@@ -68,10 +74,17 @@ def short_of_cpu(procs: Sequence[ProcUse], *, fraction: float = SHORT_FRACTION,
         wait = (p.wait_s or 0.0) / p.wall_s
         if cpu >= fraction:
             out.append(f"{who} CPU {cpu:.0%} of a core >= {fraction:.0%}")
-        elif cpu + wait >= fraction:
-            out.append(f"{who} ran {cpu:.0%} of its window and was waiting for a core {wait:.0%}: "
-                       f"its loop never idled (>= {fraction:.0%})")
+        elif wait >= wait_fraction or cpu + wait >= fraction:
+            out.append(f"{who} ran {cpu:.0%} of its window and waited for a core {wait:.0%} of it"
+                       + (f" (>= {wait_fraction:.0%})" if wait >= wait_fraction else
+                          f": its loop never idled (>= {fraction:.0%})"))
     return out
+
+
+def saturated(procs: Sequence[ProcUse], *, fraction: float = SHORT_FRACTION, min_wall_s: float = MIN_WALL_S) -> bool:
+    """A client process ran `fraction` of a core or more: its loop stamps late whatever the lag says."""
+    return any(p.cpu_s is not None and p.wall_s and p.wall_s >= min_wall_s and p.cpu_s / p.wall_s >= fraction
+               for p in procs)
 
 
 def lag_reach_ms(figure: str, lag_ms: float, output_tokens: Optional[int]) -> float:

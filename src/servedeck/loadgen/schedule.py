@@ -150,13 +150,14 @@ def thread_wait() -> float | None:
 
 
 def host_cores() -> tuple[int, float] | None:
-    """(cores this process may run on, CPU-seconds they have been busy so far), to take a difference of."""
+    """(cores this process may run on, CPU-seconds they have been busy so far), to take a difference of. The
+    process's set, which its client processes get (procs.py), whatever set the calling thread is held to."""
     try:
         import os
 
         import psutil
 
-        allowed = sorted(os.sched_getaffinity(0))
+        allowed = sorted(os.sched_getaffinity(os.getpid()))  # the process's (its client processes get it), not this thread's
         times = psutil.cpu_times(percpu=True)
         busy = sum(t.user + t.nice + t.system + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
                    + getattr(t, "steal", 0.0) for i, t in enumerate(times) if i in allowed)

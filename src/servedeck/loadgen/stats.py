@@ -304,7 +304,7 @@ def _client(
     """The client's self-check (docs/loadgen.md): was it short of CPU (loadgen/pace.py), and was its schedule lag
     over the floor. Without an SLO a lag over the floor flags the point as before; against an SLO (slo.judge)
     a lag counts only where it can move what the SLO reads."""
-    from servedeck.loadgen.pace import ProcUse, short_of_cpu
+    from servedeck.loadgen.pace import ProcUse, saturated, short_of_cpu
 
     lags_ms = [r.lag * 1000 for r in measured if r.lag is not None]
     lag = dist(lags_ms)
@@ -314,6 +314,7 @@ def _client(
     uses = [ProcUse(p.get("index"), p.get("cpu_s"), p.get("wall_s"), p.get("wait_s")) for p in procs] if procs \
         else [ProcUse(None, cpu_s, wall_s, wait_s)]
     short = short_of_cpu(uses, fraction=th.cpu_fraction)
+    full = saturated(uses, fraction=th.cpu_fraction)
     cpu_fraction = max((u.cpu_s / u.wall_s for u in uses if u.cpu_s is not None and u.wall_s), default=None)
     wait_fraction = max((u.wait_s / u.wall_s for u in uses if u.wait_s is not None and u.wall_s), default=None)
     lag_reasons = []
@@ -331,7 +332,12 @@ def _client(
     elif len(over) == 1:
         warnings.append(f"one of {len(lags_ms)} requests was sent {over[0]:.1f} ms late (limit {limit_ms:.1f} ms); "
                         "one late send alone does not make the point client-bound")
-    reasons = short + lag_reasons
+    # Without an SLO a point is flagged as before: a process near a full core, or a lag over the floor; `short`
+    # (a process that also waited for cores, or never idled) says whose a lag is, and slo.judge weighs the lag.
+    flagged = full or bool(lag_reasons)
+    reasons = short + lag_reasons if flagged else []
+    if short and not flagged:
+        warnings.append("the client was short of CPU though its sends kept the schedule: " + "; ".join(short))
     if reasons:
         warnings.append("the client, not the server, may have set the pace: " + "; ".join(reasons))
     return {
@@ -348,6 +354,7 @@ def _client(
         "per_process": list(procs) if procs else None,
         "host": host,
         "short": short,  # the client's own shortfall: more client processes are the cure
+        "saturated": full,  # a process near a full core: its stamps are late whatever the lag says
         "lag_source": None if not lag_reasons else "client" if short else "host",
         "client_bound": bool(reasons),
         "reasons": reasons,
