@@ -27,8 +27,8 @@ def executable() -> str:
     found = shutil.which("vllm-router")
     if found:
         return found
-    raise SystemExit("vllm-router is not installed: run scripts/setup.sh (it installs the `bench` extra, "
-                     "vllm-router==0.1.17), or `.venv/bin/python -m pip install -e '.[bench]'`")
+    raise SystemExit("vllm-router is not installed: run scripts/setup.sh (it installs pyproject.toml's `bench` "
+                     "dependency group, vllm-router==0.1.17), or `.venv/bin/python -m pip install --group bench`")
 
 
 def version() -> Optional[str]:

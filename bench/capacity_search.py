@@ -164,7 +164,7 @@ def main() -> None:
         console.print(f"SLO {slo.text}, from a line through the grid at c={k + 0.5} of 1..{a.parallel}")
         out["grid"] = _grid_entry(folder, slo, a.figure, load0)
         _save(out, a, res)
-        for i in range(a.searches):
+        for _ in range(a.searches):
             if not a.same_server:  # each search starts on a fresh server, as the grid did
                 deck.stop([MODEL])
                 deck.start(MODEL)

@@ -120,7 +120,7 @@ class DoorProcess:
                 return
             except httpx.TransportError:
                 if self.proc.poll() is not None:
-                    raise RuntimeError(f"door exited: {self.proc.stderr.read()}")
+                    raise RuntimeError(f"door exited: {self.proc.stderr.read()}") from None
                 time.sleep(0.1)
         raise RuntimeError("door did not start")
 

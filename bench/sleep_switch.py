@@ -79,7 +79,7 @@ class Door:
                 return
             except httpx.TransportError:
                 if self.proc.poll() is not None:
-                    raise RuntimeError(f"the door exited ({self.proc.returncode}): see {log}")
+                    raise RuntimeError(f"the door exited ({self.proc.returncode}): see {log}") from None
                 time.sleep(0.2)
         raise RuntimeError(f"the door did not answer within 120 s: see {log}")
 

@@ -17,7 +17,7 @@ def make(chains: int, turns: int, block_tokens: int, gap_ms: int, output: int, s
     rng = random.Random(seed)
     rows, next_id, t = [], 0, 0
     chain_ids: list[list[int]] = [[] for _ in range(chains)]
-    for turn in range(turns):
+    for _ in range(turns):
         for c in range(chains):
             chain_ids[c] = chain_ids[c] + [next_id]
             next_id += 1

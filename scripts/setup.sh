@@ -107,12 +107,15 @@ setsid "$here/build-llama-server.sh" >"$build_log" 2>&1 &
 build_pid=$!
 trap 'kill -- -"$build_pid" 2>/dev/null || true' EXIT
 
-step "servedeck venv (.venv; [fast]: uvloop for the load generator's client; [ray]: campaigns across hosts; [eval]: the lm-eval gate; [tune]: Optuna for `servedeck tune`; [bench]: vllm-router for the routing benches; [clients]: guidellm, run against the door in its tests)"
+step "servedeck venv (.venv; extras [fast]: uvloop for the load generator's client; [ray]: campaigns across hosts; [eval]: the lm-eval gate; [tune]: Optuna for `servedeck tune`; groups test: pytest, ruff, mypy, build; bench: vllm-router for the routing benches; clients: guidellm, run against the door in its tests)"
 if [ ! -x "$repo/.venv/bin/python" ]; then python3 -m venv "$repo/.venv"; fi
 # pip's own chatter (this machine's pip.conf names index folders that may not exist) goes to a log,
 # shown only if the install fails.
 log=$(run_log pip)
-if ! { "$repo/.venv/bin/python" -m pip install -q --upgrade pip && "$repo/.venv/bin/python" -m pip install -q -e "$repo[test,fast,ray,eval,tune,bench,clients]"; } >"$log" 2>&1; then
+# The extras are servedeck's own features; the dependency groups (PEP 735) are what only this repository's
+# tests and benches need, read by `pip install --group` (pip 25.1 and newer, upgraded first) from ./pyproject.toml.
+if ! { "$repo/.venv/bin/python" -m pip install -q --upgrade pip \
+       && (cd "$repo" && .venv/bin/python -m pip install -q -e ".[fast,ray,eval,tune]" --group test --group bench --group clients); } >"$log" 2>&1; then
   grep -v "^WARNING: Location" "$log" >&2; exit 1
 fi
 

@@ -10,7 +10,10 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+if TYPE_CHECKING:
+    from servedeck.errors import DiskFullError
 
 
 FULL = (errno.ENOSPC, errno.EDQUOT)
@@ -36,9 +39,10 @@ def human(n: int | None) -> str:
     return f"{n} bytes"
 
 
-def disk_full(path: Path, err: OSError | None = None) -> "DiskFullError":
+def disk_full(path: Path, err: OSError | None = None) -> DiskFullError:
     """The error for a write to `path` that found no room."""
     from servedeck.errors import DiskFullError
+
 
     free = free_bytes(path)
     # the kernel's words (what a user searches for), then what its file system has left

@@ -12,7 +12,6 @@ import random
 import string
 import subprocess
 import sys
-from datetime import datetime
 from pathlib import Path
 
 import pytest

@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -83,7 +82,7 @@ def test_servedeck_sleep_refuses_a_model_that_cannot_sleep_and_it_keeps_serving(
     rec = deck.start("smollm2").record
     r = servedeck(sleepy, "sleep", "smollm2")
     assert r.returncode == 5 and "Traceback" not in r.stderr
-    assert f"cannot put smollm2 to sleep: engine 'llamacpp' has no sleep mode" in r.stdout + r.stderr
+    assert "cannot put smollm2 to sleep: engine 'llamacpp' has no sleep mode" in r.stdout + r.stderr
     assert "servedeck stop smollm2" in r.stdout + r.stderr
     r = servedeck(sleepy, "wake", "smollm2")
     assert r.returncode == 5 and "cannot wake smollm2: it is ready, not asleep" in r.stdout + r.stderr

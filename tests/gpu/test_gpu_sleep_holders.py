@@ -64,7 +64,7 @@ def test_the_fit_check_counts_what_a_sleeper_holds_and_names_it(sleeper):
 
 
 def test_doctor_names_a_sleeper_in_its_gpu_and_host_ram_rows(sleeper, tmp_path):
-    cfg = parse(f"""
+    cfg = parse("""
 [builds.stock]
 engine = "vllm"
 python = "/x/bin/python"

@@ -12,7 +12,7 @@ from typing import Callable
 from servedeck.config import Config
 from servedeck.modelsfile import parse
 from servedeck.watch.notices import read_notices
-from ports import free_port  # below the kernel's ephemeral range: tests/ports.py says why
+from ports import free_port  # noqa: F401 (the watch tests take it from here); below the kernel's ephemeral range: tests/ports.py says why
 
 HERE = Path(__file__).parent
 INSTRUMENT = HERE / "stall_instrument.py"

@@ -136,7 +136,7 @@ def derive(cfg: Config, camp: Campaign) -> Derived:
     names: dict[str, tuple[str, ...]] = {}
     where: dict[str, str] = {}
     problems: list[str] = []
-    for i, v in enumerate(camp.variants):
+    for v in camp.variants:
         mine = []
         for r in range(v.replicas):
             port += 1

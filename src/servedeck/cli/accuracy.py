@@ -45,7 +45,7 @@ def gate_eval(cfg: Config, model: str, ref: str, threshold: Optional[float], lim
         if outcome.folder is not None:
             err_console.print(f"interrupted; the run folder keeps every scored question: {outcome.folder}",
                               highlight=False, soft_wrap=True)
-        raise typer.Exit(130)
+        raise typer.Exit(130) from None
     except ServedeckError:
         if outcome.folder is not None:
             err_console.print(f"run folder: {outcome.folder}", highlight=False, soft_wrap=True)

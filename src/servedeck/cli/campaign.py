@@ -92,7 +92,7 @@ def _guarded(outcome: "Outcome", run: Callable[["RichReporter"], object]) -> Non
             run(rep)
     except KeyboardInterrupt:
         _ended(outcome, True)
-        raise typer.Exit(130)
+        raise typer.Exit(130) from None
     except ServedeckError:
         _ended(outcome, False)
         raise

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 from servedeck.hostcpu import cpulist_text, numa_nodes, parse_cpulist
 
@@ -144,7 +144,10 @@ def _read_device(pynvml, index: int) -> Gpu:
     constraints = _maybe(pynvml.nvmlDeviceGetPowerManagementLimitConstraints, h)
     util = _maybe(pynvml.nvmlDeviceGetUtilizationRates, h)
     pci = _maybe(pynvml.nvmlDeviceGetPciInfo, h)
-    mw = lambda v: None if v is None else round(v / 1000.0, 1)  # NVML speaks milliwatts
+
+    def mw(v: Optional[float]) -> Optional[float]:  # NVML speaks milliwatts
+        return None if v is None else round(v / 1000.0, 1)
+
     return Gpu(
         index=index,
         name=_text(pynvml.nvmlDeviceGetName(h)),

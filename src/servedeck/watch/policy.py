@@ -22,7 +22,7 @@ The rules, in order:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 RELAUNCHING, GAVE_UP = "relaunching", "gave-up"
