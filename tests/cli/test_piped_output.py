@@ -5,6 +5,7 @@ run it: the real `servedeck` script, stdout a pipe, no COLUMNS."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -53,3 +54,10 @@ def test_plan_puts_the_start_needs_basis_under_predicted_not_last_measured(deck_
     cells = [c.strip() for c in need.split("│")]
     assert cells[-2] == "", need  # the "last measured" column: nothing was measured for this row
     assert "planned" in basis or "measured" in basis, basis
+
+
+def test_doctor_counts_one_weight_file_in_the_singular(deck_config):
+    r = piped(deck_config.path, "doctor", "smollm2-vllm", "--no-integrity", "--json")
+    rows = json.loads(r.stdout)["rows"]
+    [weights] = [row for row in rows if row["check"] == "weights"]
+    assert ": 1 weight file, " in weights["saw"], weights  # the starter's HF snapshot: one model.safetensors

@@ -83,7 +83,7 @@ def check_hf(repo_id: str, env: dict[str, str] | None = None, revision: str | No
                                    f"({', '.join(missing[:3])})", fetch, data)
     if "config.json" not in files:
         return WeightsResult(FAIL, f"{repo_id}: {head} has weights but no config.json", fetch, data)
-    saw = f"{head}: {len(files)} files, {len(weights)} weight files, {gib(size)}"
+    saw = f"{head}: {len(files)} files, {len(weights)} weight file{'' if len(weights) == 1 else 's'}, {gib(size)}"
     others = [c for c in empty if c != rev.commit_hash[:8]]
     if others:
         saw += f"; sibling snapshot(s) without weights: {', '.join(others)}"
@@ -128,7 +128,7 @@ def check_local(path: Path) -> WeightsResult:
     if missing:
         return WeightsResult(FAIL, f"{path}: {len(missing)} shard(s) named by the index are missing "
                                    f"({', '.join(missing[:3])})", "copy the missing shards")
-    return WeightsResult(OK, f"{path}: {len(weights)} weight files, {gib(size)}",
+    return WeightsResult(OK, f"{path}: {len(weights)} weight file{'' if len(weights) == 1 else 's'}, {gib(size)}",
                          data={"bytes": size, "weight_files": len(weights)})
 
 
