@@ -6,6 +6,7 @@ Container images are tested on `docker images` output only: no Docker engine run
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -49,6 +50,12 @@ def test_init_finds_each_engine_and_model_and_the_gguf_entry_answers(tmp_path, e
     assert sources[str(lay["snapshot"])][1]["context"] == 8192  # its config.json's max_position_embeddings
     assert sources[str(lay["ollama_blob"])][0] == "smollm2:135m"
     assert "Traceback" not in r.stderr and "wrote models.toml" in r.stdout
+    # An Ollama blob has no .gguf name: it is still read as the GGUF it is (render, doctor's weights row).
+    r = run(["render", "smollm2:135m"], env, work)
+    assert r.returncode == 0 and str(lay["ollama_blob"]) in r.stdout, r.stdout + r.stderr
+    r = run(["doctor", "smollm2:135m", "--json", "--no-integrity"], env, work)
+    weights = [row for row in json.loads(r.stdout)["rows"] if row["check"] == "weights"]
+    assert [row["status"] for row in weights] == ["OK"], weights
 
     # `servedeck start` of the GGUF model answers a request, then stops with nothing left behind.
     (work / "models.toml").write_text(free_ports((work / "models.toml").read_text()))

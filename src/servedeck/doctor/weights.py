@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from servedeck.gpu.gguf_header import GGUFError, read_header
+from servedeck.gpu.gguf_header import GGUFError, is_gguf, read_header
 from servedeck.gpu.nvml import gib
 from servedeck.gpu.source import hf_cache_dir, is_weight_file, looks_like_repo_id
 
@@ -95,7 +95,7 @@ def check_hf(repo_id: str, env: dict[str, str] | None = None, revision: str | No
 
 
 def check_local(path: Path) -> WeightsResult:
-    if path.suffix == ".gguf" or (path.is_file() and path.name.endswith(".gguf")):
+    if is_gguf(path):
         if not path.is_file():
             return WeightsResult(FAIL, f"{path} does not exist", "fix `source`, or run `servedeck init` to find the models on this machine")
         size = path.stat().st_size

@@ -640,7 +640,7 @@ class Engine:
         hf_home = os.environ.get("HF_HOME", os.path.expanduser("~/.cache/huggingface"))
         argv += ["-v", f"{hf_home}:/root/.cache/huggingface"]
         if source.startswith("/"):
-            mount = source if not source.endswith(".gguf") else os.path.dirname(source)
+            mount = os.path.dirname(source) if source.endswith(".gguf") or os.path.isfile(source) else source
             argv += ["-v", f"{mount}:{mount}:ro"]
         argv.append(build.image)
         return argv

@@ -89,6 +89,18 @@ class _Reader:
                 self.value(etype)
 
 
+def is_gguf(path: str | Path) -> bool:
+    """A .gguf name, or a file that starts with GGUF's magic: Ollama keeps its models as blobs named by hash."""
+    p = Path(path)
+    if p.suffix == ".gguf":
+        return True
+    try:
+        with open(p, "rb") as fh:
+            return fh.read(4) == MAGIC
+    except OSError:
+        return False
+
+
 def read_header(path: str | Path) -> GGUFHeader:
     """Parse a GGUF file's header. Raises GGUFError (with why) for anything that is not a readable GGUF."""
     path = Path(path)

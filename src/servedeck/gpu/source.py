@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from servedeck.gpu.gguf_header import is_gguf
+
 WEIGHT_SUFFIXES = (".safetensors", ".gguf", ".pt", ".pth")
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -82,7 +84,7 @@ def resolve(source: str, env: Mapping[str, str] | None = None, revision: str | N
     p = Path(os.path.expanduser(source))
     if not p.is_absolute() and base is not None and not looks_like_repo_id(source):
         p = base / p
-    if source.endswith(".gguf") or (p.is_file() and p.suffix == ".gguf"):
+    if source.endswith(".gguf") or (p.is_file() and is_gguf(p)):
         sf = SourceFiles(kind="gguf", source=source, path=p)
         if not p.is_file():
             sf.problem = f"{p} does not exist"
