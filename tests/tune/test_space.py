@@ -75,7 +75,7 @@ def test_a_rule_names_what_it_breaks_and_leaves_unset_keys_alone():
 def test_optuna_samples_within_the_ranges_and_on_log_scale():
     sp = parse_search(SPACE)
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=1, n_startup_trials=3))
-    for i in range(12):
+    for _ in range(12):
         t = study.ask()
         v = sp.sample(t)
         assert v["args.parallel"] in (1, 2, 4) and 64 <= v["args.batch-size"] <= 1024

@@ -7,4 +7,5 @@
                   rules (report/recommend.py); pure
     runner.py     the loop: the starter, then Optuna's TPE trials, each through the campaign Runner, resumable
     folder.py     the tune folder: tune.toml, tune.json, tune.md, study.db (Optuna's SQLite)
+    apply.py      `tune apply`: the winner's values into models.toml (tomlkit), each with its `why`; pure
 """

@@ -23,7 +23,7 @@ from servedeck.tune.space import DOC, Space, SpaceError, overrides, parse_search
 STARTER = "starter"  # the trial that launches the model's entry unchanged: the reference and the baseline
 # the workload a trial answers the output check with: one short request besides the check's prompts
 CHECK_WORKLOAD = {"kind": "chat", "label": "output check", "concurrency": [1], "requests": 1, "warmup": 0,
-                  "input_tokens": 16, "output_tokens": 4}
+                  "input_tokens": 64, "output_tokens": 4}
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ def parse(text: str, path: Path) -> Tune:
         if key in raw:
             problems.append(f"{key}: a tune's variants are chosen by its [search] table: drop {what} (a campaign "
                             "file runs listed variants: `servedeck campaign run`)")
-    head = raw.get("campaign") if isinstance(raw.get("campaign"), dict) else {}
+    head: dict[str, Any] = raw["campaign"] if isinstance(raw.get("campaign"), dict) else {}
     for key in ("repeats", "base", "reference"):
         if key in head:
             problems.append(f"campaign.{key}: a tune sets it itself (each trial is one launch, held against the "

@@ -85,7 +85,7 @@ class TuneFolder:
         return next((t for t in self.doc["trials"] if t["trial"] == name), None)
 
     def begin_trial(self, name: str, number: Optional[int], values: dict[str, Any], redoes: Optional[str]) -> None:
-        rec = {"trial": name, "number": number, "values": values, "state": RUNNING, "verdict": None, "value": None,
+        rec: dict[str, Any] = {"trial": name, "number": number, "values": values, "state": RUNNING, "verdict": None, "value": None,
                "bound": False, "why": None, "tell": None, "campaign": None, "runs": [], "row": None,
                "outputs": None, "fit": None, "redoes": redoes, "started": now_iso(), "ended": None,
                "duration_s": None}
@@ -161,8 +161,8 @@ def render_markdown(doc: dict[str, Any]) -> str:
          for t in doc.get("trials") or []])]
     lines += ["", "The starter is the model's entry as models.toml has it: every trial's greedy outputs are held "
               "against its, and it is the figure to beat. Pruned trials (verdicts other than measured and "
-              "no-capacity) tell the search their region is bad. Not built yet: verifying the best few with "
-              "repeats, and `tune apply` (docs/tune.md)."]
+              "no-capacity) tell the search their region is bad. `servedeck tune apply` writes the best into "
+              "models.toml. Not built yet: verifying the best few with repeats (docs/tune.md)."]
     return "\n".join(lines) + "\n"
 
 

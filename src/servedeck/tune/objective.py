@@ -73,7 +73,8 @@ def judge(cell: dict[str, Any], row: Optional[dict[str, Any]], outputs: Optional
     if state == "pending":
         return Verdict(INTERRUPTED, None, why=cell.get("reason") or "interrupted")
     if state != "done":
-        return Verdict(FAILED, PRUNED, why=f"{state}: {cell.get('reason') or 'no reason recorded'}")
+        why = cell.get("reason") or "no reason recorded"
+        return Verdict(FAILED, PRUNED, why=why if state == "failed" else f"{state}: {why}")
     if row is None:
         return Verdict(FAILED, PRUNED, why="its capacity search left no result under the tune's SLO")
     if not row.get("result"):

@@ -98,6 +98,7 @@ class TuneRun:
         self.cfg, self.rep = cfg, reporter or QuietTuneReporter()
         self.optuna = optuna_module()
         root = tunes_root(cfg.deck.host.results_dir)
+        found: Optional[Path] = None
         if resume:
             found = newest_unfinished(root, tune)
             if found is None:
@@ -106,7 +107,7 @@ class TuneRun:
             tune = parse((found / "tune.toml").read_text(), tune.path)  # the search as it began
         self.tune = tune
         self.base = C.derive(cfg, tune.camp).base  # refuses an unknown model before any folder exists
-        self.folder = TuneFolder.open(found) if resume else TuneFolder.create(root, tune, self.base)
+        self.folder = TuneFolder.open(found) if found is not None else TuneFolder.create(root, tune, self.base)
         self.runs_root = runs_root(cfg.deck.host.results_dir)
         self.lock = FileLock(str(self.folder.path / "tune.lock"))
 
@@ -140,7 +141,12 @@ class TuneRun:
         try:
             starter = self.folder.trial(STARTER)
             if starter is None or starter["state"] != DONE:
-                self._trial(STARTER, None, {})
+                v = self._trial(STARTER, None, {})
+                if v.verdict == O.FAILED:  # every trial runs the same workloads on the same model: nothing to learn
+                    self.folder.doc["finished"] = True
+                    raise RunError(f"the starter (model {self.base} as models.toml has it) failed: {v.why}",
+                                   hint="every trial runs the same workloads on the same model: fix what it names, "
+                                        "then `servedeck tune FILE` again (a new tune)")
             while O.trials_left(self._finished(), self.tune.space.trials,
                                 spent0 + time.monotonic() - started, self.tune.space.wall_s):
                 with warnings.catch_warnings():
@@ -179,14 +185,17 @@ class TuneRun:
                 self.folder.update_trial(t["trial"], state=INTERRUPTED,
                                          why=t.get("why") or "its servedeck is gone (killed, or the host restarted)")
             self._reap(t["trial"], t.get("values") or {})
-        running = {ft.number for ft in study.get_trials(deepcopy=False, states=(state.RUNNING, state.WAITING))}
+        running = {ft.number for ft in study.get_trials(deepcopy=False, states=(state.RUNNING,))}
+        known = {t["number"] for t in self.folder.doc["trials"]}
+        for number in sorted(running - known):  # asked, then cut short before its trial was recorded: nothing ran
+            study.tell(number, state=state.FAIL)
         for t in cut:
             if t["number"] is None or t.get("redone"):
                 continue
             if t["number"] in running:
                 study.tell(t["number"], state=state.FAIL)
             # the values it sampled, asked again first (a `when` left some knobs out: fixed ones only)
-            params = next((ft.params for ft in study.get_trials(deepcopy=False) if ft.number == t["number"]), {})
+            params: dict[str, Any] = next((ft.params for ft in study.get_trials(deepcopy=False) if ft.number == t["number"]), {})
             study.enqueue_trial(params, skip_if_exists=False)
             redo[_key(t.get("values") or {})] = t["trial"]
             self.folder.update_trial(t["trial"], redone=True)
@@ -258,7 +267,7 @@ class TuneRun:
             return O.Verdict(O.INVALID, O.PRUNED, why=e.message.replace(f"{self.tune.path}: ", ""))
         f.update_trial(name, campaign=runner.folder.path.name)
         try:
-            cfolder = runner.run()
+            runner.run()
         finally:
             doc = runner.folder.doc
             f.update_trial(name, runs=[r for c in doc["cells"] for r in c.get("runs") or []])
@@ -267,7 +276,6 @@ class TuneRun:
         row = rows[0] if rows else None
         outputs = self._outputs(name, cell) if sp.check_outputs else None
         f.update_trial(name, row=_jsonable(row), outputs=outputs)
-        del cfolder
         return O.judge(cell, row, outputs)
 
     def _fits(self, derived: C.Derived, name: str) -> list[dict[str, Any]]:

@@ -1,0 +1,91 @@
+"""`servedeck tune apply`: the winner's values written into the model's models.toml entry, each with its `why`.
+
+Pure: models.toml's text in, the new text out, through tomlkit (the user's comments, order and layout kept; the
+file is never formatted by hand). Which trial wins is the verdict rules' (objective.best): a tune whose best is
+"undecided" is applied only when the user asks for the leader anyway.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import tomlkit
+from tomlkit.exceptions import TOMLKitError
+
+from servedeck.errors import ConfigError, UsageError
+
+STARTER = "starter"
+
+
+def winner(doc: dict[str, Any], leading: bool) -> dict[str, Any]:
+    """The trial to apply from tune.json: the recommended one; the leader of an undecided verdict with `leading`.
+    UsageError says why there is none, and what would decide."""
+    best = doc.get("best") or {}
+    verdict = best.get("verdict")
+    if verdict == "recommended":
+        name = best["best"]
+    elif verdict == "undecided" and leading:
+        name = best["leading"]
+    elif verdict == "undecided":
+        steps = "; ".join(f"{u['variant']}: {u['step']}" for u in best.get("undecided") or [])
+        raise UsageError(f"tune {doc.get('name')}: undecided: {best.get('leading')} leads, but a lower bound below it "
+                         f"could still exceed it ({steps})",
+                         hint="take the step named, or pass --leading to apply the leader anyway")
+    else:
+        raise UsageError(f"tune {doc.get('name')}: no trial has a figure that may be served",
+                         hint="see tune.md for each trial's verdict; `servedeck tune FILE --resume` searches on")
+    trial = next(t for t in doc["trials"] if t["trial"] == name)
+    return trial
+
+
+def reason(doc: dict[str, Any], trial: dict[str, Any], folder: str) -> str:
+    """The `why` written beside each applied value: the trial and the figure that chose it, and what it was not."""
+    starter: dict[str, Any] = next((t for t in doc["trials"] if t["trial"] == STARTER), {})
+    ge = "≥ " if trial.get("bound") else ""
+    than = (f" against the starter's {'≥ ' if starter.get('bound') else ''}{starter['value']:.3g}"
+            if starter.get("value") is not None else "")
+    verdict = (doc.get("best") or {}).get("verdict")
+    return (f"servedeck tune {doc.get('name')} ({folder}), trial {trial['trial']}: {ge}{trial['value']:.3g} good "
+            f"req/s per GPU within SLO {doc.get('slo')}{than}; {verdict}, one measurement each (not verified "
+            "with repeats)")
+
+
+def _set(table: Any, key: str, value: Any) -> Any:
+    if key not in table:
+        table[key] = tomlkit.inline_table()
+    return table[key]
+
+
+def applied(text: str, model: str, values: dict[str, Any], why: str) -> str:
+    """models.toml's text with `values` ({"args.parallel": 2, "context": 4096}) set on [models.MODEL], each key's
+    `why` set to `why`. ConfigError when the file or the entry is not there to change."""
+    try:
+        doc = tomlkit.parse(text)
+    except TOMLKitError as e:
+        raise ConfigError(f"models.toml: not valid TOML: {e}", hint="fix the syntax, then apply again") from None
+    models = doc.get("models")
+    if models is None or model not in models:
+        raise ConfigError(f"models.toml has no [models.{model}] entry to apply the tune to",
+                          hint="apply with the models.toml the tune ran with (--config)")
+    entry = models[model]
+    whys = _set(entry, "why", None)
+    for key, value in values.items():
+        head, _, leaf = key.partition(".")
+        if leaf:
+            _set(entry, head, None)[leaf] = value
+            whys[leaf] = why
+        else:
+            entry[head] = value
+            whys[head] = why
+    return tomlkit.dumps(doc)
+
+
+def changes(text: str, model: str, values: dict[str, Any]) -> list[tuple[str, Optional[Any], Any]]:
+    """(key, value now in the entry or None, value the trial sets) for each key, for the user to read first."""
+    entry = (tomlkit.parse(text).get("models") or {}).get(model) or {}
+    out = []
+    for key, value in values.items():
+        head, _, leaf = key.partition(".")
+        now = (entry.get(head) or {}).get(leaf) if leaf else entry.get(head)
+        out.append((key, None if now is None else getattr(now, "unwrap", lambda n=now: n)(), value))
+    return out
