@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import os
 import re
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
+from typing import Iterator
 
 import platformdirs
 
@@ -56,11 +59,30 @@ def component(name: str, what: str = "model") -> str:
     return name
 
 
+# Commands that promise to write nothing (`page`) run under reading_only(): the state folders are then named,
+# never made, so a first `servedeck page` on a machine leaves no ~/.local/state/servedeck behind.
+_reading_only: ContextVar[bool] = ContextVar("servedeck_reading_only", default=False)
+
+
+@contextmanager
+def reading_only() -> Iterator[None]:
+    token = _reading_only.set(True)
+    try:
+        yield
+    finally:
+        _reading_only.reset(token)
+
+
+def made(d: Path) -> Path:
+    """`d`, created unless under reading_only() (where a folder that is not there is read as empty)."""
+    if not _reading_only.get():
+        d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
 def home() -> Path:
     env = os.environ.get("SERVEDECK_HOME")
-    path = Path(env).expanduser() if env else Path(platformdirs.user_state_dir("servedeck"))
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return made(Path(env).expanduser() if env else Path(platformdirs.user_state_dir("servedeck")))
 
 
 def config_file(explicit: str | os.PathLike | None = None) -> Path:
@@ -102,9 +124,7 @@ def notices_file() -> Path:
 
 def live_dir() -> Path:
     """One record per model that servedeck believes is running (pid, pgid, launch folder)."""
-    d = home() / "live"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+    return made(home() / "live")
 
 
 def lock_file() -> Path:

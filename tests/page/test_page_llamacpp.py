@@ -124,7 +124,9 @@ def test_measured_is_newest_first_grouped_by_engine_version_with_provenance_and_
     assert [(r["what"], r["then"], r["now"]) for r in stale["stale"]["why"]] == \
         [("build", "stock", "next"), ("engine version", OLD, NEW)]
     pv = fresh["provenance"]
-    assert pv["command"] == f"servedeck bench {NAME} --workload chat --concurrency 1,2 --seed 11"
+    # every setting the summary keeps, so the command run again makes the same run (test_page_first_hour.py)
+    assert pv["command"] == (f"servedeck bench {NAME} --workload chat --concurrency 1,2 --input-tokens 48 "
+                             "--output-tokens 4 --requests 2 --warmup 0 --seed 11 --request-timeout 600s")
     assert (pv["build"], pv["engine_version"], pv["context"]) == ("next", NEW, 512)
     assert Path(pv["launch"]).is_dir() and Path(pv["engine_command"]).name == "cmd.sh"
     one, two = fresh["points"]

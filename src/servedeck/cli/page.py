@@ -26,7 +26,10 @@ def page(
     if len(chosen) > 1:
         raise UsageError(f"{' and '.join(chosen)} each choose the whole output; give one of them",
                          hint=f"`servedeck page {model} --html > page.html`, or --json for the document")
-    doc = build_page(load_config(), model)
+    from servedeck import paths
+
+    with paths.reading_only():  # "writes nothing" holds on a machine with no state folder yet, too
+        doc = build_page(load_config(), model)
     if json_out:
         print_json(doc)
     elif html:

@@ -36,9 +36,7 @@ _BOOT_KEYS = ("kv_tokens", "kv_device", "max_concurrency", "max_concurrency_requ
 
 
 def plans_dir() -> Path:
-    d = paths.home() / "plans"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+    return paths.made(paths.home() / "plans")
 
 
 def _file(model: str) -> Path:

@@ -15,6 +15,7 @@ from servedeck.config import Config
 from servedeck.deck.state import now_iso
 from servedeck.page import history as H
 from servedeck.page import today as T
+from servedeck.page.sections import verifiable
 from servedeck.page.records import campaigns_of, journal_of, launches_of, notices_of, runs_of
 from servedeck.page.tried import tried
 from servedeck.campaign.folder import campaigns_root
@@ -24,12 +25,14 @@ SCHEMA = 1
 SECTIONS = ("what", "now", "launch", "memory", "measured", "crashes", "uptime", "build", "tried", "next")
 
 
-def first_steps(name: str, build: str) -> list[dict[str, str]]:
+def first_steps(name: str, build: str, verify: bool = True) -> list[dict[str, str]]:
     """What a model with no history should get first, in the order that makes each step's record useful
-    to the next (the gate before the figures it validates)."""
+    to the next (the gate before the figures it validates). `verify` False: verify-build could only answer
+    SKIP for this build (a binary with no package record and no `requires`), so it is not suggested."""
     return [
         {"command": f"servedeck doctor {name}", "why": "config, build, weights, port and memory before anything starts"},
-        {"command": f"servedeck verify-build {build}", "why": "the build's files against its package records (kept for this page)"},
+        *([{"command": f"servedeck verify-build {build}",
+            "why": "the build's files against its package records (kept for this page)"}] if verify else []),
         {"command": f"servedeck start {name}", "why": "a first launch: its folder, boot facts and the planner's check"},
         {"command": f"servedeck gate {name}", "why": "the correctness gate, before any figure counts"},
         {"command": f"servedeck bench {name} --workload chat --concurrency 1,4 --seed 1",
@@ -72,5 +75,6 @@ def build_page(cfg: Config, model: str) -> dict[str, Any]:
     return {"schema": SCHEMA, "kind": "servedeck-page", "model": name, "asked_as": model,
             "generated_at": at_text, "servedeck": __version__, "config_path": str(cfg.path),
             "home": str(paths.home()), "results": str(root), "history": has_history,
-            "first_steps": [] if has_history else first_steps(name, cfg.models[name].build),
+            "first_steps": [] if has_history else first_steps(name, cfg.models[name].build, verifiable(
+                sections["build"]["kind"], sections["build"]["requires"])),
             "now_basis": now.to_json(), "sections": sections}

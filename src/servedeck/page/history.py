@@ -67,11 +67,65 @@ def command_of(v: dict[str, Any]) -> str:
     if cap:
         slo = (cap.get("slo") or {}).get("text") or (v.get("capacity") or {}).get("slo_text") or "?"
         return f"servedeck bench {model} --workload {w.get('workload')} --find {cap.get('find')} --slo \"{slo}\""
-    points = ",".join(str(p).removeprefix("c=") for p in w.get("points") or [])
-    load = f" --concurrency {points}" if points and all(str(p).startswith("c=") for p in w.get("points") or []) \
-        else (f" (points {', '.join(w.get('points') or [])})" if points else "")
-    return f"servedeck bench {model} --workload {w.get('workload')}{load}" + \
-        (f" --seed {w['seed']}" if w.get("seed") is not None else "")
+    # a load-point bench (chat, long-prompt, decode) keeps every setting in its workload; other kinds their own
+    flags = bench_flags(w) if "points" in w else ([f"--seed {w['seed']}"] if w.get("seed") is not None else [])
+    return f"servedeck bench {model} --workload {w.get('workload')}" + "".join(f" {x}" for x in flags) + \
+        (" --no-gate" if (v.get("gate") or {}).get("status") == "not run" else "")
+
+
+_RATE = re.compile(r"rate=([0-9.e+-]+)/s (\w+)")
+
+
+def _secs(x: Any) -> str:
+    return "none" if x is None else f"{float(x):g}s"
+
+
+def bench_flags(w: dict[str, Any]) -> list[str]:
+    """The options of a load-point bench, from the workload its summary.json keeps (BenchSpec.to_json): every
+    setting that shapes the run, so the command run again makes a run with the same settings."""
+    pts = [str(p) for p in w.get("points") or []]
+    out: list[str] = []
+    rates = [_RATE.fullmatch(p) for p in pts]
+    if pts and all(p.startswith("c=") for p in pts):
+        out.append("--concurrency " + ",".join(p.removeprefix("c=") for p in pts))
+    elif pts and all(rates):
+        out.append("--rate " + ",".join(m.group(1) for m in rates if m))
+        gaps = {m.group(2) for m in rates if m}
+        if gaps != {"poisson"}:
+            out.append("--arrivals " + gaps.pop())
+    elif pts:
+        out.append(f"(points {', '.join(pts)})")
+    if w.get("prompt_tokens") is not None:
+        out.append(f"--prompt-tokens {w['prompt_tokens']}")
+    elif w.get("input_tokens") is not None:
+        out.append(f"--input-tokens {w['input_tokens']}")
+    if w.get("output_tokens") is not None:
+        out.append(f"--output-tokens {w['output_tokens']}")
+    if w.get("requests") is not None:
+        out.append(f"--requests {w['requests']}")
+    if w.get("duration_s") is not None:
+        out.append(f"--duration {_secs(w['duration_s'])}")
+    if w.get("warmup") is not None:
+        out.append(f"--warmup {w['warmup']}")
+    if w.get("repeat_prompt"):
+        out.append("--repeat-prompt")
+    if w.get("seed") is not None:
+        out.append(f"--seed {w['seed']}")
+    if w.get("content") not in (None, "random"):
+        out.append(f"--content {w['content']}")
+    if "request_timeout_s" in w:
+        out.append(f"--request-timeout {_secs(w['request_timeout_s'])}")
+    if w.get("stall_after_s", 300.0) != 300.0:
+        out.append(f"--stall-after {_secs(w.get('stall_after_s'))}")
+    slo = w.get("slo") or {}
+    bounds = [f"{k}={slo[k + '_ms']:g}ms" for k in ("ttft", "tpot", "e2e") if slo.get(k + "_ms") is not None]
+    if bounds:
+        out.append("--slo " + ",".join(bounds))
+    if w.get("check_outputs"):
+        out.append("--check-outputs")
+    if (w.get("client_procs") or 1) != 1:
+        out.append(f"--client-procs {w['client_procs']}")
+    return out
 
 
 def run_basis(v: dict[str, Any], version: Optional[str]) -> Basis:

@@ -49,6 +49,34 @@ def plural(n: int, word: str) -> str:
     return f"{n} {word}" + ("" if n == 1 else "es" if word.endswith("h") else "s")
 
 
+def verifiable(kind: str, requires: Any) -> bool:
+    """Whether `servedeck verify-build` can say anything of a build: a venv has package records, an image its
+    id; a binary has neither, so only its `requires` paths (if any) are checked."""
+    return kind != "binary" or bool(requires)
+
+
+def not_ok(rows: list[dict[str, Any]], total: int) -> str:
+    """`4 of 9 rows are SKIP`, or `3 of 9 rows are not OK (2 WARN, 1 SKIP)`: what the rows are, not a blanket."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    of = f"{len(rows)} of {plural(total, 'row')} {'is' if len(rows) == 1 else 'are'}"
+    if len(counts) == 1:
+        return f"{of} {next(iter(counts))}"
+    return f"{of} not OK (" + ", ".join(f"{n} {k}" for k, n in counts.items()) + ")"
+
+
+def holds_sentence(m: Optional[dict[str, Any]], holds: str) -> Cell:
+    """stale_cell as the end of a sentence (a bare `holds` there dangles): `its figures still hold against
+    today's entry`, or the stale mark."""
+    if not m:
+        return f"whether {holds} is not known"
+    if m.get("stale"):
+        return stale_cell(m)
+    unknown = m.get("unknown") or []
+    return f"{holds} against today's entry" + (f" (not recorded: {', '.join(unknown)})" if unknown else "")
+
+
 def stale_cell(m: Optional[dict[str, Any]]) -> Cell:
     if not m:
         return "-"
@@ -82,8 +110,8 @@ def what(doc: dict[str, Any], link: MakeLink) -> list:
     if w["request"]:
         rows.append(["every request servedeck sends adds", str(w["request"])])
     rows.append(["stop / start limits", f"SIGTERM grace {w['stop_timeout_s']:g} s, then SIGKILL; a start may take "
-                                        f"{w['ready_timeout_s']:g} s; the watch loop relaunches {w['relaunch']['tries']} "
-                                        f"times, {w['relaunch']['spacing_s']:g} s apart"])
+                                        f"{w['ready_timeout_s']:g} s; the watch loop relaunches "
+                                        f"{plural(w['relaunch']['tries'], 'time')}, {w['relaunch']['spacing_s']:g} s apart"])
     if w["max_output_tokens"]:
         rows.append(["max output tokens", f"{w['max_output_tokens']:,}"])
     rows.append(["history", (f"{plural(h['launches'], 'launch')} under servedeck ({h['ready_launches']} became "
@@ -126,7 +154,7 @@ def launch(doc: dict[str, Any], link: MakeLink) -> list:
         return [Para([Mark("cannot render", "warn"), f" {la['error']}"])]
     last = la["today_last_launched"]
     out: list = [Para([f"Rendered from [models.{doc['model']}] of {doc['config_path']} at {day(la['rendered_at'])}; "
-                       + (f"launched in exactly this form {la['today_launches']} times, last {day(last)} ("
+                       + (f"launched in exactly this form {plural(la['today_launches'], 'time')}, last {day(last)} ("
                           if last else "never launched in exactly this form."),
                        *([link("launch", la["today_last_launch"]), ")."] if last else [])])]
     env_lines = [f"{k}={v}" for k, v in la["env"].items()]
@@ -181,7 +209,7 @@ def memory(doc: dict[str, Any], link: MakeLink) -> list:
     out: list = [Table(head, rows)]
     if got:
         out.append(Para(["Last boot: ", link("launch", got["launch"]) if got.get("launch") else "-", "; ",
-                         stale_cell(got.get("stale"))]))
+                         holds_sentence(got.get("stale"), "its figures still hold")]))
     else:
         out.append(Para(["No boot of this model measured yet: the planner's figures stand alone."]))
     if m["error"]:
@@ -258,7 +286,7 @@ def uptime(doc: dict[str, Any], link: MakeLink) -> list:
         out.append(Para([f"Longest window of any launch: {span(w['seconds'])}, {day(w['ready_at'])} → "
                          f"{day(w['ended_at']) if w['ended_at'] else 'now'}, build {w['build']}, engine "
                          f"{w['engine_version'] or 'not recorded'}, {how} (", link("launch", w["launch"]),
-                         f"; {u['windows']} launches became ready)."]))
+                         f"; {plural(u['windows'], 'launch')} became ready)."]))
     else:
         out.append(Para(["No launch of this model became ready yet."]))
     if u["soaks"]:
@@ -296,10 +324,13 @@ def build(doc: dict[str, Any], link: MakeLink) -> list:
             what = f"integrity not checked: {v['integrity_skip']}"
         out.append(Para([f"Last `servedeck verify-build {b['name']}`: {day(v['at'])}, ",
                          Mark(v["verdict"], "ok" if v["verdict"] == "intact" else "warn"),
-                         f", {v['engine']} {v['engine_version']}: {what}. ", stale_cell(b["verified_stale"])]))
-    else:
+                         f", {v['engine']} {v['engine_version']}: {what}; ", holds_sentence(b["verified_stale"], "the verdict still holds"),
+                         "."]))
+    elif verifiable(b["kind"], b["requires"]):
         out.append(Para([Mark("never verified", "warn"), f": `servedeck verify-build {b['name']}` checks the install "
                          "against its package records and keeps its verdict for this page."]))
+    else:  # verify-build could only answer SKIP: a binary has no package record and this one requires nothing
+        out.append(Para(["A binary: no package record to verify it against (its version is its build id)."]))
     if b["requires"]:
         out.append(Table(["requires", "now"], [[r["path"], r["saw"] if r["ok"] else Mark(r["saw"], "warn")]
                                                 for r in b["requires"]]))
@@ -339,7 +370,7 @@ def next_launch(doc: dict[str, Any], link: MakeLink) -> list:
     n = doc["sections"]["next"]
     out: list = []
     if n["doctor"]:
-        out.append(Para([f"`servedeck doctor {doc['model']}`: {len(n['doctor'])} of {n['doctor_rows']} rows are not OK "
+        out.append(Para([f"`servedeck doctor {doc['model']}`: {not_ok(n['doctor'], n['doctor_rows'])} "
                          "(build integrity is not hashed here: the Build section has the last verdict):"]))
         out.append(Table(["check", "subject", "status", "saw", "to do"],
                          [[r["check"], r["subject"], Mark(r["status"], "warn"), r["saw"], r["action"]] for r in n["doctor"]]))
