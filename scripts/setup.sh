@@ -107,7 +107,7 @@ setsid "$here/build-llama-server.sh" >"$build_log" 2>&1 &
 build_pid=$!
 trap 'kill -- -"$build_pid" 2>/dev/null || true' EXIT
 
-step "servedeck venv (.venv; extras [fast]: uvloop for the load generator's client; [ray]: campaigns across hosts; [eval]: the lm-eval gate; [tune]: Optuna for `servedeck tune`; groups test: pytest, ruff, mypy, build; bench: vllm-router for the routing benches; clients: guidellm, run against the door in its tests)"
+step "servedeck venv (.venv; extras [fast]: uvloop for the load generator's client; [ray]: campaigns across hosts; [eval]: the lm-eval gate; [tune]: Optuna for servedeck tune; groups test: pytest, ruff, mypy, build; bench: vllm-router for the routing benches; clients: guidellm, run against the door in its tests)"
 if [ ! -x "$repo/.venv/bin/python" ]; then python3 -m venv "$repo/.venv"; fi
 # pip's own chatter (this machine's pip.conf names index folders that may not exist) goes to a log,
 # shown only if the install fails.
