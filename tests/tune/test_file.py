@@ -14,7 +14,7 @@ HEAD = """
 name = "smol-tune"
 model = "smollm2"
 cell_timeout = "5m"
-gate = false
+gate = { context = 256, depths = [0.5], repeats = 1 }
 
 [slo.chat]
 ttft_p90 = "2s"
@@ -72,7 +72,7 @@ def test_listed_variants_and_a_matrix_are_refused():
 
 
 def test_keys_the_tune_sets_itself_are_refused():
-    msg = _error(HEAD.replace('gate = false', 'gate = false\nrepeats = 2\nreference = "x"') + SEARCH)
+    msg = _error(HEAD.replace('cell_timeout = "5m"', 'cell_timeout = "5m"\nrepeats = 2\nreference = "x"') + SEARCH)
     assert "campaign.repeats: a tune sets it itself" in msg and "campaign.reference:" in msg
 
 
@@ -102,3 +102,8 @@ def test_a_sampled_value_wrong_for_a_variant_is_a_config_error():
     with pytest.raises(ConfigError) as e:
         t.trial_campaign("t1", {"tp": 0})
     assert "tp" in e.value.message
+
+
+def test_an_ungated_tune_is_refused():
+    text = HEAD.replace("gate = { context = 256, depths = [0.5], repeats = 1 }", "gate = false") + SEARCH
+    assert "campaign.gate: a tune gates every trial" in _error(text)

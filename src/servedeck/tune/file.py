@@ -69,6 +69,10 @@ def parse(text: str, path: Path) -> Tune:
             problems.append(f"{key}: a tune's variants are chosen by its [search] table: drop {what} (a campaign "
                             "file runs listed variants: `servedeck campaign run`)")
     head: dict[str, Any] = raw["campaign"] if isinstance(raw.get("campaign"), dict) else {}
+    if head.get("gate") is False:
+        problems.append("campaign.gate: a tune gates every trial (a figure whose gate did not pass is not a result, "
+                        "so an ungated tune could never name a winner): give a gate, a short needle will do, like "
+                        "gate = { context = 512, depths = [0.5], repeats = 1 }")
     for key in ("repeats", "base", "reference"):
         if key in head:
             problems.append(f"campaign.{key}: a tune sets it itself (each trial is one launch, held against the "
