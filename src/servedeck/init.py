@@ -86,16 +86,27 @@ def _template() -> list[_Tuned]:
     tables += [(s, n, t) for s in ("builds", "models") for n, t in doc.get(s, {}).items()]
     out, carry = [], []
     for section, name, t in tables:
-        body = list(t.value.body)
-        # Comments after a table's last key and a blank line are about the next table.
-        last_key = max((i for i, (k, _) in enumerate(body) if k is not None), default=-1)
-        blank = max((i for i, (_, it) in enumerate(body) if i > last_key and isinstance(it, Whitespace)),
-                    default=len(body))
+        body, trailing = _split_trailing(t)
         hold = next((str(t[k]) for k in ("source", "binary", "python") if k in t), "")
         m = _PLACEHOLDER.fullmatch(hold)
-        out.append(_Tuned(section, name, carry, body[:blank], m.group(1) if m else "", len(out)))
-        carry = [_comment_text(item) for _, item in body[blank + 1:] if isinstance(item, Comment)]
+        out.append(_Tuned(section, name, carry, body, m.group(1) if m else "", len(out)))
+        carry = trailing
     return out
+
+
+def _split_trailing(t: Table) -> tuple[list, list[str]]:
+    """(the table's body, the comment lines after its last key and a blank line): those are about the next
+    table. A sub-table at the end ([models.x.client_defaults]) holds them in its own body; they leave it."""
+    body = list(t.value.body)
+    last_key = max((i for i, (k, _) in enumerate(body) if k is not None), default=-1)
+    if last_key >= 0 and isinstance(body[last_key][1], Table):
+        inner = body[last_key][1]
+        kept, trailing = _split_trailing(inner)
+        del inner.value.body[len(kept):]
+        return body, trailing
+    blank = max((i for i, (_, it) in enumerate(body) if i > last_key and isinstance(it, Whitespace)),
+                default=len(body))
+    return body[:blank], [_comment_text(it) for _, it in body[blank + 1:] if isinstance(it, Comment)]
 
 
 def _comment_text(c: Comment) -> str:
@@ -107,7 +118,12 @@ def _tuned_table(tuned: _Tuned, loc: dict[str, str], values: dict, note: str = "
     t = tomlkit.table()
     for line in tuned.lead:
         t.add(tomlkit.comment(line))
-    for key, item in tuned.body:
+    subtables = [i for i, (key, item) in enumerate(tuned.body) if key is not None and isinstance(item, Table)]
+    first_sub = subtables[0] if subtables else len(tuned.body)
+    for i, (key, item) in enumerate(tuned.body):
+        if i == first_sub and note:  # the note closes the table's own keys, before its sub-tables
+            t.add(tomlkit.comment(note))
+            note = ""
         if key is None:
             t.add(item)
         else:

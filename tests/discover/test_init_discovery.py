@@ -141,6 +141,11 @@ def test_the_starter_is_what_discovery_of_a_set_up_cache_gives():
     doc = tomllib.loads(text)
     assert list(doc["models"]) == ["smollm2", "smollm2-vllm", "gemma", "minilm"]
     assert doc["builds"]["llamacpp"]["binary"] == default_locations()["llama_server"]
+    # each comment stays with the table it is about, a sub-table ([models.x.client_defaults]) or not
+    for name in doc["models"]:
+        head = text.index(f"[models.{name}]\n")
+        found_note = text.index("# found: ", head)
+        assert found_note < text.find("\n[models.", head + 1) or text.find("\n[models.", head + 1) == -1, name
 
 
 def test_a_model_whose_architecture_no_found_engine_serves_is_left_out_saying_why():
