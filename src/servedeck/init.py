@@ -84,7 +84,8 @@ def _template() -> list[_Tuned]:
     doc = tomlkit.parse(files("servedeck").joinpath("data/models.toml.template").read_text())
     tables = [("host", "host", doc["host"])]
     tables += [(s, n, t) for s in ("builds", "models") for n, t in doc.get(s, {}).items()]
-    out, carry = [], []
+    out: list[_Tuned] = []
+    carry: list[str] = []
     for section, name, t in tables:
         body, trailing = _split_trailing(t)
         hold = next((str(t[k]) for k in ("source", "binary", "python") if k in t), "")
@@ -99,8 +100,8 @@ def _split_trailing(t: Table) -> tuple[list, list[str]]:
     table. A sub-table at the end ([models.x.client_defaults]) holds them in its own body; they leave it."""
     body = list(t.value.body)
     last_key = max((i for i, (k, _) in enumerate(body) if k is not None), default=-1)
-    if last_key >= 0 and isinstance(body[last_key][1], Table):
-        inner = body[last_key][1]
+    inner = body[last_key][1] if last_key >= 0 else None
+    if isinstance(inner, Table):
         kept, trailing = _split_trailing(inner)
         del inner.value.body[len(kept):]
         return body, trailing

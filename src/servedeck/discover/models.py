@@ -63,7 +63,10 @@ def hf_model(folder: Path, found_in: str, name: str, repo_id: str = "") -> Model
 
 
 def _add(found: Found, item: Model | LeftOut) -> None:
-    (found.models if isinstance(item, Model) else found.left_out).append(item)
+    if isinstance(item, Model):
+        found.models.append(item)
+    else:
+        found.left_out.append(item)
 
 
 def scan_folder(folder: Path, found_in: str, found: Found, depth: int = 4) -> None:
