@@ -162,3 +162,18 @@ def test_a_model_whose_architecture_no_found_engine_serves_is_left_out_saying_wh
     assert "OddForCausalLM is not in the model registry of vllm 0.32.0" in why["/m/odd"]
     assert why["/m/x.gguf"] == "a GGUF file needs llama-server, and none was found"
     assert "# Found but left out:" in out.text and "/m/odd" in out.text
+
+
+@pytest.mark.engine
+def test_install_finds_its_own_build_at_once_and_init_finds_it_there(tmp_path, engines_ready):
+    # The installer set-up ran (scripts/build-llama-server.sh → servedeck/install.py) is `servedeck install`'s.
+    env = {**os.environ, "PATH": "/usr/bin:/bin"}
+    r = run(["install", "llama-server"], env, tmp_path, timeout=60)
+    assert r.returncode == 0 and r.stdout.splitlines()[0] == engines_ready["llama_server"], r.stdout + r.stderr
+
+
+def test_install_without_a_compiler_says_what_to_install(tmp_path):
+    env = bare_env(tmp_path, str(tmp_path / "nothing"))
+    r = run(["install", "llama-server"], env, tmp_path, timeout=60)
+    assert r.returncode == 1 and "building llama-server needs" in r.stderr and "cmake" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "cache" / "engines").exists()
