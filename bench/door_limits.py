@@ -1,5 +1,6 @@
-"""The door under hostile clients (issue 36): what one client that pipelines and never reads, or one
-huge header value, costs the door's memory and its other clients.
+"""The door under hostile clients (issues 36 and 48): what one client that pipelines and never reads, one
+huge header value, or huge request bodies (one, and several at once: the door-wide total) cost the
+door's memory and its other clients.
 
     .venv/bin/python bench/door_limits.py [--pipeline-mib 24] [--header-mib 128] [--attackers 5]
         [--before-tree PATH] [--out bench/results/door_limits.json]
@@ -11,6 +12,8 @@ an api key set; no engine is started: /v1/models and the 401s are the door's own
   pipeline-401   the same without the key: every answer a 401
   header         connections in turn (--attackers, for --header-seconds at least) each send one header
                  value of --header-mib
+  bodies-N       N clients at once each POST a --body-mib JSON body (one chat message) naming an unknown
+                 model: the door reads and parses each, or refuses it past its body budget (503)
 Meanwhile another client asks GET /v1/models every 0.1 s on its own connection, timed, and the door's
 RSS is sampled (psutil) every 0.05 s. Reported: the door's RSS before and at its peak, what the attacker
 sent (and how much before a send first blocked: the kernel's socket buffers hold most of that, not the
@@ -89,14 +92,53 @@ def header(door: DoorProcess, mib: int, attackers: int, seconds: float) -> dict:
             "refused_max_ms": max(ok) * 1e3 if ok else None, **said(seen)}
 
 
+def bodies(door: DoorProcess, mib: int, clients: int) -> dict:
+    """`clients` requests at once, each a JSON body of `mib` MiB (one chat message) naming a model the door
+    does not know: the door reads, parses and refuses each (404), or refuses past its body budget (503)."""
+    import httpx
+    from concurrent.futures import ThreadPoolExecutor
+
+    body = json.dumps({"model": "no-such-model", "messages": [{"role": "user", "content": "a" * (mib * 2**20)}]}).encode()
+    w = watched(door)
+
+    def one(_: int) -> str:
+        t0 = time.perf_counter()
+        try:
+            r = httpx.post(door.url + "/v1/chat/completions", content=body, timeout=300,
+                           headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"})
+            return f"{r.status_code} in {time.perf_counter() - t0:.1f} s"
+        except httpx.HTTPError as e:
+            return repr(e)[:100]
+
+    with ThreadPoolExecutor(clients) as pool:
+        answers = list(pool.map(one, range(clients)))
+    time.sleep(1)
+    seen = w.done()
+    return {"scenario": f"bodies-{clients}", "sent_mib": len(body) * clients / 2**20, "answers": answers,
+            "grew_per_body": seen["grew"] / len(body) / clients, **said(seen)}
+
+
+def starter_of(src: Path | None) -> str:
+    """The starter models.toml as that checkout writes it (an older door refuses keys added since)."""
+    if src is None:
+        return render_starter()
+    import subprocess
+
+    return subprocess.run([sys.executable, "-c", "from servedeck.init import render_starter; print(render_starter())"],
+                          env=dict(os.environ, PYTHONPATH=str(src)), capture_output=True, text=True, check=True).stdout
+
+
 def run_all(a: argparse.Namespace, src: Path | None, label: str) -> list[dict]:
     rows = []
-    for scenario in ("pipeline-200", "pipeline-401", "header"):
-        door = DoorProcess(render_starter(), "--api-key", KEY, src=src)  # a fresh door: RSS from its start
+    starter = starter_of(src)
+    for scenario in a.scenarios.split(","):
+        door = DoorProcess(starter, "--api-key", KEY, src=src)  # a fresh door: RSS from its start
         try:
             time.sleep(1)
             if scenario == "header":
                 row = header(door, a.header_mib, a.attackers, a.header_seconds)
+            elif scenario.startswith("bodies-"):
+                row = bodies(door, a.body_mib, int(scenario.split("-")[1]))
             else:
                 row = pipelining(door, scenario.endswith("200"), a.pipeline_mib, a.seconds)
         finally:
@@ -117,6 +159,10 @@ def main() -> None:
     ap.add_argument("--header-mib", type=int, default=128, help="the one header value's size, MiB (issue 36: 128)")
     ap.add_argument("--attackers", type=int, default=5, help="huge-header connections, one after another (at least)")
     ap.add_argument("--header-seconds", type=float, default=5, help="... and for at least this long")
+    ap.add_argument("--body-mib", type=int, default=200, help="each request body of the bodies scenarios, MiB "
+                    "(issue 48: 200)")
+    ap.add_argument("--scenarios", default="pipeline-200,pipeline-401,header,bodies-1,bodies-4",
+                    help="which to run, comma-separated: bodies-N sends N bodies at once")
     ap.add_argument("--before-tree", type=Path, metavar="PATH", help="also run another checkout's door (its src/)")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "door_limits.json")
     a = ap.parse_args()
@@ -126,13 +172,14 @@ def main() -> None:
     rows = run_all(a, None, "this")
     if a.before_tree:
         rows += run_all(a, a.before_tree / "src", "before")
-    t = Table(title="the door under one hostile client")
-    for col in ("door", "scenario", "sent MiB", "sent before blocking MiB", "431 median / max ms",
+    t = Table(title="the door under hostile clients")
+    for col in ("door", "scenario", "sent MiB", "sent before blocking MiB", "431 median / max ms (bodies: answers)",
                 "RSS before → peak MiB", "grew MiB", "other client median / max ms", "load avg"):
         t.add_column(col, justify="right")
     for r in rows:
         t.add_row(r["door"], r["scenario"], fmt(r.get("sent_mib")), fmt(r.get("blocked_after_mib")),
-                  f"{fmt(r.get('refused_median_ms'))} / {fmt(r.get('refused_max_ms'))}" if r["scenario"] == "header" else "–",
+                  f"{fmt(r.get('refused_median_ms'))} / {fmt(r.get('refused_max_ms'))}" if r["scenario"] == "header" else
+                  ", ".join(r.get("answers", [])) or "–",
                   f"{fmt(r['rss_before_mib'], 0)} → {fmt(r['rss_peak_mib'], 0)}", fmt(r["grew_mib"]),
                   f"{fmt(r['other_median_ms'])} / {fmt(r['other_max_ms'])}",
                   " ".join(f"{x:.1f}" for x in r["load_avg"]))

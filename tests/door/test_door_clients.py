@@ -63,6 +63,26 @@ def test_health_is_open_with_a_key_but_says_the_states_only_to_a_caller_with_it(
         d.close()
 
 
+def test_a_models_health_needs_the_key_when_one_is_set(tmp_path, engines_ready):
+    """Issue 48 item 6: /health?model=NAME without the key returned the model's state, slot and aliases, and
+    404 for an unknown name, so a caller without the key could confirm names and read aliases. Now a known
+    and an unknown name get the same 401, which names neither; with the key, the model's detail."""
+    cfg = load(door_config(tmp_path, engines_ready))
+    d = DoorThread(cfg, ServeOptions(port=0, watch=False, api_keys=[KEY]))
+    try:
+        known = httpx.get(d.url + "/health", params={"model": "smol"}, timeout=30)
+        unknown = httpx.get(d.url + "/health", params={"model": "nope"}, timeout=30)
+        for r in (known, unknown):
+            assert r.status_code == 401, r.text
+            assert "smol" not in r.text and "nope" not in r.text and "main" not in r.text, r.text
+        assert known.json() == unknown.json()
+        r = httpx.get(d.url + "/health", params={"model": "smol"}, headers={"Authorization": f"Bearer {KEY}"},
+                      timeout=30)
+        assert r.status_code == 503 and r.json()["models"]["smollm2"]["aliases"] == ["smol", "SmolLM2-135M-Instruct"]
+    finally:
+        d.close()
+
+
 def test_a_ready_model_answers_its_own_health_probe(door):
     r = door.client.post("/v1/chat/completions", json={"model": "smol", "max_tokens": 2,
                                                        "messages": [{"role": "user", "content": "Hi"}]})

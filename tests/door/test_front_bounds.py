@@ -81,8 +81,9 @@ class Handler:
 
 
 class FrontStub:
-    def __init__(self) -> None:
+    def __init__(self, body_budget: int = 1 << 40) -> None:
         self.conns: set = set()
+        self.body_budget, self.bodies, self.refused_bodies = body_budget, 0, 0
 
 
 def connection() -> tuple[Conn, Transport, Handler]:
@@ -208,3 +209,51 @@ def test_what_the_handler_did_not_foresee_is_answered_not_left_silent():
     assert "KeyError" in json.loads(got[2][1])["error"]["message"]
     assert not t.closing
 
+
+
+class Holding(Handler):
+    """Answers nothing until told: its requests' bodies stay in flight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held: list[Req] = []
+
+    def handle(self, r: Req) -> None:
+        self.bodies.append(b"".join(r.body))
+        self.held.append(r)
+
+
+def test_request_bodies_in_flight_are_bounded_door_wide():
+    """Issue 48 item 4: memory was bounded per connection only (four 200 MiB bodies at once took the door up
+    1,264 MiB). With a budget of 1 MiB across connections, a body that would pass it gets 503 with
+    Retry-After, its body read and dropped, and the connection goes on; once the first is answered the
+    budget is free again."""
+    stub = FrontStub(body_budget=2**20)
+    h = Holding()
+    conns = []
+    for _ in range(2):
+        t = Transport()
+        c = Conn(h, stub)
+        t.proto = c
+        c.connection_made(t)
+        conns.append((c, t))
+    big = b"a" * (768 * 1024)
+    post = b"POST /v1/x HTTP/1.1\r\nHost: d\r\nContent-Length: %d\r\n\r\n%s" % (len(big), big)
+    conns[0][0].data_received(post)
+    assert stub.bodies == len(big) and len(h.held) == 1
+    conns[1][0].data_received(post)  # 768 KiB more would pass 1 MiB
+    [(status, body)] = responses(conns[1][1].buf)
+    assert status == 503 and b"Retry-After: 2" in bytes(conns[1][1].buf), bytes(conns[1][1].buf)[:300]
+    assert "budget is 1 MiB" in json.loads(body)["error"]["message"]
+    assert len(h.held) == 1 and stub.bodies == len(big) and not conns[1][1].closing
+    chunked = b"POST /v1/y HTTP/1.1\r\nHost: d\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(big), big)
+    conns[1][1].buf.clear()
+    conns[1][0].data_received(chunked)  # counted as it comes: refused the same
+    assert responses(conns[1][1].buf)[0][0] == 503 and stub.bodies == len(big)
+    h.held[0].respond_body(200, b"application/json", b"{}")
+    assert stub.bodies == 0
+    conns[1][1].buf.clear()
+    conns[1][0].data_received(post)  # room again
+    assert len(h.held) == 2 and stub.bodies == len(big)
+    conns[1][0].connection_lost(None)  # a client that leaves takes its body off the budget
+    assert stub.bodies == 0

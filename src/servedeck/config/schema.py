@@ -122,6 +122,9 @@ class Host(_Strict):
     drain_timeout_s: float = Field(default=120.0, ge=0)  # a switch waits this long for in-flight requests
     min_residency_s: float = Field(default=30.0, ge=0)  # a slot switches at most once per this while both have traffic
     request_wait_s: float = Field(default=900.0, gt=0)  # a queued request gives up (504) after this
+    # request bodies the door holds at once, all clients together (MiB); past it: 503 with Retry-After.
+    # Unset: an eighth of the host's memory, at least one largest body (256 MiB; door/front.py)
+    body_budget_mib: Optional[float] = Field(default=None, gt=0)
     # sleeping models (docs/config.md#sleep): level 1 keeps a model's weights in pinned host memory, and is
     # chosen only while they fit in what the host has available less this margin, and (when set) in
     # sleep_ram_gib, the most host memory every model asleep at level 1 may hold together

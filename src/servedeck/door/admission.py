@@ -6,7 +6,8 @@ With none set, the management endpoints answer loopback peers only (403 to other
 non-loopback bind never opens them without a key. /v1/* (/v1/models too) is open without a key.
 The health probes (/health, /v1/health) answer anyone, as llama-server's and vLLM's own do outside
 their --api-key: load balancers and load generators probe without credentials. What they say beyond
-"ok" (the models and their states) is for a caller who may read /v1/models (`may_list`).
+"ok" (the models and their states; `?model=NAME`, which would confirm a name) is for a caller who may
+read /v1/models (`may_list`): with a key set, one who sends it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import ipaddress
 from functools import lru_cache
 from urllib.parse import parse_qs
 
+from servedeck.door.checks import cut
 from servedeck.door.front import Answer, Req, error_body
 
 
@@ -82,7 +84,7 @@ class Admission:
                                               "--api-key, SERVEDECK_API_KEY or [host] api_keys)"),
                               {"WWW-Authenticate": "Bearer"})
         elif mgmt and not is_loopback(r.peer_host):
-            path = r.path.decode("latin-1")
+            path = cut(r.path)
             return Answer(403, error_body(403, f"{path} is a management endpoint and no api key is set: "
                                                "it answers only on loopback",
                                           "set --api-key / SERVEDECK_API_KEY to open it to other hosts"))

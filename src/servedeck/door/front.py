@@ -36,15 +36,19 @@ import asyncio
 import logging
 import time
 from collections import deque
+from typing import Callable
 
 import httptools
 
+from servedeck.door.checks import cut
+from servedeck.door.listen import Listener, bind
 # one request and how its answer is written: imported from here by the door's other modules too
 from servedeck.door.request import Answer, Handler, Req, error_body, upstream_request  # noqa: F401
 
 log = logging.getLogger("servedeck.door")
 
-# The door's limits per client connection (docs/door.md, "Limits", says what happens past each):
+# The door's limits per client connection (docs/door.md, "Limits", says what happens past each), and
+# across them the body budget (Front.body_budget: [host] body_budget_mib, default_body_budget below):
 MAX_HEAD = 64 * 1024  # request line and headers, counted as their bytes arrive
 MAX_BODY = 256 * 1024**2
 MAX_QUEUED = 8  # pipelined requests read ahead behind the one being answered, before reading pauses
@@ -127,6 +131,9 @@ class Conn(asyncio.Protocol):
         self.front.conns.discard(self)
         r = self.active
         self.active = None
+        for q in (r, self.cur, *self.queue):  # their bodies leave the budget with them
+            if q is not None and q.counted:
+                self._uncount(q)
         self.queue.clear()
         self.unparsed = self.upgrading = self.resuming = None
         if r is not None and not r.finished:
@@ -286,9 +293,12 @@ class Conn(asyncio.Protocol):
         expect = r.header(b"expect")
         r.expect = expect is not None and expect.lower() == b"100-continue"
         cl = r.header(b"content-length")
-        if cl is not None and cl.strip().isdigit() and int(cl) > MAX_BODY:
+        length = int(cl) if cl is not None and cl.strip().isdigit() else 0
+        if length > MAX_BODY:
             raise too_large()
         r.answer = self.handler.admit(r)
+        if r.answer is None and length:
+            self._count(r, length)  # the whole body, reserved before a byte of it is kept
         if r.expect and self.active is None and not self.queue:
             if r.answer is not None:
                 raise Answer(r.answer.status, r.answer.body, r.answer.headers, close=True)  # no body will be read
@@ -301,7 +311,39 @@ class Conn(asyncio.Protocol):
         r.size += len(body)  # type: ignore[union-attr]
         if r.size > MAX_BODY:  # type: ignore[union-attr]
             raise too_large()
-        r.body.append(body)  # type: ignore[union-attr]
+        if r.answer is not None:  # answered instead (401, over the budget): its body is read, not kept
+            return
+        if r.size > r.counted:  # a chunked body, counted as it comes
+            self._count(r, r.size - r.counted)
+            if r.answer is not None:
+                return
+        # One growing buffer, not a list of pieces joined later: the join copied the whole body once more,
+        # and a 200 MiB body's pieces, freed after it, stayed in the heap (issue 48: +756 MiB for 200 MiB)
+        pieces = r.body  # type: ignore[union-attr]
+        if not pieces:
+            pieces.append(body)
+        else:
+            first = pieces[0]
+            if type(first) is bytes:
+                pieces[0] = first = bytearray(first)
+            first += body
+
+    def _count(self, r: Req, n: int) -> None:
+        """Count `n` more bytes of `r`'s body against the door's budget; past it, `r` is answered 503
+        instead, and what it kept is let go (its body is read on and dropped, so the connection goes on)."""
+        front = self.front
+        if front.bodies + n > front.body_budget:
+            front.refused_bodies += 1
+            self._uncount(r)
+            r.body = []
+            r.answer = over_budget(front)
+            return
+        front.bodies += n
+        r.counted += n
+
+    def _uncount(self, r: Req) -> None:
+        self.front.bodies -= r.counted
+        r.counted = 0
 
     def on_message_complete(self) -> None:
         r, self.cur = self.cur, None
@@ -348,7 +390,7 @@ class Conn(asyncio.Protocol):
         """The handler failed on `r` in a way it did not foresee: `r` is answered all the same (400 for a
         request nested past Python's recursion limit, 500 naming the error otherwise) rather than left
         without an answer on a connection that then hangs, and the handler gives back what it took."""
-        path = r.path.decode("latin-1")
+        path = cut(r.path)
         if isinstance(e, RecursionError):
             a = Answer(400, error_body(400, f"{path}: the request is nested too deeply for the door to read",
                                        NESTING_HINT))
@@ -369,6 +411,8 @@ class Conn(asyncio.Protocol):
     def finished(self, r: Req) -> None:
         """`r` was answered in full: the next pipelined request, or close when it asked to."""
         r.finished = True
+        if r.counted:
+            self._uncount(r)
         if self.active is r:
             self.active = None
         if not r.keep_alive:
@@ -383,6 +427,8 @@ class Conn(asyncio.Protocol):
         r = self.cur or Req(self)
         self.cur = None
         self.unparsed = None
+        if r.counted:
+            self._uncount(r)
         if self.active is None:
             self.queue.clear()
             self.active = r
@@ -403,18 +449,25 @@ class Conn(asyncio.Protocol):
 class Front:
     """The listening socket and its connections."""
 
-    def __init__(self, handler: Handler) -> None:
+    def __init__(self, handler: Handler, body_budget: int | None = None) -> None:
         self.handler = handler
         self.conns: set[Conn] = set()
-        self.server: asyncio.base_events.Server | None = None
+        self.body_budget = body_budget or default_body_budget()  # bytes of request bodies held at once
+        self.bodies = 0  # bytes of request bodies held now (counted from the head's Content-Length, or as read)
+        self.refused_bodies = 0
+        self.listener: Listener | None = None
         self._sweeper: asyncio.Task | None = None
 
-    async def start(self, host: str, port: int) -> int:
+    async def start(self, host: str, port: int, holders: Callable[[], dict[str, int]] | None = None,
+                    say: Callable[[str, str], None] | None = None) -> int:
+        """Listen on `host`:`port`; accepting pauses at the descriptor limit (door/listen.py), saying so
+        through `say` with what holds the descriptors (`holders` adds the engine connections)."""
         loop = asyncio.get_running_loop()
-        self.server = await loop.create_server(lambda: Conn(self.handler, self), host, port, backlog=1024,
-                                               reuse_address=True)
+        self.listener = Listener(bind(host, port), lambda: Conn(self.handler, self),
+                                 lambda: {"client connections": len(self.conns), **(holders() if holders else {})},
+                                 say or (lambda kind, msg: log.warning("%s", msg)))
         self._sweeper = loop.create_task(self._sweep(), name="door-keepalive")
-        return self.server.sockets[0].getsockname()[1]
+        return self.listener.port
 
     async def _sweep(self) -> None:
         """Close client connections with no request in flight that sent nothing for KEEPALIVE_S (idle
@@ -436,8 +489,8 @@ class Front:
     async def close(self) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()
-        if self.server is not None:
-            self.server.close()
+        if self.listener is not None:
+            self.listener.close()
         for c in list(self.conns):
             if c.transport is not None:
                 c.transport.abort()
@@ -450,3 +503,19 @@ def head_too_large() -> Answer:
 
 def too_large() -> Answer:
     return Answer(413, error_body(413, f"the request body is over {MAX_BODY // 1024**2} MiB"), close=True)
+
+
+def default_body_budget() -> int:
+    """An eighth of the host's memory (a body costs the door up to about twice its size while it is
+    read and routed), and at least one body of MAX_BODY."""
+    import psutil
+
+    return max(MAX_BODY, psutil.virtual_memory().total // 8)
+
+
+def over_budget(front: Front) -> Answer:
+    return Answer(503, error_body(503, f"the door holds {front.bodies / 2**20:,.0f} MiB of request bodies already, "
+                                       f"all clients together; its budget is {front.body_budget / 2**20:,.0f} MiB "
+                                       "([host] body_budget_mib)",
+                                  "retry after the Retry-After seconds; or raise body_budget_mib in models.toml's "
+                                  "[host]"), {"Retry-After": "2"})

@@ -22,6 +22,7 @@ from typing import Any, Callable, Coroutine
 from urllib.parse import parse_qs
 
 from servedeck.door.admission import HEALTH_PATHS, Admission
+from servedeck.door.checks import cut
 from servedeck.door.front import WRITE_HIGH, Answer, Req, error_body
 from servedeck.door.gpu_watch import GpuWatch
 from servedeck.door.manager import Manager, Refusal
@@ -40,6 +41,7 @@ class Management:
         self.metrics = metrics
         self.recent = recent
         self.gpu = GpuWatch()  # read in its own thread, once a second at most
+        self.descriptors: Callable[[], dict] = dict  # the listener's: the descriptor limit and what is open
         self.routes: dict[bytes, Callable[[Req], None]] = {
             b"/v1/models": self.models, b"/metrics": self.metrics_text, b"/door/status": self.status,
             b"/": self.page, b"/events": self.events, b"/page": self.model_page,
@@ -48,13 +50,12 @@ class Management:
     def answer(self, r: Req) -> None:
         route = self.routes.get(r.path)
         if route is None:
-            path = r.path.decode("latin-1")
-            raise Answer(404, error_body(404, f"no route {path} at the door",
+            raise Answer(404, error_body(404, f"no route {cut(r.path)} at the door",
                                          "the door answers /v1/* (by the body's model), /v1/models, /health, "
                                          "/v1/health, /metrics, /, /events, /door/status and /page?model=NAME"))
         if r.method not in (b"GET", b"HEAD"):
-            raise Answer(405, error_body(405, f"{r.path.decode('latin-1')} answers GET and HEAD, "
-                                              f"not {r.method.decode('latin-1')}"), {"Allow": "GET, HEAD"})
+            raise Answer(405, error_body(405, f"{cut(r.path)} answers GET and HEAD, "
+                                              f"not {cut(r.method)}"), {"Allow": "GET, HEAD"})
         route(r)
 
     def _later(self, r: Req, work: Callable[[], Coroutine[Any, Any, None]]) -> None:
@@ -88,19 +89,23 @@ class Management:
 
     def health(self, r: Req) -> None:
         """200 while the door serves: a stopped model is no failure, the door starts it on demand. The
-        models' states go to a caller who may read /v1/models. `?model=NAME` (a name or alias) asks
-        about one model: 200 when it is ready, else 503 with its state, without starting it."""
+        models' states go to a caller who may read /v1/models (with a key set: who sends it). `?model=NAME`
+        (a name or alias) asks about one model, and needs the key when one is set (401 otherwise): 200 when
+        it is ready, else 503 with its state, without starting it."""
         q = parse_qs(r.url.split(b"?", 1)[1].decode("latin-1")) if b"?" in r.url else {}
         asked = q.get("model", [None])[0]
         may_list = self.admission.may_list(r)
+        if asked and not may_list:  # a model's state, slot and aliases, or even whether the name exists (issue 48)
+            raise Answer(401, error_body(401, "/health?model=NAME needs the api key; without it /health says only "
+                                              "whether the door is up",
+                                         "send Authorization: Bearer <key>"), {"WWW-Authenticate": "Bearer"})
         try:
             one = self.manager.resolve(asked) if asked else None
-        except Refusal as e:  # the known names only to who may list them
-            raise Answer(e.status, error_body(e.status, e.message if may_list else f"no model or alias named {asked!r}",
-                                              e.hint)) from None
+        except Refusal as e:
+            raise Answer(e.status, error_body(e.status, e.message, e.hint)) from None
         body: dict[str, Any] = {"status": "ok"}
         status = 200
-        if may_list or one:
+        if may_list:
             models = {m["model"]: {"state": m["state"], "slot": m["slot"], "aliases": m["aliases"],
                                    "detail": m["detail"] or None,
                                    "replicas_ready": len(m["replicas"]) if m["state"] == "ready" else 0}
@@ -121,6 +126,7 @@ class Management:
     def status(self, r: Req) -> None:
         async def work() -> None:
             snap = await snapshot(self.manager, self.recent, self.gpu.now())
+            snap["descriptors"] = self.descriptors()
             r.respond_body(200, JSON, json.dumps(snap, default=str).encode())
 
         self._later(r, work)

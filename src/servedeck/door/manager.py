@@ -26,6 +26,7 @@ from servedeck.deck import state as S
 from servedeck.deck.deck import Deck, alive, ending_of
 from servedeck.deck.records import LaunchState, LiveRecord
 from servedeck.door import policy as Pol
+from servedeck.door.checks import quoted
 from servedeck.door.metrics import DoorMetrics
 from servedeck.engines import get_engine
 from servedeck.errors import BusyError, DoorError, LaunchError, RefusedError, ServedeckError
@@ -65,6 +66,7 @@ class ModelRuntime:
     # --upstream server) unknown, everything is sent
     embeddings: bool | None = None
     chat_logprobs: bool = False  # its engine's completion logprobs come in the chat shape (door/logprobs.py)
+    context: int | None = None  # models.toml's `context`: the most a request's max_tokens may ask (door/checks.py)
     state: str = Pol.STOPPED
     inflight: int = 0
     queued: int = 0
@@ -125,6 +127,7 @@ class Manager:
                 rt.policy = Pol.replica_policy(**cfg.models[rt.members[0]].routing.model_dump())
                 m = cfg.models[rt.members[0]]
                 rt.embeddings = m.embeddings
+                rt.context = m.context
                 rt.chat_logprobs = get_engine(cfg.deck.builds[m.build].engine).completion_logprobs_chat_shaped
             for n in (rt.name, rt.served_name, *rt.aliases):
                 self.names.setdefault(n, rt.name)
@@ -158,7 +161,7 @@ class Manager:
             return self.names[name]
         except KeyError:
             known = ", ".join(sorted(self.names)) or "(none)"
-            raise Refusal(404, f"no model or alias named {name!r} (known: {known})",
+            raise Refusal(404, f"no model or alias named {quoted(name)} (known: {known})",
                           hint="GET /v1/models lists every model and alias") from None
 
     # --- requests -----------------------------------------------------------------------------------

@@ -98,6 +98,7 @@ class Exchange(asyncio.Protocol):
     # --- asyncio.Protocol ----------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        self.relay.open += 1
 
     def data_received(self, data: bytes) -> None:
         self.got_bytes = True
@@ -122,6 +123,7 @@ class Exchange(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self.relay.open -= 1
         self.relay._forget(self)
         if self.reported or self.listener is None:
             return  # an idle pooled connection the upstream closed: nothing was waiting on it
@@ -247,6 +249,7 @@ class Relay:
     def __init__(self) -> None:
         self.idle: dict[Key, deque[Exchange]] = {}
         self.connecting: set[asyncio.Task] = set()
+        self.open = 0  # connections to upstreams now open, pooled or in use (what holds descriptors, at the limit)
         self._keys: dict[str, Key] = {}  # url → key: urlsplit costs more than the rest of a request's routing
         self._tls: ssl.SSLContext | None = None
 
@@ -292,7 +295,11 @@ class Relay:
         ex.listener, ex.payload = listener, payload
         listener.ex, listener.task = ex, None  # the client's side may abort it now
         assert ex.transport is not None
-        ex.transport.write(payload)
+        if type(payload) is tuple:  # (head, a large body): not joined (door/request.py's upstream_request)
+            for part in payload:
+                ex.transport.write(part)
+        else:
+            ex.transport.write(payload)
 
     async def _connect_and_send(self, key: Key, payload: bytes, listener: Listener) -> None:
         host, port, tls = key

@@ -44,15 +44,22 @@ class Answer(DoorError):
         self.status, self.body, self.headers, self.close = status, body, headers or {}, close
 
 
-def upstream_request(r: Req, host: bytes, body: bytes) -> bytes:
+JOIN_BELOW = 1 << 16  # a body smaller than this leaves in one write with its head; a larger one after it
+
+
+def upstream_request(r: Req, host: bytes, body: bytes) -> bytes | tuple[bytes, bytes]:
     """The request as the upstream gets it: target and headers as the client sent them (hop-by-hop
-    ones and the door's own key dropped), Host the upstream's, the body's length."""
+    ones and the door's own key dropped), Host the upstream's, the body's length. A large body is not
+    copied behind its head: (head, body), written one after the other (a 200 MiB body joined to its
+    head cost another 200 MiB, issue 48)."""
     method = b"GET" if r.method == b"HEAD" else r.method  # httptools cannot read a bodiless HEAD answer:
     parts = [b"%s %s HTTP/1.1\r\nHost: %s\r\n" % (method, r.url, host)]  # GET, body dropped (on_head)
     parts += [k + b": " + v + b"\r\n" for k, v in r.headers if k.lower() not in HOP]
     if body or r.method in (b"POST", b"PUT", b"PATCH"):
         parts.append(b"Content-Length: %d\r\n" % len(body))
     parts.append(b"\r\n")
+    if len(body) >= JOIN_BELOW:
+        return b"".join(parts), body
     parts.append(body)
     return b"".join(parts)
 
@@ -85,7 +92,7 @@ class Req:
 
     __slots__ = ("conn", "t0", "method", "url", "headers", "body", "size", "keep_alive", "http11", "expect",
                  "proxied", "answer", "model", "rep", "ex", "task", "entry", "status", "head_sent",
-                 "chunked", "finished", "waited", "rewrite")
+                 "chunked", "finished", "waited", "rewrite", "counted")
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
@@ -93,7 +100,7 @@ class Req:
         self.method = b""
         self.url = b""
         self.headers: list[tuple[bytes, bytes]] = []
-        self.body: list[bytes] = []
+        self.body: list[bytes | bytearray] = []  # what was read of the body: one piece (door/front.py's on_body)
         self.size = 0
         self.keep_alive = True
         self.http11 = True
@@ -111,6 +118,7 @@ class Req:
         self.finished = False
         self.waited = b""  # the x-servedeck-waited header line, for a request that waited for its model
         self.rewrite = None  # a body rewriter for the engine's response (door/logprobs.py), rarely set
+        self.counted = 0  # bytes of its body counted against the door's body budget (door/front.py)
 
     @property
     def path(self) -> bytes:

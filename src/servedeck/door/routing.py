@@ -18,6 +18,7 @@ from collections import deque
 from typing import Any
 
 from servedeck.door import policy as Pol
+from servedeck.door.checks import bad_number, cut, parse, quoted, unreadable
 from servedeck.door.front import NESTING_HINT, Answer, Req, error_body, upstream_request
 from servedeck.door.logprobs import CompletionLogprobs
 from servedeck.door.manager import Manager, Refusal
@@ -56,24 +57,28 @@ class Router:
 
     def dispatch(self, r: Req) -> None:
         """Send `r` to its model's engine. Raises Answer for what the door answers itself."""
-        body = b"".join(r.body)
+        body = r.body[0] if r.body else b""  # one buffer (door/front.py's on_body): used as it is, not copied
+        r.body = []
         if self.log_bodies:
             log.info("request %s %s body=%s", r.method.decode(), r.url.decode("latin-1"),
                      body[:4096].decode(errors="replace"))
         name = doc = None
         if body:
             try:
-                doc = json.loads(body)
+                doc = parse(body)
                 name = doc.get("model") if isinstance(doc, dict) else None
-            except ValueError:
-                pass
+            except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, an integer past Python's digit limit
+                self.metrics.count("-", "400")
+                raise Answer(400, error_body(400, f"{cut(r.path)}: {unreadable(e)}",
+                                             "send the body as JSON in UTF-8")) from None
             except RecursionError:  # nested past what Python's parser reads (front.py's NESTING_HINT)
                 self.metrics.count("-", "400")
-                raise Answer(400, error_body(400, f"{r.path.decode('latin-1')}: the JSON body is nested too deeply "
+                raise Answer(400, error_body(400, f"{cut(r.path)}: the JSON body is nested too deeply "
                                                   "to read", NESTING_HINT)) from None
         if not isinstance(name, str) or not name:
             self.metrics.count("-", "400")
-            raise Answer(400, error_body(400, f"{r.path.decode('latin-1')}: the JSON body names no \"model\"",
+            raise Answer(400, error_body(400, f"{cut(r.path)}: the JSON body names no \"model\"" +
+                                         ("" if name is None else f" (its \"model\" is {quoted(json.dumps(name), 40)})"),
                                          "send {\"model\": NAME, ...}; GET /v1/models lists the names"))
         mgr = self.manager
         try:
@@ -82,6 +87,11 @@ class Router:
             self.metrics.count("-", "404")
             raise answer_refusal(e) from None
         embeds = mgr.models[model].embeddings  # what the model can answer, from models.toml (one compare)
+        bad = bad_number(doc, mgr.models[model].context, r.path == COMPLETIONS)
+        if bad is not None:  # before any engine is started for it: the engine would take it on trust
+            self.metrics.count(model, "400")
+            raise Answer(400, error_body(400, f"{model}: {bad[1]}", f"send \"{bad[0]}\" within its limit "
+                                         "(docs/door.md, Limits)", param=bad[0]))
         if embeds is not None and (r.path in GENERATE if embeds else r.path == EMBEDDINGS):
             self.metrics.count(model, "400")
             raise self.wrong_kind(model, embeds)

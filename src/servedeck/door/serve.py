@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Callable
 
 from servedeck.config import Config
 from servedeck.errors import RefusedError, UsageError
+from servedeck.door.listen import raise_nofile
 from servedeck.door.manager import Manager
 from servedeck.door.metrics import DoorMetrics
 from servedeck.door.server import Door, run_door
@@ -121,7 +122,9 @@ def build_door(cfg: Config | None, opts: ServeOptions, notify: Callable | None =
             raise UsageError(f"--upstream {clash[0]}: a model of that name is in {cfg.path}",
                              hint="give the outside server another name")
     mgr = Manager(cfg, metrics, external=opts.external, external_routing=opts.external_routing, notify=notify)
-    return Door(mgr, metrics, api_keys=keys_of(cfg, opts.api_keys), host=opts.host, log_bodies=opts.log_bodies)
+    budget = cfg.deck.host.body_budget_mib if cfg else None
+    return Door(mgr, metrics, api_keys=keys_of(cfg, opts.api_keys), host=opts.host, log_bodies=opts.log_bodies,
+                body_budget=int(budget * 2**20) if budget else None)
 
 
 def serve(cfg: Config | None, opts: ServeOptions, on_ready: Callable[[int], None] | None = None,
@@ -131,6 +134,7 @@ def serve(cfg: Config | None, opts: ServeOptions, on_ready: Callable[[int], None
     from servedeck.watch import Notices, Redactor, Watcher
 
     loop_name = preferred()  # a bad SERVEDECK_LOOP is refused before anything starts
+    raise_nofile()  # each client connection takes a descriptor: the soft limit (often 1,024) up to the hard one
     redactor = Redactor.from_config(cfg)  # the door's own keys are scrubbed from notices too, wherever they came from
     notices = Notices(cfg.deck.host.on_notice if cfg else [], Redactor([*redactor.values, *keys_of(cfg, opts.api_keys)]))
     if not opts.watch:

@@ -17,6 +17,7 @@ aiohttp app behind a unix socket, reached through the relay; they are answered b
 from __future__ import annotations
 
 import asyncio
+import sys
 from typing import Any
 
 from servedeck.door.admission import Admission
@@ -32,8 +33,9 @@ class Door:
     """One door: a manager of models, who may ask, where a request goes, and the door's own routes."""
 
     def __init__(self, manager: Manager, metrics: DoorMetrics, *, api_keys: list[str] = (), host: str = "127.0.0.1",
-                 log_bodies: bool = False):
+                 log_bodies: bool = False, body_budget: int | None = None):
         self.manager = manager
+        self.body_budget = body_budget  # bytes of request bodies held at once (None: door/front.py's default)
         self.metrics = metrics
         self.bind_host = host
         self.relay = Relay()
@@ -68,9 +70,11 @@ class Door:
 async def run_door(door: Door, host: str, port: int, stop: asyncio.Event, ready: Any = None,
                    preload: list[str] = ()) -> None:
     """Serve until `stop` is set. `ready(port)` is called once listening."""
-    front = Front(door)
+    front = Front(door, door.body_budget)
     try:
-        bound = await front.start(host, port)
+        bound = await front.start(host, port, holders=lambda: {"engine connections": door.relay.open},
+                                  say=lambda kind, msg: _say(door, kind, msg))
+        door.management.descriptors = front.listener.state  # type: ignore[union-attr]
         await door.manager.start(preload)
         if ready:
             ready(bound)
@@ -80,3 +84,11 @@ async def run_door(door: Door, host: str, port: int, stop: asyncio.Event, ready:
         door.relay.close()
         await asyncio.to_thread(door.management.gpu.close)
         await door.manager.close()
+
+
+def _say(door: Door, kind: str, msg: str) -> None:
+    """What the listener says (the descriptor limit reached, then left): on stderr, where whoever runs
+    `serve` looks, and as a notice."""
+    sys.stderr.write(f"servedeck serve: {msg}\n")
+    sys.stderr.flush()
+    door.manager.notify(kind, None, msg)

@@ -90,6 +90,7 @@ class Watcher:
         self.last_probe: dict[str, float] = {}
         self.desired_error: str | None = None
         self.state_error: str | None = None  # a full disk: what could not be written, said once
+        self.pass_error: str | None = None  # a pass that failed on what it did not foresee, said once
 
     def _load(self) -> None:
         """What an earlier loop left in watch.json: incidents (a given-up model stays given up) and liveness."""
@@ -142,6 +143,8 @@ class Watcher:
                     self._unwritable(e)
                 except StateError as e:
                     self._desired_unreadable(e)
+                except Exception as e:  # noqa: BLE001 - a pass that failed is said and tried again next tick
+                    self._pass_failed(e)
                 ticks += 1
                 if max_ticks is not None and ticks >= max_ticks:
                     break
@@ -160,7 +163,25 @@ class Watcher:
             sys.stderr.flush()
             self.note("error", None, text, hint=e.hint)
 
+    def _pass_failed(self, e: Exception) -> None:
+        """A pass failed on what it could not foresee (issue 48: the door's descriptors ran out, and
+        `OSError: [Errno 24] Too many open files: '…/deck.lock'` ended the loop and the door with it): said
+        once per distinct problem, on stderr and as a notice, and the next tick tries again."""
+        text = f"a watch pass failed: {type(e).__name__}: {e}"
+        if text == self.pass_error:
+            return
+        self.pass_error = text
+        sys.stderr.write(f"servedeck watch: {text} — the loop tries again every {self.interval_s:g} s\n")
+        sys.stderr.flush()
+        try:
+            self.note("error", None, text + " — the loop tries again next tick")
+        except Exception:  # noqa: BLE001 - the notice may fail for the same reason (no descriptor): stderr has it
+            pass
+
     def _writable(self) -> None:
+        if self.pass_error:
+            self.pass_error = None
+            self.note("recovered", None, "watch passes succeed again")
         if self.state_error:
             self.state_error = None
             self.note("recovered", None, f"{paths.home()} can be written again")
