@@ -189,7 +189,8 @@ output_tokens = 128
 duration = "4s"
 TOML
   step "campaign: plain against n-gram speculation, gate, reference outputs, capacity"
-  timeout -s INT "$(left 380)" "$py" -m servedeck campaign run "$base/smol-campaign.toml"
+  # KILLS=0 leaves out the kills under watch below (they ran on 2026-12-06) and gives the campaign their time
+  timeout -s INT "$(left "$([ "${KILLS:-1}" = 0 ] && echo 575 || echo 380)")" "$py" -m servedeck campaign run "$base/smol-campaign.toml"
   echo "(campaign exit $?)"
   folder=$(ls -d "$SERVEDECK_RESULTS"/campaigns/h200-smol-spec__* 2>/dev/null | tail -1)
   if [ -n "$folder" ]; then
@@ -197,6 +198,7 @@ TOML
     sd campaign status "$folder" --json >"$out/campaign-status.json"
     sd report "$folder" --out "$out/report" >/dev/null 2>&1 && echo "report: $out/report"
   fi
+  [ "${KILLS:-1}" = 0 ] && { sd stop --all; exit 0; }
   step "kill the EngineCore, then the API server, under the watch loop"
   sd start smol || exit 2
   sd watch --interval 2s >"$out/watch.log" 2>&1 &
@@ -220,6 +222,7 @@ again)
     --arms servedeck,vllm-bench --vllm-python "$engine_py" --out "$out/vllm_side_by_side_h200.json" \
     | tee "$OUT/vllm_side_by_side.txt"
   sd stop --all
+  [ "${AGAIN_SLEEP:-1}" = 0 ] && exit 0  # the side by side alone
   step "sleep alternations again, the level-1 wake resetting the prefix cache"
   MODELS="$models/r8b $models/r8b" MAX_NUM_SEQS=256 ARGS_2='kv-cache-memory-bytes = 21474836480' \
     PHASES=sleep ALTERNATIONS=${ALTERNATIONS:-6} PYTHON=$engine_py WORK=$base/sleep OUT=$out \
