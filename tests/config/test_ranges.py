@@ -86,7 +86,7 @@ def test_cli_start_refuses_before_anything_runs(tmp_path, engines_ready):
     from ports import starter_toml
 
     path = tmp_path / "models.toml"
-    path.write_text(starter_toml().replace("context = 4096\nargs = { parallel = 4 }",
+    path.write_text(starter_toml().replace("context = 8192\nargs = { parallel = 4 }",
                                            "context = 1000000000000\nargs = { parallel = 4 }", 1))
     r = subprocess.run([str(Path(sys.executable).with_name("servedeck")), "--config", str(path), "start", "smollm2"],
                        capture_output=True, text=True, timeout=120)

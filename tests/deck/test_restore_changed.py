@@ -46,12 +46,12 @@ def test_the_difference_is_pure_and_names_each_key(deck_config):
     from servedeck.deck.desired import settings_diff
 
     before = settings_of("smollm2", deck_config)
-    text = deck_config.path.read_text().replace("context = 4096\nargs = { parallel = 4 }",
+    text = deck_config.path.read_text().replace("context = 8192\nargs = { parallel = 4 }",
                                                 "context = 2048\nargs = { parallel = 2 }", 1)
     after = parse(text, deck_config.path)
     diff = settings_diff("smollm2", before, after)
     assert {(d["key"], json.dumps(d["desired"]), json.dumps(d["config"])) for d in diff} == {
-        ("context", "4096", "2048"), ("args.parallel", "4", "2")}
+        ("context", "8192", "2048"), ("args.parallel", "4", "2")}
     assert settings_diff("smollm2", before, deck_config) == []
     assert settings_diff("smollm2", before, None) == []  # no models.toml to compare with
 

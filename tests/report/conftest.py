@@ -57,7 +57,7 @@ def _toml(port: int, args: str) -> str:
     assert block
     new = re.sub(r"port = \d+", f"port = {port}", block.group(0))
     new = re.sub(r"args = \{[^}]*\}", f"args = {{ {args} }}", new)
-    new = new.replace("context = 4096", "context = 1024")
+    new = new.replace("context = 8192", "context = 1024")
     return text.replace(block.group(0), new)
 
 

@@ -64,7 +64,7 @@ def _models_toml(tmp_path):
         port = free_port()
         if all(bindable(p) for p in range(port, port + 4)):
             break
-    text = render_starter().replace("port = 8081", f"port = {port}").replace("context = 4096", "context = 2048", 1)
+    text = render_starter().replace("port = 8081", f"port = {port}").replace("context = 8192", "context = 2048", 1)
     for old in ("8091", "8082"):
         text = text.replace(f"port = {old}", f"port = {free_port()}")
     path = tmp_path / "models.toml"

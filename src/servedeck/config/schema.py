@@ -222,6 +222,54 @@ class Routing(_Strict):
         return self
 
 
+class ClientDefaults(_Strict):
+    """[models.NAME] client_defaults: what the front door fills in when a client leaves it out, for chat and
+    completions. A chat UI sends no max_tokens (a base model then writes until its context is full) and offers
+    its own tools by default (thousands of prompt tokens). A value the client sends always wins; `tools = false`
+    removes the tools a client offers, so the model answers in text (docs/door.md#client-defaults)."""
+
+    max_tokens: Optional[int] = None  # when the body has neither max_tokens nor max_completion_tokens
+    temperature: Optional[float] = Field(default=None, ge=0, le=2)
+    top_p: Optional[float] = Field(default=None, gt=0, le=1)
+    stop: Optional[Union[str, list[str]]] = None
+    tools: bool = True  # false: drop tools, tool_choice, parallel_tool_calls (and the older functions) a client offers
+
+    @field_validator("max_tokens")
+    @classmethod
+    def _max_tokens(cls, v: Optional[int]) -> Optional[int]:
+        return int_range(v, 1, INT32_MAX, "tokens: engines read it as a 32-bit integer")
+
+    @field_validator("stop")
+    @classmethod
+    def _stop(cls, v: Any) -> Any:
+        if v is not None and (v == "" or v == [] or (isinstance(v, list) and "" in v)):
+            raise ValueError("stop has an empty string: write the text that ends an answer, e.g. "
+                             'stop = ["<|im_end|>"], or remove stop')
+        return v
+
+    def fill(self, body: dict[str, Any], chat: bool) -> list[str]:
+        """Fill `body` (a chat or completions request) in place; the keys the door set or removed, in order."""
+        done: list[str] = []
+        if self.max_tokens is not None and body.get("max_tokens") is None and body.get("max_completion_tokens") is None:
+            body["max_tokens"] = self.max_tokens
+            done.append("max_tokens")
+        for key in ("temperature", "top_p", "stop"):
+            value = getattr(self, key)
+            if value is not None and body.get(key) is None:
+                body[key] = value
+                done.append(key)
+        if chat and not self.tools:
+            for key in ("tools", "tool_choice", "parallel_tool_calls", "functions", "function_call"):
+                if key in body:
+                    del body[key]
+                    done.append(f"-{key}")
+        return done
+
+    @property
+    def empty(self) -> bool:
+        return self == ClientDefaults()
+
+
 class Model(_Strict):
     """[models.NAME]: one model as the deck serves it."""
 
@@ -274,6 +322,9 @@ class Model(_Strict):
     # merged into the body of every request servedeck itself sends (gate, bench, readiness, soak),
     # e.g. { chat_template_kwargs = { enable_thinking = false } } for a reasoning model
     request: dict[str, Any] = Field(default_factory=dict)
+    # what the front door fills in for a client that leaves it out (max_tokens, temperature, top_p, stop) and
+    # whether a client's tools reach the model: { max_tokens = 512, tools = false } (ClientDefaults)
+    client_defaults: ClientDefaults = Field(default_factory=ClientDefaults)
     notes: str = ""
     # the user's reason per flag, env var or key, shown beside it, or beside its absence, on `servedeck page`:
     # why = { "kv-cache-dtype" = "on anyway: the checkpoint declares an fp8 KV scheme" }

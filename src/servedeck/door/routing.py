@@ -35,6 +35,7 @@ RECENT = 50  # requests kept for the live page and /door/status
 DOOR_V1 = (b"/v1/models", b"/v1/health")  # the /v1/ paths the door answers itself (GET, HEAD)
 EMBEDDINGS = b"/v1/embeddings"
 COMPLETIONS = b"/v1/completions"
+FILLED = (b"/v1/chat/completions", COMPLETIONS)  # where models.toml's client_defaults apply (chat first)
 GENERATE = (b"/v1/chat/completions", b"/v1/completions", b"/v1/responses", b"/v1/messages")
 
 
@@ -153,8 +154,13 @@ class Router:
     def _send(self, r: Req, rep: Any, model: str, name: str, doc: Any, body: bytes) -> None:
         r.rep = rep
         rt = self.manager.models[model]
+        changed = False
         if doc is not None and name != rt.served_name and rt.managed:
             doc["model"] = rt.served_name  # an alias: the engine knows the model by its served name
+            changed = True
+        if isinstance(doc, dict) and r.path in FILLED and self._fill(r, rt, doc):
+            changed = True
+        if changed:
             body = json.dumps(doc).encode()
         if rt.chat_logprobs and r.path == COMPLETIONS and doc.get("logprobs"):  # llama-server's chat-shaped ones
             r.rewrite = CompletionLogprobs()
@@ -163,6 +169,17 @@ class Router:
             r.ex = got
         else:
             r.task = got
+
+    def _fill(self, r: Req, rt: Any, doc: dict) -> bool:
+        """models.toml's client_defaults for what the client left out (a chat UI's missing max_tokens, its
+        tools); what was filled is on the request's line of the live page."""
+        cfg = self.manager.cfg
+        if cfg is None or not rt.members:
+            return False
+        done = cfg.models[rt.members[0]].client_defaults.fill(doc, chat=r.path == FILLED[0])
+        if done and r.entry is not None:
+            r.entry["filled"] = done
+        return bool(done)
 
     def finish(self, r: Req, ex: Exchange | None) -> None:
         """A proxied request is over (answered, failed or abandoned): give its replica back, count it,
