@@ -386,6 +386,7 @@ class DeckOps:
         cold: dict[str, str] = {}
         waited = None
         if slot_holders or going:
+            self._refuse_before_evicting(name, cfg, [*slot_holders, *going], running, reason)
             S.journal("switch" if evict_slot else reason, name, "begin", evicting=[*slot_holders, *going])
             evicted, slept, cold = SO.evict(self, name, slot_holders, running, cfg, on_step)
             for h in going:
@@ -412,6 +413,26 @@ class DeckOps:
                       slept=slept, stopped_cold=cold, woke=res.woke)
         return res
 
+    def _refuse_before_evicting(self, name: str, cfg: Config, leaving: list[str], running: dict[str, LiveRecord],
+                                reason: str) -> None:
+        """What would refuse `name`'s start once its holders are gone is asked before they go: the state
+        dir's free space (min_free_mib) and whether it fits in GPU memory with the holders' and the sleepers'
+        memory counted as freed (the plan is checked there too). Names and ports were checked when
+        models.toml was read. Before issue 48 a switch on a full state disk stopped the holder and then
+        refused the target, and nothing ran until space was freed."""
+        from servedeck.gpu.fit import fit_now
+
+        kept = ", ".join(leaving)
+        try:
+            _require_room(name, cfg)
+            asleep = [m for m, r in running.items() if r.state == LaunchState.ASLEEP and m != name]
+            report = fit_now(cfg, name, releasing=[*leaving, *asleep])
+            if not report.ok:
+                raise report.refusal([*leaving])
+        except (DiskFullError, RefusedError) as e:
+            S.journal(reason, name, "refused", reason="before evicting", detail=e.message, kept=leaving)
+            e.message = f"{e.message.removesuffix('; nothing was started')}; {kept} left running, nothing was stopped"
+            raise
     def _launch(self, name: str, cfg: Config, *, reason: str, settings: dict | None = None) -> LiveRecord:
         from servedeck.doctor.build import build_version
         from servedeck.gpu import inventory
