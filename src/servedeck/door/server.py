@@ -8,6 +8,8 @@ part per concern and decides nothing itself:
     door/management.py  /v1/models, /metrics, the page, its events and /door/status, answered here
     door/relay.py       the engines' side: pooled keep-alive connections, written to the client from
                         the engine socket's own callback
+    door/listen.py      the listening sockets: accepting pauses at the descriptor limit, and resumes
+    door/checks.py      what a body must be to be forwarded: readable, its numbers within their limits
 aiohttp's server in front added ~55 µs of serial work per request (a task, a Request, middleware,
 router, a StreamResponse, three writes): at 64 simultaneous requests, 1.7 ms p50 / 8.8 ms p99 of added
 TTFT on the H200 host; the raw front removes that (docs/door.md). The door's own routes used to be an
