@@ -261,18 +261,20 @@ def steady_state(measured: Sequence[RequestRecord], concurrency: int) -> dict[st
     (one a stream) sent after the first wave had finished, or a window of STEADY_WAVES request lifetimes (E2E
     p50). Before the first wave ends every stream started together: the engine saw one burst, its queue
     and TTFT are the burst's. `waves`: measured requests a stream."""
-    sent = sorted((r for r in measured if r.t_send is not None), key=lambda r: (r.t_target, r.t_send))
-    first = sent[:concurrency]
-    ends = [r.t_end for r in first]
-    first_end = max(ends) if first and None not in ends else None  # type: ignore[type-var]
-    after = sum(1 for r in sent if first_end is not None and r.t_send >= first_end)  # type: ignore[operator]
+    sends = sorted(((r.t_target, r.t_send, r.t_end) for r in measured if r.t_send is not None),
+                   key=lambda x: (x[0], x[1]))
+    first = sends[:concurrency]
+    first_ends = [end for _, _, end in first if end is not None]
+    first_end = max(first_ends) if first and len(first_ends) == len(first) else None  # every one of them ended
+    after = sum(1 for _, send, _ in sends if first_end is not None and send >= first_end)
     e2e = [r.e2e for r in measured if r.status == "ok" and r.e2e is not None]
-    window = (max(r.t_end for r in sent if r.t_end is not None) - sent[0].t_send) \
-        if sent and any(r.t_end is not None for r in sent) else 0.0  # type: ignore[operator]
+    ends = [end for _, _, end in sends if end is not None]
+    start = min((send for _, send, _ in sends), default=0.0)
+    window = max(ends) - start if ends else 0.0
     life = statistics.median(e2e) if e2e else None
     lifetimes = window / life if life else None
-    return {"concurrency": concurrency, "requests": len(sent), "waves": len(sent) / concurrency,
-            "first_wave_end_s": None if first_end is None or not sent else first_end - sent[0].t_send,  # type: ignore[operator]
+    return {"concurrency": concurrency, "requests": len(sends), "waves": len(sends) / concurrency,
+            "first_wave_end_s": None if first_end is None else first_end - start,
             "after_first_wave": after, "lifetimes": lifetimes, "e2e_p50_s": life,
             "reached": after >= concurrency or (lifetimes is not None and lifetimes >= STEADY_WAVES)}
 
