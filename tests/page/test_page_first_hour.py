@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -82,8 +83,15 @@ def test_doctors_rows_are_named_by_what_they_are(once):
     line = next(ln for ln in once.md.splitlines() if ln.startswith("`servedeck doctor smollm2`: "))
     if statuses == {"SKIP"}:
         assert f"{len(rows)} of {once.doc['sections']['next']['doctor_rows']} rows are SKIP" in line, line
-    else:
-        assert "not OK (" in line, line
+    else:  # each status counted, not a blanket "not OK"
+        assert re.search(r"rows are not OK \(\d+ (FAIL|WARN|SKIP)(, \d+ (FAIL|WARN|SKIP))*\)", line), line
+
+
+def test_four_skips_of_nine_are_said_as_skips():
+    from servedeck.page.sections import not_ok
+
+    assert not_ok([{"status": "SKIP"}] * 4, 9) == "4 of 9 rows are SKIP"
+    assert not_ok([{"status": "WARN"}, {"status": "SKIP"}], 9) == "2 of 9 rows are not OK (1 WARN, 1 SKIP)"
 
 
 def test_page_writes_nothing_not_even_a_state_folder(once, tmp_path):
