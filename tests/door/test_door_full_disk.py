@@ -69,9 +69,9 @@ def test_a_switch_refused_for_disk_space_leaves_the_holder_running(door):
         r = chat(door, "gemma")
         print(r.status_code, r.text)
         assert r.status_code == 503 and "Retry-After" in r.headers, r.text
+        assert state(door, "smollm2") == "ready"  # before the fix: stopped, by the switch that was then refused
         msg = r.json()["error"]["message"]
         assert "min_free_mib" in msg and "smollm2 left running" in msg, msg
-        assert state(door, "smollm2") == "ready"
         r = chat(door, "smol")  # the holder still answers
         assert r.status_code == 200, r.text
     finally:

@@ -94,7 +94,7 @@ def unreadable(e: ValueError) -> str:
     return f"the body cannot be read as JSON: {text[:200]}"
 
 
-def parse(body: bytes) -> Any:
+def parse(body: bytes | bytearray) -> Any:
     """A request body's JSON. orjson reads the bytes as they are: the body and what it holds are all the
     door keeps of it (json.loads decodes the whole body into a str first, and a 200 MiB prompt then cost
     three times its size at once, issue 48). What orjson refuses is read again by json, whose errors say

@@ -308,8 +308,9 @@ class Conn(asyncio.Protocol):
 
     def on_body(self, body: bytes) -> None:
         r = self.cur
-        r.size += len(body)  # type: ignore[union-attr]
-        if r.size > MAX_BODY:  # type: ignore[union-attr]
+        assert r is not None  # a body follows its head
+        r.size += len(body)
+        if r.size > MAX_BODY:
             raise too_large()
         if r.answer is not None:  # answered instead (401, over the budget): its body is read, not kept
             return
@@ -319,7 +320,7 @@ class Conn(asyncio.Protocol):
                 return
         # One growing buffer, not a list of pieces joined later: the join copied the whole body once more,
         # and a 200 MiB body's pieces, freed after it, stayed in the heap (issue 48: +756 MiB for 200 MiB)
-        pieces = r.body  # type: ignore[union-attr]
+        pieces = r.body
         if not pieces:
             pieces.append(body)
         else:

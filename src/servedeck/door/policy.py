@@ -214,7 +214,7 @@ class Ask(NamedTuple):
 
     path: bytes
     headers: list[tuple[bytes, bytes]]
-    body: bytes
+    body: bytes | bytearray
     doc: Any = None
 
     def header(self, name: bytes) -> bytes | None:

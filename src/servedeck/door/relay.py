@@ -42,6 +42,7 @@ IDLE_S = 3.0
 END_CHUNK = b"0\r\n\r\n"
 
 Key = tuple[str, int, bool]  # (host, port, tls)
+Payload = bytes | tuple[bytes, bytes | bytearray]  # a whole request, or its head and a large body (door/request.py)
 
 
 class UpstreamError(DoorError):
@@ -73,7 +74,7 @@ class Exchange(asyncio.Protocol):
     def _reset(self) -> None:
         self.parser = httptools.HttpResponseParser(self)
         self.listener: Listener | None = None
-        self.payload = b""
+        self.payload: Payload = b""
         self.reused = False
         self.status = 0
         self.reason = b""
@@ -274,7 +275,7 @@ class Relay:
         """The Host header for a request to `url`."""
         return self.host_header(self._key(url))
 
-    def start(self, url: str, payload: bytes, listener: Listener) -> Exchange | asyncio.Task:
+    def start(self, url: str, payload: Payload, listener: Listener) -> Exchange | asyncio.Task:
         """Send `payload` (a whole request) on a pooled connection, or on a new one (a task, whose
         cancellation is the caller's way to give up). What follows reaches `listener`."""
         key = self._key(url)
@@ -285,23 +286,23 @@ class Relay:
             return ex
         return self._start_connect(key, payload, listener)
 
-    def _start_connect(self, key: Key, payload: bytes, listener: Listener) -> asyncio.Task:
+    def _start_connect(self, key: Key, payload: Payload, listener: Listener) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(self._connect_and_send(key, payload, listener))
         self.connecting.add(task)
         task.add_done_callback(self.connecting.discard)
         return task
 
-    def _send(self, ex: Exchange, payload: bytes, listener: Listener) -> None:
+    def _send(self, ex: Exchange, payload: Payload, listener: Listener) -> None:
         ex.listener, ex.payload = listener, payload
         listener.ex, listener.task = ex, None  # the client's side may abort it now
         assert ex.transport is not None
-        if type(payload) is tuple:  # (head, a large body): not joined (door/request.py's upstream_request)
+        if isinstance(payload, tuple):  # (head, a large body): not joined (door/request.py's upstream_request)
             for part in payload:
                 ex.transport.write(part)
         else:
             ex.transport.write(payload)
 
-    async def _connect_and_send(self, key: Key, payload: bytes, listener: Listener) -> None:
+    async def _connect_and_send(self, key: Key, payload: Payload, listener: Listener) -> None:
         host, port, tls = key
         loop = asyncio.get_running_loop()
         try:

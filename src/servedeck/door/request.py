@@ -47,7 +47,7 @@ class Answer(DoorError):
 JOIN_BELOW = 1 << 16  # a body smaller than this leaves in one write with its head; a larger one after it
 
 
-def upstream_request(r: Req, host: bytes, body: bytes) -> bytes | tuple[bytes, bytes]:
+def upstream_request(r: Req, host: bytes, body: bytes | bytearray) -> bytes | tuple[bytes, bytes | bytearray]:
     """The request as the upstream gets it: target and headers as the client sent them (hop-by-hop
     ones and the door's own key dropped), Host the upstream's, the body's length. A large body is not
     copied behind its head: (head, body), written one after the other (a 200 MiB body joined to its

@@ -87,12 +87,12 @@ class Router:
         except Refusal as e:
             self.metrics.count("-", "404")
             raise answer_refusal(e) from None
-        embeds = mgr.models[model].embeddings  # what the model can answer, from models.toml (one compare)
         bad = bad_number(doc, mgr.models[model].context, r.path == COMPLETIONS)
         if bad is not None:  # before any engine is started for it: the engine would take it on trust
             self.metrics.count(model, "400")
             raise Answer(400, error_body(400, f"{model}: {bad[1]}", f"send \"{bad[0]}\" within its limit "
                                          "(docs/door.md, Limits)", param=bad[0]))
+        embeds = mgr.models[model].embeddings  # what the model can answer, from models.toml (one compare)
         if embeds is not None and (r.path in GENERATE if embeds else r.path == EMBEDDINGS):
             self.metrics.count(model, "400")
             raise self.wrong_kind(model, embeds)
@@ -123,7 +123,8 @@ class Router:
                                       "that embeds (llama.cpp renders --embeddings, vLLM --runner pooling, SGLang "
                                       "--is-embedding); the entry then serves nothing else"))
 
-    async def _wait_then_send(self, r: Req, model: str, name: str, doc: Any, body: bytes, ask: Pol.Ask) -> None:
+    async def _wait_then_send(self, r: Req, model: str, name: str, doc: Any, body: bytes | bytearray,
+                              ask: Pol.Ask) -> None:
         waited = Pol.Waited(since=self.manager.clock())
         try:
             rep = await self.manager.acquire(model, waited, ask)
@@ -151,7 +152,7 @@ class Router:
             return
         self._send(r, rep, model, name, doc, body)
 
-    def _send(self, r: Req, rep: Any, model: str, name: str, doc: Any, body: bytes) -> None:
+    def _send(self, r: Req, rep: Any, model: str, name: str, doc: Any, body: bytes | bytearray) -> None:
         r.rep = rep
         rt = self.manager.models[model]
         changed = False
