@@ -70,3 +70,15 @@ def test_a_missing_entry_is_named():
     with pytest.raises(ConfigError) as e:
         applied(MODELS, "gone", {"context": 1}, "r")
     assert "[models.gone]" in e.value.message
+
+
+def test_an_args_table_of_its_own_keeps_its_layout_and_comments():
+    text = '[models.t]\nsource = "y"\n\n[models.t.args]\nparallel = 1  # mine\n'
+    out = applied(text, "t", {"args.parallel": 2}, "r")
+    assert "parallel = 2  # mine" in out
+    assert read_toml(out, None)["models"]["t"]["why"] == {"parallel": "r"}
+
+
+def test_an_inline_args_table_is_rewritten_evenly_spaced():
+    out = applied(MODELS, "smollm2", {"args.parallel": 2, "args.batch-size": 128}, "r")
+    assert "args = {parallel = 2, batch-size = 128}" in out

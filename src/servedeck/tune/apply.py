@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import tomlkit
+import tomlkit.items
 from tomlkit.exceptions import TOMLKitError
 
 from servedeck.errors import ConfigError, UsageError
@@ -50,10 +51,19 @@ def reason(doc: dict[str, Any], trial: dict[str, Any], folder: str) -> str:
             "with repeats)")
 
 
-def _set(table: Any, key: str, value: Any) -> Any:
-    if key not in table:
-        table[key] = tomlkit.inline_table()
-    return table[key]
+def _merge(entry: Any, key: str, values: dict[str, Any]) -> None:
+    """Set `values` in the entry's `key` table: an inline one (or none yet) is written anew with the values merged, so
+    tomlkit spaces it as one; a [models.X.key] table of its own keeps its layout and gets the keys set."""
+    if not values:
+        return
+    have = entry.get(key)
+    if have is None or isinstance(have, tomlkit.items.InlineTable):
+        table = tomlkit.inline_table()
+        table.update({**(have.unwrap() if have is not None else {}), **values})
+        entry[key] = table
+    else:
+        for k, v in values.items():
+            have[k] = v
 
 
 def applied(text: str, model: str, values: dict[str, Any], why: str) -> str:
@@ -68,15 +78,18 @@ def applied(text: str, model: str, values: dict[str, Any], why: str) -> str:
         raise ConfigError(f"models.toml has no [models.{model}] entry to apply the tune to",
                           hint="apply with the models.toml the tune ran with (--config)")
     entry = models[model]
-    whys = _set(entry, "why", None)
+    tables: dict[str, dict[str, Any]] = {}
+    whys: dict[str, str] = {}
     for key, value in values.items():
         head, _, leaf = key.partition(".")
         if leaf:
-            _set(entry, head, None)[leaf] = value
-            whys[leaf] = why
+            tables.setdefault(head, {})[leaf] = value
         else:
             entry[head] = value
-            whys[head] = why
+        whys[leaf or head] = why
+    for head, vals in tables.items():
+        _merge(entry, head, vals)
+    _merge(entry, "why", whys)
     return tomlkit.dumps(doc)
 
 
