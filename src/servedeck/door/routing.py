@@ -90,8 +90,8 @@ class Router:
         bad = bad_number(doc, mgr.models[model].context, r.path == COMPLETIONS)
         if bad is not None:  # before any engine is started for it: the engine would take it on trust
             self.metrics.count(model, "400")
-            raise Answer(400, error_body(400, f"{model}: {bad[1]}", f"send \"{bad[0]}\" within its limit "
-                                         "(docs/door.md, Limits)", param=bad[0]))
+            raise Answer(400, error_body(400, f"{model}: {bad[1]}", f"send \"{bad[0]}\" within its limit",
+                                         param=bad[0]))
         embeds = mgr.models[model].embeddings  # what the model can answer, from models.toml (one compare)
         if embeds is not None and (r.path in GENERATE if embeds else r.path == EMBEDDINGS):
             self.metrics.count(model, "400")

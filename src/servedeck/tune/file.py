@@ -83,7 +83,7 @@ def parse(text: str, path: Path) -> Tune:
         space = None
         problems.append(f"{e.where}: {e.what}")
     if problems:
-        raise ConfigError("\n".join(f"{path}: {p}" for p in problems), hint=f"{DOC} shows a tune file")
+        raise ConfigError("\n".join(f"{path}: {p}" for p in problems), hint=DOC)
     assert space is not None
     rest = {k: v for k, v in raw.items() if k != "search"}
     camp = _campaign(rest, path, None, STARTER, {}, space.check_outputs)  # names campaign.* problems
@@ -99,7 +99,7 @@ def parse(text: str, path: Path) -> Tune:
         problems.append(f"search.slo: {slo!r} is not an SLO a capacity workload searches under "
                         f"({', '.join(slos)}): name one of those")
     if problems:
-        raise ConfigError("\n".join(f"{path}: {p}" for p in problems), hint=f"{DOC} shows a tune file")
+        raise ConfigError("\n".join(f"{path}: {p}" for p in problems), hint=DOC)
     return Tune(path, text, rest, camp, space, slo or slos[0])
 
 
@@ -108,7 +108,7 @@ def load(path: Path) -> Tune:
     try:
         text = path.read_text()
     except FileNotFoundError:
-        raise ConfigError(f"{path}: no such tune file", hint=f"give the path of a tune .toml ({DOC} shows one)") from None
+        raise ConfigError(f"{path}: no such tune file", hint=f"give the path of a tune .toml; {DOC}") from None
     except OSError as e:
         raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
     return parse(text, path.resolve())

@@ -162,7 +162,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
     lines += ["", "The starter is the model's entry as models.toml has it: every trial's greedy outputs are held "
               "against its, and it is the figure to beat. Pruned trials (verdicts other than measured and "
               "no-capacity) tell the search their region is bad. `servedeck tune apply` writes the best into "
-              "models.toml. Not built yet: verifying the best few with repeats (docs/tune.md)."]
+              "models.toml. Not built yet: verifying the best few with repeats."]
     return "\n".join(lines) + "\n"
 
 

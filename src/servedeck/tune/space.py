@@ -36,7 +36,10 @@ from servedeck.timeparse import seconds
 # what a knob may set: a variant's overrides (campaign/file.py's OVERRIDABLE), less where it runs
 SPACE_KEYS = ("build", "context", "tp", "dp", "pp", "gpu_memory_utilization", "replicas")
 Scalar = Union[bool, int, float, str]
-DOC = "docs/tune.md"
+# What a wheel's user reads instead of a docs/ path they do not have (issue 50): a tune file in two lines.
+DOC = ("a tune file is a campaign file ([campaign] with model and gate, [slo.NAME], a capacity [[workloads]]) "
+       "plus [search] (trials = 8 and/or wall = \"2h\") and [search.space] (\"args.parallel\" = [1, 2, 4], "
+       "\"args.batch-size\" = { low = 64, high = 2048, log = true })")
 
 
 class Trial(Protocol):
