@@ -55,7 +55,7 @@ def campaign_toml() -> str:
     text = re.sub(r'slot = "main"', lambda m: f'slot = "s{next(n)}"', text)
     llama = re.search(r"\[models\.smollm2\]\n(.*?)\n\n", text, re.S)
     assert llama
-    block = llama.group(0).replace("context = 4096", f"context = {LLAMA_CONTEXT}")
+    block = re.sub(r"^context = \d+", f"context = {LLAMA_CONTEXT}", llama.group(0), count=1, flags=re.M)
     text = text.replace(llama.group(0), block)
     vllm = re.search(r"\[models\.smollm2-vllm\]\n(.*?)\n\n", text + "\n\n", re.S)
     assert vllm

@@ -6,6 +6,7 @@ the module's checks. Then interruptions: SIGINT mid-run and SIGKILL mid-cell, ea
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -110,7 +111,7 @@ def models_toml(tmp: Path) -> Path:
     for old in ("8091", "8082"):
         text = text.replace(f"port = {old}", f"port = {free_port()}")
     assert text.index("[models.smollm2]") < text.index("context = 4096")
-    text = text.replace("context = 4096", "context = 2048", 1)  # the first model's: smollm2
+    text = re.sub(r"^context = \d+", "context = 2048", text, count=1, flags=re.M)  # the first model's: smollm2
     path = tmp / "models.toml"
     path.write_text(text)
     return path

@@ -30,7 +30,7 @@ def test_start_answers_and_records_launch(deck_config):
     d = Path(rec.launch_dir)
     assert (d / "cmd.sh").read_text().startswith("#!/bin/sh")
     boot = json.loads((d / "boot.json").read_text())
-    assert boot["slots"] == 4 and boot["ctx_per_slot"] == 4096  # context is per request; -c = 4 x 4096
+    assert boot["slots"] == 4 and boot["ctx_per_slot"] == 8192  # context is per request; -c = 4 x 8192 (the starter's)
     assert rec.readiness["answered_after_s"] >= rec.readiness["healthy_after_s"]
     r = httpx.post(rec.base_url + "/v1/completions",
                    json={"model": "smollm2", "prompt": "1, 2, 3,", "max_tokens": 3}, timeout=30)

@@ -146,7 +146,9 @@ def test_stop_and_logs_refuse_a_path_for_a_name_without_models_toml(tmp_path):
 @pytest.mark.llamacpp
 def test_a_repo_id_named_model_never_starts_an_engine_it_would_lose(deck_config):
     """The issue's case on real llama.cpp: before, `start` launched llama-server and `stop` could not find it."""
+    # the header and its sub-tables ([models.smollm2.client_defaults]): the whole entry renamed
     text = deck_config.path.read_text().replace("[models.smollm2]", '[models."HuggingFaceTB/SmolLM2-135M"]', 1)
+    text = text.replace("[models.smollm2.", '[models."HuggingFaceTB/SmolLM2-135M".')
     deck_config.path.write_text(text)
     port = parse(text.replace('"HuggingFaceTB/SmolLM2-135M"', "x"), deck_config.path).models["x"].port
     try:

@@ -60,9 +60,9 @@ def test_the_difference_is_pure_and_names_each_key(deck_config):
 @pytest.mark.llamacpp
 def test_restore_says_what_differs_and_the_user_chooses(deck_config):
     rec = Deck(deck_config).start("smollm2").record
-    assert _ctx_per_slot() == 4096
+    assert _ctx_per_slot() == 8192
     _reboot(rec)
-    text = deck_config.path.read_text().replace("context = 4096\nargs = { parallel = 4 }",
+    text = deck_config.path.read_text().replace("context = 8192\nargs = { parallel = 4 }",
                                                 "context = 2048\nargs = { parallel = 4 }", 1)
     deck_config.path.write_text(text)
 
@@ -70,9 +70,9 @@ def test_restore_says_what_differs_and_the_user_chooses(deck_config):
     assert r.returncode == 0, r.stderr
     out = r.stdout + r.stderr
     assert "models.toml differs from the settings smollm2 was launched with" in out, out
-    assert "context: 4096 in desired.json, 2048 in models.toml" in out, out
+    assert "context: 8192 in desired.json, 2048 in models.toml" in out, out
     assert "smollm2: started with desired.json's settings" in out and "restore --from-config" in out, out
-    assert _ctx_per_slot() == 4096  # what desired.json says: the launch as it was
+    assert _ctx_per_slot() == 8192  # what desired.json says: the launch as it was
 
     [rec] = S.all_live().values()
     _reboot(rec)

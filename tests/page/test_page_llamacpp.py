@@ -253,8 +253,8 @@ def test_markdown_carries_every_section_and_the_stale_marks(md, hist):
 def test_a_model_with_no_history_gets_a_short_page_saying_what_to_run_first(hist):
     doc = page_json(hist.cfg, hist.env, "gemma")
     assert doc["history"] is False
-    assert [s["command"].split()[1] for s in doc["first_steps"]] == ["doctor", "verify-build", "start", "gate",
-                                                                   "bench", "soak"]
+    # no verify-build: a llama-server built from source has no package record to verify against (issue 49)
+    assert [s["command"].split()[1] for s in doc["first_steps"]] == ["doctor", "start", "gate", "bench", "soak"]
     r = cli(hist.cfg, hist.env, "page", "gemma", timeout=120)
     assert r.returncode == 0, r.stderr
     heads = re.findall(r"^## (.+)$", r.stdout, re.M)

@@ -80,7 +80,7 @@ def _running_engines(env: dict) -> list:
 
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory, engines_ready):
-    from conftest import stop_everything
+    from tests.conftest import stop_everything
 
     tmp = tmp_path_factory.mktemp("tune")
     (tmp / "models.toml").write_text(starter_toml())
