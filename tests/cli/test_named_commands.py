@@ -29,6 +29,7 @@ HINT_KEYS = {"hint", "action"}
 # Backticked text that starts with "servedeck " but names no command, each with why.
 NOT_COMMANDS = {
     "servedeck version": "a knob in docs/report.md (servedeck's own version), not a command",
+    "servedeck COMMAND --help": "README.md's placeholder for any command's --help, not a command",
 }
 
 
@@ -88,23 +89,37 @@ def named_commands() -> dict[str, set[str]]:
 
 
 ROOT_CMD = typer.main.get_command(app)  # typer's own click: groups are told by their `commands` table
-ROOT_OPTS = {o for p in ROOT_CMD.params for o in (*p.opts, *p.secondary_opts)}
+ROOT_PARAMS = {o: p for p in ROOT_CMD.params for o in (*p.opts, *p.secondary_opts)}
+ROOT_OPTS = set(ROOT_PARAMS)
+# Root options that act and exit on their own (`servedeck --version`, like `servedeck --help`): each is a
+# command by itself.
+ROOT_EAGER_FLAGS = {o for o, p in ROOT_PARAMS.items() if getattr(p, "is_flag", False) and p.is_eager}
 
 
 def resolve(cmd: str) -> tuple[list[str], Any, list[str]]:
     """The subcommand path, the click command it names, and the option names the text uses."""
     words = shlex.split(cmd.replace("|", " ").rstrip("\\ "), posix=True)[1:]
-    while words and words[0] in ROOT_OPTS:  # `servedeck --config FILE soak ...`
-        words = words[2:]
+    opts: list[str] = []
+    while words and words[0] in ROOT_OPTS:  # `servedeck --config FILE soak ...`, `servedeck --version`
+        if getattr(ROOT_PARAMS[words[0]], "is_flag", False):
+            if words[0] in ROOT_EAGER_FLAGS:
+                opts.append(words[0])
+            words = words[1:]
+        else:
+            words = words[2:]
     group: Any = ROOT_CMD
     path: list[str] = []
-    opts: list[str] = []
     rest = list(words)
     while rest and hasattr(group, "commands"):
         w = rest[0].strip("[]()")
         if w.startswith("-"):
             break
         sub = group.commands.get(w)
+        default = getattr(group, "default_command", None)  # `servedeck tune FILE` is `servedeck tune run FILE`
+        if sub is None and default in group.commands:
+            path.append(default)
+            group = group.commands[default]
+            continue  # `w` is that subcommand's argument
         if sub is None:
             raise LookupError(f"`servedeck {' '.join(path + [w])}` is not a command")
         path.append(w)
@@ -146,7 +161,8 @@ def test_named_command_exists(cmd):
         path, command, opts = resolve(cmd)
     except LookupError as e:
         pytest.fail(f"{e} (named in {where})")
-    assert path or opts == ["--help"], f"`{cmd}` names no subcommand (in {where})"  # `servedeck --help` alone is one
+    # `servedeck --help` alone is one, and so is `servedeck --version` (a root flag that acts and exits)
+    assert path or (opts and set(opts) <= ROOT_EAGER_FLAGS | {"--help"}), f"`{cmd}` names no subcommand (in {where})"
     known = {o for p in command.params for o in (*p.opts, *p.secondary_opts)} | {"--help"}
     unknown = [o for o in opts if o not in known]
     assert not unknown, f"`{cmd}` (in {where}): `servedeck {' '.join(path)}` has no option {unknown}"

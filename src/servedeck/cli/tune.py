@@ -20,11 +20,14 @@ from servedeck.tune.runner import run_tune
 
 
 class _RunByDefault(TyperGroup):
-    """`servedeck tune FILE` is `servedeck tune run FILE`: a first word that is no subcommand is the file."""
+    """`servedeck tune FILE` is `servedeck tune run FILE`: a first word that is no subcommand is the file.
+    `default_command` names that subcommand (tests/cli/test_named_commands.py reads it too)."""
+
+    default_command = "run"
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:  # typer's own click's Context
         if args and not args[0].startswith("-") and args[0] not in self.commands:
-            args = ["run", *args]
+            args = [self.default_command, *args]
         return super().parse_args(ctx, args)
 
 

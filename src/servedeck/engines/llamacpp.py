@@ -45,6 +45,8 @@ class LlamaCpp(Engine):
         "--embedding": "--embeddings",
     }
     uses_mmproj = True
+    weight_formats = ("gguf",)
+    image_server_tags = ("server",)  # tag prefixes: server, server-cuda, server-vulkan, ...
     # llama-server finds the tool-call format in the chat template (its "differential autoparser"); a
     # template without tools makes it drop `tools` from the prompt, so tools = true wants one that has them
     tools_by = "template"

@@ -16,6 +16,7 @@ class SGLang(Engine):
     supports_parallel = True
     # --mem-fraction-static covers weights + KV; activations live outside it. No share set: the plan decides.
     memory = MemoryModel(kind="static-share", share_key="mem_fraction_static", block_size=16, fp32_downcast=True)
+    weight_formats = ("hf",)
     dists = ("sglang",)
     package = "sglang"
     concurrency_flags = ("--max-running-requests",)

