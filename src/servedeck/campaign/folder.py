@@ -128,12 +128,17 @@ def _finished(state: Any) -> bool:
         return False
 
 
-def list_campaigns(root: Path) -> list[Path]:
-    """Campaign folders, oldest first (by the stamp in their name)."""
+def stamped_folders(root: Path, marker: str) -> list[Path]:
+    """Folders of `root` that hold `marker` (campaign.json, tune.json), oldest first (by the stamp in their name)."""
     if not root.exists():
         return []
-    found = [p for p in root.iterdir() if p.is_dir() and (p / "campaign.json").exists()]
+    found = [p for p in root.iterdir() if p.is_dir() and (p / marker).exists()]
     return sorted(found, key=lambda p: (p.name.split("__")[-1], p.stat().st_mtime))
+
+
+def list_campaigns(root: Path) -> list[Path]:
+    """Campaign folders, oldest first (by the stamp in their name)."""
+    return stamped_folders(root, "campaign.json")
 
 
 def newest_unfinished(root: Path, camp: Campaign) -> Optional[Path]:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from servedeck import paths
+from servedeck.campaign.folder import stamped_folders
 from servedeck.deck.state import now_iso
 from servedeck.errors import RunError
 from servedeck.fsio import atomic_write_json, atomic_write_text, unique_dir
@@ -171,10 +172,8 @@ def _finished(doc: dict[str, Any]) -> bool:
 
 
 def list_tunes(root: Path) -> list[Path]:
-    if not root.exists():
-        return []
-    found = [p for p in root.iterdir() if p.is_dir() and (p / "tune.json").exists()]
-    return sorted(found, key=lambda p: (p.name.split("__")[-1], p.stat().st_mtime))
+    """Tune folders, oldest first (by the stamp in their name)."""
+    return stamped_folders(root, "tune.json")
 
 
 def newest_unfinished(root: Path, tune: Tune) -> Optional[Path]:
