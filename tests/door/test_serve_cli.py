@@ -291,3 +291,32 @@ def test_api_key_on_the_command_line_warns_that_ps_shows_it(tmp_path, config):
     finally:
         code, err = s.stop()
     assert "--api-key-file" in err and "ps" in err, err
+
+
+def test_body_budget_mib_overrides_the_models_toml_key(tmp_path, config):
+    """--body-budget-mib takes the place of [host] body_budget_mib (issue 48 item 4); /door/status says
+    which budget the door holds to and where it came from."""
+    config.write_text(config.read_text().replace("[host]\n", "[host]\nbody_budget_mib = 64\n", 1))
+    home = tmp_path / "home-budget"
+    home.mkdir()
+    for args, want, said in (((), 64, "[host] body_budget_mib"), (("--body-budget-mib", "16"), 16, "--body-budget-mib")):
+        s = ServeProcess(home, config, *args)
+        try:
+            s.wait_up()
+            got = httpx.get(f"http://127.0.0.1:{s.port}/door/status", timeout=30).json()["bodies"]
+        finally:
+            code, err = s.stop()
+        assert got["budget_mib"] == want and got["from"] == said and got["held_mib"] == 0, (args, got)
+        assert "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "nan", "inf", "lots"])
+def test_a_bad_body_budget_is_refused_naming_the_flag_value_and_what_is_expected(tmp_path, config, value):
+    env = dict(os.environ, SERVEDECK_HOME=str(tmp_path), SERVEDECK_CONFIG=str(config))
+    env.pop("SERVEDECK_API_KEY", None)
+    r = subprocess.run([sys.executable, "-m", "servedeck", "serve", "--port", str(free_port()),
+                        f"--body-budget-mib={value}"], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, (r.returncode, r.stderr)  # a user's mistake, said before the door listens
+    err = " ".join(r.stderr.split())  # rich and click wrap long lines
+    assert "--body-budget-mib" in err and value in err and "Traceback" not in err, err
+    assert ("a number of MiB greater than 0" if value != "lots" else "is not a valid float") in err, err
