@@ -84,6 +84,7 @@ class FrontStub:
     def __init__(self, body_budget: int = 1 << 40) -> None:
         self.conns: set = set()
         self.body_budget, self.bodies, self.refused_bodies = body_budget, 0, 0
+        self.budget_from = "[host] body_budget_mib"
 
 
 def connection() -> tuple[Conn, Transport, Handler]:

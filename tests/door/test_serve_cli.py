@@ -310,7 +310,7 @@ def test_body_budget_mib_overrides_the_models_toml_key(tmp_path, config):
         assert "Traceback" not in err, err
 
 
-@pytest.mark.parametrize("value", ["0", "-5", "nan", "inf", "lots"])
+@pytest.mark.parametrize("value", ["0", "-5", "nan", "inf", "lots", "1e400"])
 def test_a_bad_body_budget_is_refused_naming_the_flag_value_and_what_is_expected(tmp_path, config, value):
     env = dict(os.environ, SERVEDECK_HOME=str(tmp_path), SERVEDECK_CONFIG=str(config))
     env.pop("SERVEDECK_API_KEY", None)
@@ -319,4 +319,4 @@ def test_a_bad_body_budget_is_refused_naming_the_flag_value_and_what_is_expected
     assert r.returncode == 2, (r.returncode, r.stderr)  # a user's mistake, said before the door listens
     err = " ".join(r.stderr.split())  # rich and click wrap long lines
     assert "--body-budget-mib" in err and value in err and "Traceback" not in err, err
-    assert ("a number of MiB greater than 0" if value != "lots" else "is not a valid float") in err, err
+    assert "expected a number of MiB greater than 0" in err, err

@@ -36,12 +36,18 @@ def serve(
                                                "model's replicas share its requests (least-outstanding, session, "
                                                "prefix; as models.toml's routing)"),
     log_bodies: bool = typer.Option(False, "--log-bodies", help="log request bodies (off: bodies are never logged)"),
+    body_budget_mib: Optional[str] = typer.Option(None, "--body-budget-mib", metavar="MIB",
+                                                    help="request bodies the door holds at once, all clients "
+                                                         "together; past it 503 with Retry-After (default: "
+                                                         "models.toml's host.body_budget_mib, else an eighth "
+                                                         "of host memory)"),
 ) -> None:
     """One OpenAI-compatible endpoint for the whole deck: routes by model, starts and switches on demand."""
-    from servedeck.door.serve import (ENV_KEY, ServeOptions, key_file_exposed, keys_of, parse_upstream_routing,
-                                      parse_upstreams, read_key_file, serve as run)
+    from servedeck.door.serve import (ENV_KEY, ServeOptions, body_budget_mib as budget_checked, key_file_exposed,
+                                      keys_of, parse_upstream_routing, parse_upstreams, read_key_file, serve as run)
     from servedeck.door.admission import is_loopback
 
+    budget = budget_checked(body_budget_mib)  # before anything else: a user's mistake, said first
     keys = [api_key] if api_key else []
     if api_key_file is not None:
         keys += read_key_file(api_key_file)
@@ -58,7 +64,7 @@ def serve(
     cfg = load_config()
     opts = ServeOptions(host=host, port=port, api_keys=keys, watch=watch,
                         watch_interval_s=seconds(watch_interval, "--watch-interval"), log_bodies=log_bodies,
-                        external=parse_upstreams(upstream))
+                        external=parse_upstreams(upstream), body_budget_mib=budget)
     opts.external_routing = parse_upstream_routing(upstream_routing, opts.external)
     if log_bodies:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")

@@ -450,10 +450,12 @@ class Conn(asyncio.Protocol):
 class Front:
     """The listening socket and its connections."""
 
-    def __init__(self, handler: Handler, body_budget: int | None = None) -> None:
+    def __init__(self, handler: Handler, body_budget: int | None = None, budget_from: str = "") -> None:
         self.handler = handler
         self.conns: set[Conn] = set()
         self.body_budget = body_budget or default_body_budget()  # bytes of request bodies held at once
+        # where the budget was given: "--body-budget-mib", "[host] body_budget_mib", or the default
+        self.budget_from = (budget_from or BUDGET_KEY) if body_budget else DEFAULT_BUDGET
         self.bodies = 0  # bytes of request bodies held now (counted from the head's Content-Length, or as read)
         self.refused_bodies = 0
         self.listener: Listener | None = None
@@ -514,9 +516,22 @@ def default_body_budget() -> int:
     return max(MAX_BODY, psutil.virtual_memory().total // 8)
 
 
+BUDGET_FLAG = "--body-budget-mib"
+BUDGET_KEY = "[host] body_budget_mib"
+DEFAULT_BUDGET = "the default: an eighth of host memory"
+
+
+def bodies_state(front: Front) -> dict:
+    """The body budget and what holds it now, for /door/status."""
+    return {"budget_mib": round(front.body_budget / 2**20, 3), "from": front.budget_from,
+            "held_mib": round(front.bodies / 2**20, 3), "refused": front.refused_bodies}
+
+
 def over_budget(front: Front) -> Answer:
+    raise_it = {BUDGET_FLAG: f"give serve a larger {BUDGET_FLAG}",
+                DEFAULT_BUDGET: f"set body_budget_mib in models.toml's [host] (or serve {BUDGET_FLAG})"}.get(
+        front.budget_from, "raise body_budget_mib in models.toml's [host]")
     return Answer(503, error_body(503, f"the door holds {front.bodies / 2**20:,.0f} MiB of request bodies already, "
                                        f"all clients together; its budget is {front.body_budget / 2**20:,.0f} MiB "
-                                       "([host] body_budget_mib)",
-                                  "retry after the Retry-After seconds; or raise body_budget_mib in models.toml's "
-                                  "[host]"), {"Retry-After": "2"})
+                                       f"({front.budget_from})",
+                                  f"retry after the Retry-After seconds; or {raise_it}"), {"Retry-After": "2"})

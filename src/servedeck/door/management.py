@@ -42,6 +42,7 @@ class Management:
         self.recent = recent
         self.gpu = GpuWatch()  # read in its own thread, once a second at most
         self.descriptors: Callable[[], dict] = dict  # the listener's: the descriptor limit and what is open
+        self.bodies: Callable[[], dict] = dict  # the front's: the body budget and what holds it
         self.routes: dict[bytes, Callable[[Req], None]] = {
             b"/v1/models": self.models, b"/metrics": self.metrics_text, b"/door/status": self.status,
             b"/": self.page, b"/events": self.events, b"/page": self.model_page,
@@ -127,6 +128,7 @@ class Management:
         async def work() -> None:
             snap = await snapshot(self.manager, self.recent, self.gpu.now())
             snap["descriptors"] = self.descriptors()
+            snap["bodies"] = self.bodies()
             r.respond_body(200, JSON, json.dumps(snap, default=str).encode())
 
         self._later(r, work)

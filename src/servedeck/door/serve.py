@@ -4,6 +4,7 @@ notices have one owner. Refuses to start while another watch loop holds the stat
 from __future__ import annotations
 
 import asyncio
+import math
 import signal
 import threading
 from dataclasses import dataclass, field
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING, Callable
 
 from servedeck.config import Config
 from servedeck.errors import RefusedError, UsageError
+from servedeck.door.front import BUDGET_FLAG, BUDGET_KEY
 from servedeck.door.listen import raise_nofile
 from servedeck.door.manager import Manager
 from servedeck.door.metrics import DoorMetrics
@@ -34,6 +36,7 @@ class ServeOptions:
     log_bodies: bool = False
     external: dict[str, list[str]] = field(default_factory=dict)  # --upstream NAME=URL (servers not run by servedeck)
     external_routing: dict[str, str] = field(default_factory=dict)  # --upstream-routing NAME=POLICY
+    body_budget_mib: float | None = None  # --body-budget-mib: over [host] body_budget_mib
 
 
 def parse_upstreams(items: list[str]) -> dict[str, list[str]]:
@@ -122,9 +125,27 @@ def build_door(cfg: Config | None, opts: ServeOptions, notify: Callable | None =
             raise UsageError(f"--upstream {clash[0]}: a model of that name is in {cfg.path}",
                              hint="give the outside server another name")
     mgr = Manager(cfg, metrics, external=opts.external, external_routing=opts.external_routing, notify=notify)
-    budget = cfg.deck.host.body_budget_mib if cfg else None
+    budget, said = opts.body_budget_mib, BUDGET_FLAG
+    if budget is None and cfg is not None:
+        budget, said = cfg.deck.host.body_budget_mib, BUDGET_KEY
     return Door(mgr, metrics, api_keys=keys_of(cfg, opts.api_keys), host=opts.host, log_bodies=opts.log_bodies,
-                body_budget=int(budget * 2**20) if budget else None)
+                body_budget=int(budget * 2**20) if budget else None, body_budget_from=said)
+
+
+def body_budget_mib(text: str | None) -> float | None:
+    """--body-budget-mib as given (None: not given), or a UsageError naming it, the value and what it must be."""
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:
+        raise UsageError(f"{BUDGET_FLAG} {text!r}: expected a number of MiB greater than 0 (the request bodies the "
+                         "door holds at once, all clients together)",
+                         hint=f"e.g. {BUDGET_FLAG} 512; leave it out for models.toml's host.body_budget_mib, or "
+                              "an eighth of host memory")
+    return value
 
 
 def serve(cfg: Config | None, opts: ServeOptions, on_ready: Callable[[int], None] | None = None,

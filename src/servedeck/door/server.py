@@ -23,7 +23,7 @@ import sys
 from typing import Any
 
 from servedeck.door.admission import Admission
-from servedeck.door.front import Answer, Front, Req
+from servedeck.door.front import Answer, Front, Req, bodies_state
 from servedeck.door.management import Management
 from servedeck.door.manager import Manager
 from servedeck.door.metrics import DoorMetrics
@@ -35,9 +35,10 @@ class Door:
     """One door: a manager of models, who may ask, where a request goes, and the door's own routes."""
 
     def __init__(self, manager: Manager, metrics: DoorMetrics, *, api_keys: list[str] = (), host: str = "127.0.0.1",
-                 log_bodies: bool = False, body_budget: int | None = None):
+                 log_bodies: bool = False, body_budget: int | None = None, body_budget_from: str = ""):
         self.manager = manager
         self.body_budget = body_budget  # bytes of request bodies held at once (None: door/front.py's default)
+        self.body_budget_from = body_budget_from  # where it was given (the flag or models.toml's key)
         self.metrics = metrics
         self.bind_host = host
         self.relay = Relay()
@@ -72,11 +73,12 @@ class Door:
 async def run_door(door: Door, host: str, port: int, stop: asyncio.Event, ready: Any = None,
                    preload: list[str] = ()) -> None:
     """Serve until `stop` is set. `ready(port)` is called once listening."""
-    front = Front(door, door.body_budget)
+    front = Front(door, door.body_budget, door.body_budget_from)
     try:
         bound = await front.start(host, port, holders=lambda: {"engine connections": door.relay.open},
                                   say=lambda kind, msg: _say(door, kind, msg))
         door.management.descriptors = front.listener.state  # type: ignore[union-attr]
+        door.management.bodies = lambda: bodies_state(front)
         await door.manager.start(preload)
         if ready:
             ready(bound)
