@@ -18,7 +18,7 @@ from collections import deque
 from typing import Any
 
 from servedeck.door import policy as Pol
-from servedeck.door.checks import bad_number, cut, parse, quoted, unreadable
+from servedeck.door.checks import bad_number, cut, encode, parse, quoted, unreadable
 from servedeck.door.front import NESTING_HINT, Answer, Req, error_body, upstream_request
 from servedeck.door.logprobs import CompletionLogprobs
 from servedeck.door.manager import Manager, Refusal
@@ -64,9 +64,10 @@ class Router:
             log.info("request %s %s body=%s", r.method.decode(), r.url.decode("latin-1"),
                      body[:4096].decode(errors="replace"))
         name = doc = None
+        by_json = False
         if body:
             try:
-                doc = parse(body)
+                doc, by_json = parse(body)
                 name = doc.get("model") if isinstance(doc, dict) else None
             except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, an integer past Python's digit limit
                 self.metrics.count("-", "400")
@@ -102,10 +103,15 @@ class Router:
         self.recent.append(r.entry)
         ask = Pol.Ask(r.path, r.headers, body, doc)
         rep = mgr.take_ready(model, ask)
+        # From here the body is held by the request alone, so that _send can let it go before it writes a
+        # changed body anew: the parsed values and their new bytes are then the only two copies held
+        r.body = [body]
+        del body
         if rep is None:  # not ready: wait for it (a boot or a switch) in a task
-            r.task = asyncio.get_running_loop().create_task(self._wait_then_send(r, model, name, doc, body, ask))
+            r.task = asyncio.get_running_loop().create_task(self._wait_then_send(r, model, name, doc, by_json, ask))
             return
-        self._send(r, rep, model, name, doc, body)
+        del ask
+        self._send(r, rep, model, name, doc, by_json)
 
     def wrong_kind(self, model: str, embeds: bool) -> Answer:
         """A request the model's kind cannot answer, said before any engine is started for it: llama.cpp
@@ -123,8 +129,7 @@ class Router:
                                       "that embeds (llama.cpp renders --embeddings, vLLM --runner pooling, SGLang "
                                       "--is-embedding); the entry then serves nothing else"))
 
-    async def _wait_then_send(self, r: Req, model: str, name: str, doc: Any, body: bytes | bytearray,
-                              ask: Pol.Ask) -> None:
+    async def _wait_then_send(self, r: Req, model: str, name: str, doc: Any, by_json: bool, ask: Pol.Ask) -> None:
         waited = Pol.Waited(since=self.manager.clock())
         try:
             rep = await self.manager.acquire(model, waited, ask)
@@ -141,6 +146,7 @@ class Router:
             self.metrics.count(model, str(e.status))
             r.respond(a)
             return
+        del ask  # it holds the body too (_send lets the body go)
         r.task = None
         why = waited.text()
         if why:  # said in the response's head and on the page: why this request did not start at once
@@ -150,9 +156,12 @@ class Router:
         if r.gone:  # the client left as the model became ready
             self.manager.release(model, rep)
             return
-        self._send(r, rep, model, name, doc, body)
+        self._send(r, rep, model, name, doc, by_json)
 
-    def _send(self, r: Req, rep: Any, model: str, name: str, doc: Any, body: bytes | bytearray) -> None:
+    def _send(self, r: Req, rep: Any, model: str, name: str, doc: Any, by_json: bool) -> None:
+        """Write the request to `rep`: the body as the client sent it, or, when the door changed what it
+        says, written anew from `doc` once the body it came in has been let go (the request holds it alone)."""
+        body: bytes | bytearray = r.body.pop() if r.body else b""
         r.rep = rep
         rt = self.manager.models[model]
         changed = False
@@ -162,7 +171,8 @@ class Router:
         if isinstance(doc, dict) and r.path in FILLED and self._fill(r, rt, doc):
             changed = True
         if changed:
-            body = json.dumps(doc).encode()
+            del body  # freed here, before its replacement is written: a body costs twice its size, not three times
+            body = encode(doc, by_json)
         if rt.chat_logprobs and r.path == COMPLETIONS and doc.get("logprobs"):  # llama-server's chat-shaped ones
             r.rewrite = CompletionLogprobs()
         got = self.relay.start(rep.url, upstream_request(r, self.relay.host_for(rep.url), body), r)
