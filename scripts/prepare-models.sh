@@ -42,7 +42,10 @@ pkgs() {
   local dir="$models/pkgs/$1"; shift
   if [ ! -f "$dir/.complete" ]; then
     rm -rf "$dir"
-    python3 -m pip install -q --root-user-action=ignore --no-deps --target "$dir" "$@" >&2
+    # pip's chatter (a pip.conf naming index folders that are not there) goes to a log, shown if it fails
+    if ! python3 -m pip install -q --root-user-action=ignore --no-deps --target "$dir" "$@" >"$dir.log" 2>&1; then
+      grep -v "^WARNING: Location" "$dir.log" >&2; echo "pip could not install $* (its log: $dir.log)" >&2; exit 1
+    fi
     touch "$dir/.complete"
   fi
   echo "$dir"
