@@ -33,7 +33,7 @@ class _RunByDefault(TyperGroup):
 
 tune_app = typer.Typer(cls=_RunByDefault, no_args_is_help=True,
                        help="Search engine flags for the most good requests/s per GPU within an SLO (docs/tune.md): "
-                            "`servedeck tune FILE` (run), `servedeck tune apply`.")
+                            "`servedeck tune FILE` (run), `servedeck tune show`, `servedeck tune apply`.")
 app.add_typer(tune_app, name="tune")
 
 
@@ -110,6 +110,34 @@ def _find(folder: Optional[str], results: Optional[str]) -> Path:
         raise RunError(f"{folder!r} matches {len(found)} tunes ({', '.join(p.name for p in found[-5:])})",
                        hint="give more of the folder name")
     return found[-1]
+
+
+@tune_app.command("show")
+def show(folder: Optional[str] = typer.Argument(None, help="tune folder, its name or a unique part (default: newest)"),
+         as_json: bool = typer.Option(False, "--json")) -> None:
+    """A tune's trials, its verification and how much each searched entry moved the objective (fANOVA over
+    the study's complete trials)."""
+    from servedeck.tune.importance import importance
+    from servedeck.tune.runner import optuna_module
+
+    path = _find(folder, configured_results_dir("tunes"))
+    doc = TuneFolder.open(path).doc
+    imp = importance(optuna_module(), path, str(doc.get("name")))
+    if as_json:
+        print_json({**doc, "folder": str(path), "importance": imp})
+        return
+    print_markdown(render_markdown(doc) + "\n" + "\n".join(importance_lines(imp)) + "\n")
+
+
+def importance_lines(imp: dict[str, Any]) -> list[str]:
+    from servedeck.mdtable import table_lines
+
+    lines = ["## Importance of each searched entry", ""]
+    if not imp["importance"]:
+        return lines + [f"Not computed: {imp['note']}."]
+    return lines + [f"{imp['evaluator']} over {imp['trials']} complete trials: each entry's share of the "
+                    "objective's variance (pruned trials have no value and do not count).", "",
+                    *table_lines(["entry", "importance"], [[k, f"{v:.2f}"] for k, v in imp["importance"].items()])]
 
 
 @tune_app.command("apply")

@@ -5,7 +5,11 @@
     file.py       the tune file: a campaign file whose variants the search chooses; each trial a one-variant campaign
     objective.py  a trial's verdict (measured, or why not) and what the search is told; the best by the verdict
                   rules (report/recommend.py); pure
-    runner.py     the loop: the starter, then Optuna's TPE trials, each through the campaign Runner, resumable
+    runner.py     the loop: the starter, then Optuna's TPE trials, each through the campaign Runner, then the
+                  verification campaign; resumable
+    verify.py     the verification of the best few: candidates, each repeat's figure, the verdict (the median
+                  beats the starter's by more than the spread); pure
+    importance.py how much each searched entry moved the objective (Optuna's fANOVA over study.db), for `tune show`
     folder.py     the tune folder: tune.toml, tune.json, tune.md, study.db (Optuna's SQLite)
-    apply.py      `tune apply`: the winner's values into models.toml (tomlkit), each with its `why`; pure
+    apply.py      `tune apply`: the verified winner's values into models.toml (tomlkit), each with its `why`; pure
 """

@@ -18,9 +18,34 @@ from servedeck.errors import ConfigError, UsageError
 STARTER = "starter"
 
 
+# what to do when the verification named no winner, by its verdict (tune/verify.py)
+_NEXT = {
+    "not held": "the starter's entry stays as it is; to decide a smaller lead, narrow the spread (more `requests` "
+                "a step in the capacity workload, search.verify.repeats = 5) and run the tune again; --leading "
+                "applies the search's leader unverified",
+    "undecided": "take the step named and run the tune again; --leading applies the search's leader unverified",
+    "no baseline": "see tune.md for why the starter's launches have no figure, fix it and run the tune again",
+    "nothing to verify": "no trial has a figure that may be served: see tune.md for each trial's verdict",
+}
+
+
 def winner(doc: dict[str, Any], leading: bool) -> dict[str, Any]:
-    """The trial to apply from tune.json: the recommended one; the leader of an undecided verdict with `leading`.
-    UsageError says why there is none, and what would decide."""
+    """The trial to apply from tune.json: the verified winner (tune/verify.py); with `leading`, the search's leader
+    where the verification named none. A tune that ran without a verification (`verify = false`, or one from
+    before it existed): the recommended trial, or the leader of an undecided verdict with `leading`. UsageError
+    says why there is none, and what to do."""
+    ver = doc.get("verification")
+    if (doc.get("verify") or {}).get("top") and not ver:
+        raise UsageError(f"tune {doc.get('name')}: its best trials have not been verified yet (the search has not "
+                         "finished)", hint="`servedeck tune FILE --resume` searches on, then verifies")
+    if ver and ver.get("state") != "done":
+        raise UsageError(f"tune {doc.get('name')}: its verification has not finished",
+                         hint="`servedeck tune FILE --resume` finishes it")
+    if ver and ver.get("verdict") == "verified":
+        return next(t for t in doc["trials"] if t["trial"] == ver["winner"])
+    if ver and not leading:
+        raise UsageError(f"tune {doc.get('name')}: nothing held in the verification ({ver.get('verdict')}): "
+                         f"{ver.get('why')}", hint=_NEXT.get(str(ver.get("verdict")), "see tune.md"))
     best = doc.get("best") or {}
     verdict = best.get("verdict")
     if verdict == "recommended":
@@ -45,10 +70,18 @@ def reason(doc: dict[str, Any], trial: dict[str, Any], folder: str) -> str:
     ge = "≥ " if trial.get("bound") else ""
     than = (f" against the starter's {'≥ ' if starter.get('bound') else ''}{starter['value']:.3g}"
             if starter.get("value") is not None else "")
+    head = f"servedeck tune {doc.get('name')} ({folder}), trial {trial['trial']}"
+    ver = doc.get("verification") or {}
+    if ver.get("verdict") == "verified" and ver.get("winner") == trial["trial"]:
+        mine, base = ver["trials"][trial["trial"]], ver["trials"][STARTER]
+        return (f"{head}: verified: median {mine['median']:.3g} good req/s per GPU within SLO {doc.get('slo')} "
+                f"against the starter's {base['median']:.3g} over {ver.get('repeats')} interleaved launches each, "
+                f"a margin of {mine['margin']:.3g} above the spread {mine['spread']:.3g}")
     verdict = (doc.get("best") or {}).get("verdict")
-    return (f"servedeck tune {doc.get('name')} ({folder}), trial {trial['trial']}: {ge}{trial['value']:.3g} good "
-            f"req/s per GPU within SLO {doc.get('slo')}{than}; {verdict}, one measurement each (not verified "
-            "with repeats)")
+    unverified = (f"its verification: {ver.get('verdict')}, applied with --leading" if ver
+                  else "not verified with repeats")
+    return (f"{head}: {ge}{trial['value']:.3g} good req/s per GPU within SLO {doc.get('slo')}{than}; {verdict}, "
+            f"one measurement each ({unverified})")
 
 
 def _merge(entry: Any, key: str, values: dict[str, Any]) -> None:

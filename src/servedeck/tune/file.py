@@ -41,17 +41,28 @@ class Tune:
 
     def trial_campaign(self, variant: str, values: dict[str, Any]) -> Campaign:
         """The one-variant campaign of a trial (ConfigError when a sampled value is wrong for a variant)."""
-        return _campaign(self.raw, self.path, f"{self.name}.{variant}", variant, values, self.space.check_outputs)
+        return _campaign(self.raw, self.path, f"{self.name}.{variant}", {variant: values}, self.space.check_outputs)
+
+    def verify_campaign(self, variants: dict[str, dict[str, Any]], repeats: int) -> Campaign:
+        """The verification: the starter and the best trials (name → sampled values) as one campaign, each
+        launched `repeats` times, interleaved (campaign/cells.py), every one's outputs held against the starter's."""
+        return _campaign(self.raw, self.path, f"{self.name}.{VERIFY}", {STARTER: {}, **variants},
+                         self.space.check_outputs, repeats, STARTER)
 
 
-def _campaign(raw: dict[str, Any], path: Path, name: Optional[str], variant: str, values: dict[str, Any],
-              check: bool) -> Campaign:
+VERIFY = "verify"  # the verification campaign's suffix: <tune>.verify
+
+
+def _campaign(raw: dict[str, Any], path: Path, name: Optional[str], variants: dict[str, dict[str, Any]],
+              check: bool, repeats: int = 1, reference: Optional[str] = None) -> Campaign:
     head = dict(raw.get("campaign") or {})
     if name is not None:  # None: the file's own (or its absence, which the campaign's rules name)
         head["name"] = name
-    if check:
-        head["reference"] = variant  # its first workload answers the output check (campaign/steps.py)
-    body = {**raw, "campaign": head, "variants": [{"name": variant, **overrides(values)}],
+    if repeats > 1:
+        head["repeats"] = repeats
+    if check:  # the reference's first workload answers the output check (campaign/steps.py)
+        head["reference"] = reference or next(iter(variants))
+    body = {**raw, "campaign": head, "variants": [{"name": v, **overrides(values)} for v, values in variants.items()],
             "workloads": ([dict(CHECK_WORKLOAD)] if check else []) + list(raw.get("workloads") or [])}
     return parse_campaign(tomlkit.dumps(body), path, body)
 
@@ -86,7 +97,7 @@ def parse(text: str, path: Path) -> Tune:
         raise ConfigError("\n".join(f"{path}: {p}" for p in problems), hint=DOC)
     assert space is not None
     rest = {k: v for k, v in raw.items() if k != "search"}
-    camp = _campaign(rest, path, None, STARTER, {}, space.check_outputs)  # names campaign.* problems
+    camp = _campaign(rest, path, None, {STARTER: {}}, space.check_outputs)  # names campaign.* problems
     slos = list(dict.fromkeys(_capacity_slos(rest)))
     slo: Optional[str] = space.slo
     if not slos:

@@ -28,7 +28,7 @@ from servedeck.mdtable import table_lines
 from servedeck.tune.file import Tune
 from servedeck.tune.space import Categorical, IntRange
 
-SCHEMA = 1
+SCHEMA = 2  # 2: verify and verification (a schema-1 folder has neither: apply reads it as unverified)
 RUNNING, DONE, INTERRUPTED = "running", "done", "interrupted"
 
 
@@ -63,7 +63,8 @@ class TuneFolder:
                "budget": {"trials": sp.trials, "wall": sp.wall}, "sampler": "optuna TPESampler",
                "seed": sp.seed, "startup_trials": sp.startup_trials, "space": _space_json(tune),
                "require": [r.text for r in sp.rules], "outputs_may_differ": sp.outputs_may_differ,
-               "check_outputs": sp.check_outputs, "storage": "study.db", "spent_s": 0.0, "finished": False,
+               "check_outputs": sp.check_outputs, "verify": {"top": sp.verify_top, "repeats": sp.verify_repeats},
+               "verification": None, "storage": "study.db", "spent_s": 0.0, "finished": False,
                "trials": [], "best": None}
         folder = cls(path, doc)
         folder.save()
@@ -160,11 +161,41 @@ def render_markdown(doc: dict[str, Any]) -> str:
         [[t["trial"], _values(t.get("values") or {}), t["state"], t.get("verdict") or "", _figure(t),
           (t.get("outputs") or {}).get("check", ""), (t.get("why") or "")[:160], t.get("campaign") or ""]
          for t in doc.get("trials") or []])]
+    lines += _verification_lines(doc.get("verification"))
     lines += ["", "The starter is the model's entry as models.toml has it: every trial's greedy outputs are held "
               "against its, and it is the figure to beat. Pruned trials (verdicts other than measured and "
-              "no-capacity) tell the search their region is bad. `servedeck tune apply` writes the best into "
-              "models.toml. Not built yet: verifying the best few with repeats."]
+              "no-capacity) tell the search their region is bad. `servedeck tune apply` writes the verified "
+              "winner into models.toml" + (" (this tune has verify = false: the best by one measurement each)."
+                                           if not (doc.get("verify") or {}).get("top") else ".")]
     return "\n".join(lines) + "\n"
+
+
+def _verification_lines(ver: Optional[dict[str, Any]]) -> list[str]:
+    """The verification: its verdict, each verified trial's repeats against the starter's, each launch in order."""
+    if not ver:
+        return []
+    lines = ["", "## Verification", "",
+             f"The best {ver.get('top')} trial(s) and the starter launched again, {ver.get('repeats')} times each, "
+             f"interleaved (campaign `{ver.get('campaign') or '-'}`). A trial holds when the median of its figures "
+             "beats the starter's median by more than the spread (the larger range, max − min, of the two)."]
+    if ver.get("state") != DONE:
+        return lines + ["", f"Not finished ({len(ver.get('order') or [])} launches planned): "
+                            "`servedeck tune FILE --resume` finishes it."]
+    lines += ["", f"**{ver.get('verdict')}**" + (f": {ver['winner']}" if ver.get("winner") else "") +
+              f". {ver.get('why') or ''}"]
+    rows = []
+    for name, t in (ver.get("trials") or {}).items():
+        figs = ver.get("figures", {}).get(name) or []
+        each = ", ".join(("≥ " if f.get("bound") else "") + _num(f.get("value")) if f.get("value") is not None
+                         else f"— ({f.get('why')})" for f in figs)
+        rows.append([name, each, _num(t.get("median")), _num(t.get("spread")),
+                     "" if t.get("margin") is None else f"{t['margin']:+.2f}", t.get("outcome") or ""])
+    if rows:
+        lines += ["", *table_lines(["trial", "each launch (good req/s per GPU)", "median", "spread",
+                                    "margin over the starter", "outcome"], rows)]
+    if ver.get("order"):
+        lines += ["", "Launch order: " + ", ".join(ver["order"]) + "."]
+    return lines
 
 
 def _finished(doc: dict[str, Any]) -> bool:

@@ -18,8 +18,12 @@ from typing import Any, Optional, Protocol
 from filelock import FileLock, Timeout
 
 from servedeck.campaign import cells as C
+from servedeck.campaign.folder import CampaignFolder, campaigns_root
 from servedeck.campaign.runner import RunOptions, Runner
 from servedeck.campaign.summary import capacity_of
+from servedeck.report.capacity import capacity_rows
+from servedeck.report.recommend import outputs_of
+from servedeck.runs.read import load as load_run
 from servedeck.config import Config
 from servedeck.deck import Deck
 from servedeck.deck.state import now_iso
@@ -27,6 +31,7 @@ from servedeck.errors import ConfigError, RefusedError, RunError, ServedeckError
 from servedeck.runs.folder import runs_root
 from servedeck.supervisor import process as P
 from servedeck.tune import objective as O
+from servedeck.tune import verify as V
 from servedeck.tune.file import STARTER, Tune, parse
 from servedeck.tune.folder import DONE, INTERRUPTED, RUNNING, TuneFolder, newest_unfinished, tunes_root
 from servedeck.workloads.outputs import compare_runs
@@ -156,6 +161,7 @@ class TuneRun:
                 name = trial_name(ask.number)
                 v = self._trial(name, ask.number, values, redo.pop(_key(values), None))
                 self._tell(study, ask.number, v)
+            self._verify()
             self.folder.doc["finished"] = True
         finally:
             self.folder.doc["spent_s"] = spent0 + time.monotonic() - started
@@ -180,6 +186,7 @@ class TuneRun:
         state = self.optuna.trial.TrialState
         redo: dict[str, str] = {}
         cut = [t for t in self.folder.doc["trials"] if t["state"] in (RUNNING, INTERRUPTED)]
+        fresh = [t["trial"] for t in cut if not t.get("redone")]  # not yet asked again by an earlier resume
         for t in cut:
             if t["state"] == RUNNING:
                 self.folder.update_trial(t["trial"], state=INTERRUPTED,
@@ -199,8 +206,8 @@ class TuneRun:
             study.enqueue_trial(params, skip_if_exists=False)
             redo[_key(t.get("values") or {})] = t["trial"]
             self.folder.update_trial(t["trial"], redone=True)
-        if cut:
-            self.rep.note(f"resuming: {', '.join(t['trial'] for t in cut)} cut short; redone with the same values")
+        if fresh:
+            self.rep.note(f"resuming: {', '.join(fresh)} cut short; redone with the same values")
         return redo
 
     def _reap(self, trial: str, values: dict[str, Any]) -> None:
@@ -216,6 +223,70 @@ class TuneRun:
         if mine:
             deck.stop(mine, wait_s=60)
             self.rep.note(f"stopped {', '.join(mine)}, left running by a servedeck that is gone")
+
+    # --- verification of the best few ----------------------------------------------------------------
+    def _verify(self) -> None:
+        """The best `top` trials and the starter launched again, `repeats` each, interleaved, as one campaign
+        `<tune>.verify`; each launch's figure and the verdict (verify.py) recorded in tune.json. A resume continues
+        a verification cut short (the same candidates, its campaign resumed: finished launches kept)."""
+        f, sp = self.folder, self.tune.space
+        ver = f.doc.get("verification")
+        if sp.verify_top == 0 or (ver and ver.get("state") == DONE):
+            return
+        if not ver:
+            names = V.candidates(f.doc["trials"], sp.verify_top)
+            ver = {"state": RUNNING, "top": sp.verify_top, "repeats": sp.verify_repeats, "candidates": names,
+                   "campaign": None, "order": [], "figures": {}, "verdict": None, "winner": None, "why": None,
+                   "started": now_iso()}
+            f.doc["verification"] = ver
+            f.save()
+        names = list(ver["candidates"])
+        if not names:
+            ver.update(state=DONE, **V.verdict({}, {}), ended=now_iso())
+            f.save()
+            return
+        values = {n: (f.trial(n) or {}).get("values") or {} for n in names}
+        camp = self.tune.verify_campaign(values, int(ver["repeats"]))
+        self.rep.trial_start("verify", {"trials": ", ".join(names), "repeats": ver["repeats"]})
+        done = self._verify_done(ver.get("campaign"))
+        if done is None:
+            runner = Runner(self.cfg, camp, RunOptions(resume=ver["campaign"] is not None), _CellNews(self.rep))
+            ver["campaign"] = runner.folder.path.name
+            ver["order"] = [c.id for c in runner.cells]
+            f.save()
+            try:
+                runner.run()
+            finally:
+                ver["figures"] = self._figures(runner.folder.doc)
+                f.save()
+            done = runner.folder.doc
+        ver["figures"] = self._figures(done)
+        ver.update(state=DONE, ended=now_iso(), **V.verdict(ver["figures"], outputs_of(done)))
+        f.doc["best"] = O.best(f.doc["trials"], self.tune.slo)
+        f.save()
+        self.rep.note(f"verification: {ver['verdict']}: {ver['why']}")
+
+    def _verify_done(self, name: Optional[str]) -> Optional[dict[str, Any]]:
+        """The verification campaign's record where every cell of it has finished (a servedeck that stopped between
+        its last launch and the verdict), else None: it is run, or resumed."""
+        if name is None:
+            return None
+        try:
+            doc = CampaignFolder.open(campaigns_root(self.cfg.deck.host.results_dir) / name).doc
+        except ServedeckError:
+            return None
+        if all(C.CellState(c["state"]).finished for c in doc.get("cells") or []):
+            return dict(doc)
+        return None
+
+    def _figures(self, doc: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+        """Each variant's launches in the verification campaign, each with its figure under the tune's SLO."""
+        out: dict[str, list[dict[str, Any]]] = {}
+        for cell in doc.get("cells") or []:
+            views = [load_run(self.runs_root / r) for r in cell.get("runs") or [] if (self.runs_root / r).exists()]
+            rows = [r for r in capacity_rows([v for v in views if v.get("capacity")]) if r["slo"] == self.tune.slo]
+            out.setdefault(cell["variant"], []).append(_jsonable(V.figure(cell, rows[0] if rows else None)) or {})
+        return out
 
     # --- one trial ------------------------------------------------------------------------------
     def _trial(self, name: str, number: Optional[int], values: dict[str, Any], redoes: Optional[str] = None) -> O.Verdict:

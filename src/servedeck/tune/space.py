@@ -8,6 +8,7 @@
     startup = 3                # trials drawn at random before TPE models the space (default: a third of `trials`)
     outputs_may_differ = false # true: a trial whose greedy outputs differ from the starter's may still win
     check_outputs = true       # false: no output check (nor its prompts) at all
+    verify = { top = 2, repeats = 3 }   # the best `top` trials and the starter launched again, `repeats` each
     require = ["args.ubatch-size <= args.batch-size"]   # a sampled variant that breaks one is never launched
 
     [search.space]
@@ -171,6 +172,8 @@ class Space:
     outputs_may_differ: bool = False
     check_outputs: bool = True
     keys: tuple[str, ...] = field(default=())  # every models.toml key the knobs may set
+    verify_top: int = 2  # trials verified after the search (0: none, `verify = false`)
+    verify_repeats: int = 3  # launches of each verified trial and of the starter, interleaved
 
     def sample(self, trial: Trial) -> dict[str, Any]:
         """The sampled variant as {"args.parallel": 4, ...}, knobs in file order (a `when` reads those before it)."""
@@ -205,7 +208,8 @@ def overrides(values: dict[str, Any]) -> dict[str, Any]:
 
 # --- reading the table -----------------------------------------------------------------------------
 
-_SEARCH_KEYS = {"trials", "wall", "slo", "seed", "startup", "outputs_may_differ", "check_outputs", "require", "space"}
+_SEARCH_KEYS = {"trials", "wall", "slo", "seed", "startup", "outputs_may_differ", "check_outputs", "require", "space",
+                "verify"}
 _SCALARS = (bool, int, float, str)
 
 
@@ -373,8 +377,29 @@ def parse_search(raw: Any) -> Space:
     if not isinstance(require, list):
         raise SpaceError("search.require", 'expected a list like ["args.ubatch-size <= args.batch-size"]')
     rules = tuple(_rule(i, r, set(sets)) for i, r in enumerate(require))
+    top, repeats = _verify(raw.get("verify", {}))
     return Space(knobs, rules, trials, wall_s, wall, slo, raw.get("seed"), raw.get("startup"),
-                 bool(raw.get("outputs_may_differ", False)), bool(raw.get("check_outputs", True)), tuple(sets))
+                 bool(raw.get("outputs_may_differ", False)), bool(raw.get("check_outputs", True)), tuple(sets),
+                 top, repeats)
+
+
+def _verify(raw: Any) -> tuple[int, int]:
+    """`verify = { top = 2, repeats = 3 }` (either key may be left out) or `verify = false` → (top, repeats)."""
+    if raw is False:
+        return 0, 0
+    if not isinstance(raw, dict):
+        raise SpaceError("search.verify", f"expected {{ top = 2, repeats = 3 }} or false, got {raw!r}")
+    extra = set(raw) - {"top", "repeats"}
+    if extra:
+        raise SpaceError(f"search.verify.{sorted(extra)[0]}", "unknown key: verify takes top and repeats")
+    top, repeats = raw.get("top", 2), raw.get("repeats", 3)
+    if not _is_int(top) or top < 1:
+        raise SpaceError("search.verify.top", f"expected a whole number of 1 or more (how many of the best trials are "
+                                              f"launched again), got {top!r}; verify = false verifies none")
+    if not _is_int(repeats) or repeats < 2:
+        raise SpaceError("search.verify.repeats", f"expected a whole number of 2 or more (one launch has no spread "
+                                                  f"to hold a margin against), got {repeats!r}")
+    return top, repeats
 
 
 def grid_size(space: Space) -> Optional[int]:

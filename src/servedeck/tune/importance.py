@@ -1,0 +1,34 @@
+"""How much each searched entry moved the objective, from the study (Optuna's own evaluator over study.db), for
+`servedeck tune show`. Only trials told `complete` (measured, or no load within the SLO: 0) count; pruned ones
+have no value to explain. Read from the study, never measured again."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+MIN_TRIALS = 3  # below this Optuna's evaluators say every entry is equally important, which is no information
+
+
+def importance(optuna: Any, folder: Path, name: str) -> dict[str, Any]:
+    """{"evaluator", "trials" (complete ones), "importance" ({entry: share of the objective's variance}, largest
+    first; {} when there is too little to say), "note" (why not, or None)}."""
+    out: dict[str, Any] = {"evaluator": None, "trials": 0, "importance": {}, "note": None}
+    db = folder / "study.db"
+    if not db.exists():
+        return {**out, "note": "no study.db in the tune folder"}
+    study = optuna.load_study(study_name=name, storage=f"sqlite:///{db}")
+    done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    out["trials"] = len(done)
+    if len(done) < MIN_TRIALS:
+        return {**out, "note": f"{len(done)} trial(s) told complete (measured or no-capacity); importance needs "
+                               f"{MIN_TRIALS} or more"}
+    if len({tuple(sorted(t.params.items())) for t in done}) < 2:
+        return {**out, "note": "every complete trial took the same values"}
+    evaluator = optuna.importance.FanovaImportanceEvaluator(seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = optuna.importance.get_param_importances(study, evaluator=evaluator)
+    return {**out, "evaluator": "fANOVA (optuna.importance.FanovaImportanceEvaluator, seed 0)",
+            "importance": {k: round(float(v), 3) for k, v in got.items()}}

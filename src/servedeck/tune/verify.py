@@ -1,0 +1,117 @@
+"""Verification of the best few, pure: which trials are launched again, what each launch's figure is, and the
+verdict over the repeats (nothing launched or measured here; runner.py runs the verification campaign).
+
+After the search, the best `top` trials and the starter (the baseline) are launched again as one campaign with
+`repeats` repeats, interleaved (starter#1, t4#1, t2#1, starter#2, ...: campaign/cells.py orders repeats round-robin),
+so drift over the minutes it takes hits each alike. Each launch is gated and its greedy outputs held against the
+starter's, as in the search.
+
+The rule (docs/tune.md): a candidate **holds** when the median of its repeats' figures beats the median of the
+starter's by more than the spread, the larger of the two sides' ranges (max − min over the repeats):
+
+    median(candidate) − median(starter) > max(range(candidate), range(starter))
+
+Among those that hold, the one with the highest median wins. A figure is good requests/s per GPU within the SLO at
+the launch's capacity; no load meeting the SLO is 0. Where a starter's figure is a lower bound (its capacity search
+did not end `found`), its true figure could be higher than any margin shows: the verdict is undecided, naming the
+step that would pin it down.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any, Optional
+
+STARTER = "starter"
+VERIFIED, NOT_HELD, UNDECIDED, NO_BASELINE, NONE = "verified", "not held", "undecided", "no baseline", "nothing to verify"
+# each candidate's outcome
+HOLDS, WITHIN, BELOW, DIFFERS, TOO_FEW = "holds", "within the spread", "below the starter", "outputs differ", "too few"
+
+
+def candidates(trials: list[dict[str, Any]], top: int) -> list[str]:
+    """The best `top` searched trials by their search figure: measured (gate passed, outputs may be served), above 0.
+    The starter is the baseline, never a candidate; ties keep trial order."""
+    measured = [t for t in trials if t["trial"] != STARTER and t.get("verdict") == "measured"
+                and (t.get("value") or 0) > 0]
+    measured.sort(key=lambda t: -float(t["value"]))
+    return [t["trial"] for t in measured[:top]]
+
+
+def figure(cell: dict[str, Any], row: Optional[dict[str, Any]]) -> dict[str, Any]:
+    """One launch of the verification: its cell (campaign.json: id, repeat, state, reason, runs) and its capacity row
+    under the tune's SLO (report/capacity.capacity_rows over that launch's run alone, None where none)."""
+    out: dict[str, Any] = {"cell": cell.get("id"), "repeat": cell.get("repeat"), "state": cell.get("state"),
+                           "runs": list(cell.get("runs") or []), "value": None, "bound": False, "steps": [],
+                           "gate": None, "why": None}
+    if cell.get("state") != "done":
+        return {**out, "why": cell.get("reason") or f"cell {cell.get('state')}"}
+    if row is None:
+        return {**out, "why": "its capacity search left no result under the tune's SLO"}
+    out.update(gate=row.get("gate"), bound=bool(row.get("bound")), steps=list(row.get("steps") or []))
+    if not row.get("result"):
+        return {**out, "why": f"gate {row.get('gate')}: not a result"}
+    good = row.get("goodput_per_gpu")
+    return {**out, "value": 0.0 if row.get("capacity") is None or good is None else float(good)}
+
+
+def _summary(figs: list[dict[str, Any]]) -> dict[str, Any]:
+    vals = [f["value"] for f in figs if f["value"] is not None]
+    return {"values": vals, "median": statistics.median(vals) if vals else None,
+            "spread": (max(vals) - min(vals)) if vals else None,
+            "bound": any(f["bound"] for f in figs if f["value"] is not None),
+            "steps": list(dict.fromkeys(s for f in figs for s in f["steps"]))}
+
+
+def outcome(base: dict[str, Any], cand: dict[str, Any], outputs: Optional[dict[str, Any]]) -> dict[str, Any]:
+    """One candidate against the starter (each a _summary): HOLDS, WITHIN, BELOW, DIFFERS or TOO_FEW, with the
+    margin (median − the starter's median), the spread it had to exceed, and why in words."""
+    if outputs and outputs.get("check") == "differs" and not outputs.get("may_differ"):
+        return {"outcome": DIFFERS, "margin": None, "spread": None,
+                "why": f"greedy outputs differ from the starter's in the verification ({outputs.get('identical')}/"
+                       f"{outputs.get('prompts')} prompts identical)"}
+    if len(cand["values"]) < 2 or len(base["values"]) < 2:
+        short = "it" if len(cand["values"]) < 2 else "the starter"
+        return {"outcome": TOO_FEW, "margin": None, "spread": None,
+                "why": f"{short} has {min(len(cand['values']), len(base['values']))} figure(s) that are results; "
+                       "a spread needs 2 or more"}
+    margin = cand["median"] - base["median"]
+    spread = max(cand["spread"], base["spread"])
+    words = f"median {cand['median']:.3g} against the starter's {base['median']:.3g}: {margin:+.3g}, spread {spread:.3g}"
+    if margin > spread:
+        return {"outcome": HOLDS, "margin": margin, "spread": spread, "why": words + ": the margin holds"}
+    if margin > 0:
+        return {"outcome": WITHIN, "margin": margin, "spread": spread, "why": words + ": the lead is within the spread"}
+    return {"outcome": BELOW, "margin": margin, "spread": spread, "why": words}
+
+
+def verdict(figs: dict[str, list[dict[str, Any]]], outputs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The verification's verdict from each variant's launches (figure()) and its outputs check
+    (report/recommend.outputs_of over the verification campaign): VERIFIED (`winner` is the trial whose margin
+    holds, the highest median among those that do), NOT_HELD (no candidate's margin held: the starter stays),
+    UNDECIDED (a candidate's margin held but the starter's figures are lower bounds), NO_BASELINE (the starter has
+    fewer than 2 figures), NONE (no candidate). `trials` has each variant's summary and outcome."""
+    names = [n for n in figs if n != STARTER]
+    if not names:
+        return {"verdict": NONE, "winner": None, "trials": {},
+                "why": "no searched trial was measured above 0: nothing to verify against the starter"}
+    base = _summary(figs.get(STARTER) or [])
+    rows: dict[str, dict[str, Any]] = {STARTER: {**base, "outcome": "baseline"}}
+    for n in names:
+        s = _summary(figs[n])
+        rows[n] = {**s, **outcome(base, s, outputs.get(n))}
+    if len(base["values"]) < 2:
+        return {"verdict": NO_BASELINE, "winner": None, "trials": rows,
+                "why": f"the starter has {len(base['values'])} figure(s) that are results; a spread needs 2 or more "
+                       "(see each launch's why)"}
+    held = sorted((n for n in names if rows[n]["outcome"] == HOLDS), key=lambda n: -rows[n]["median"])
+    if held and base["bound"]:
+        return {"verdict": UNDECIDED, "winner": None, "leading": held[0], "trials": rows,
+                "why": f"{held[0]}'s margin holds, but the starter's figures are lower bounds: it could carry more; "
+                       f"{'; '.join(base['steps']) or 'a search that ends found'} would decide"}
+    if held:
+        w = rows[held[0]]
+        return {"verdict": VERIFIED, "winner": held[0], "trials": rows,
+                "why": f"{held[0]}: {w['why']} ({len(w['values'])} figures against the starter's "
+                       f"{len(base['values'])}, launches interleaved)"}
+    return {"verdict": NOT_HELD, "winner": None, "trials": rows,
+            "why": "no candidate's margin over the starter held: " + "; ".join(f"{n}: {rows[n]['why']}" for n in names)}
