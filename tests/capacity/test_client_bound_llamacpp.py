@@ -9,9 +9,9 @@ held there too, which run only during each point's measured phase. The shortage 
 
 Why this shape (each measured here, 2026-12-06, on the loaded 2-core box):
 - A busy loop at the client's own priority does not starve it: a client that sleeps between chunks is run as soon
-  as it wakes (beside one loop, 0.6 % of its window waiting for its core; at nice 10, 3.5 %). And Linux shares a core between sessions
-  (autogroups) before it shares it between their processes, so nice counts only within a session: the loops and
-  the client are started in this test's session, each in a process group of its own.
+  as it wakes (beside one loop, 0.6 % of its window waiting for its core; at nice 10, 3.5 %). And Linux shares a
+  core between sessions (autogroups) before it shares it between their processes, so nice counts only within a
+  session: the loops and the client are started in this test's session, each in a process group of its own.
 - Busy loops for the whole run made the client's start-up, its second client processes' imports and each
   point's files take minutes at nice 19; between measured phases they are stopped (SIGSTOP), so only the
   measured phases are short of CPU, the same for both points.
