@@ -3,14 +3,18 @@
 SLO, stop). The tune is interrupted (SIGINT to its process group, as Ctrl-C in a terminal) once the starter has its
 verdict and the first searched trial is under way, then resumed: the starter is kept as it was (not launched again),
 the cut-short trial is redone with the same values as a new trial, and no engine is left running between the two.
-Three launches in all.
+Then the verification: t2 (the one searched trial with a figure) and the starter launched again, twice each,
+interleaved (starter, t2, starter, t2), each repeat's figure recorded, and `tune apply` following its verdict.
+Seven launches in all.
 
 Kept short for a loaded 2-core machine: a one-probe needle at 512 tokens (threshold 0: the gate runs and is recorded,
 whether SmolLM2 finds one code is the gate tests' concern), 64-token prompts, 8-token answers, two requests a step,
 `max = 2`, one output-check prompt of 4 tokens. cell_timeout is 20 minutes, a limit on throughput, not a race: on
 2026-12-06, with a load average near 50 on this 2-core machine, llama-server evaluated prompts at 0.2 to 8 tokens/s
 and one starter launch (boot 2.5 min, the gate's probe 6 min) passed a 10-minute cell_timeout. The same day, as
-the load fell from about 40 to 12, this file passed whole in 539 s."""
+the load fell from about 40 to 12, this file passed whole in 539 s; with the verification's four launches added it
+passed in 569 s (load average near 10), after a first try had passed pytest's default 900 s limit just as its last
+launch ended: hence the module's own limit."""
 
 from __future__ import annotations
 
@@ -28,7 +32,7 @@ import pytest
 from ports import starter_toml
 from shared_servers import SESSION, TEST_MARK
 
-pytestmark = [pytest.mark.engine, pytest.mark.llamacpp]
+pytestmark = [pytest.mark.engine, pytest.mark.llamacpp, pytest.mark.timeout(3600)]
 
 SERVEDECK = [sys.executable, "-m", "servedeck"]
 
@@ -58,6 +62,7 @@ max = 2
 [search]
 trials = 1
 seed = 3
+verify = { top = 1, repeats = 2 }
 require = ["args.ubatch-size <= args.batch-size"]
 
 [search.space]
@@ -109,7 +114,7 @@ def tuned(tmp_path_factory, engines_ready):
         engines_between = _running_engines(env)
         # second session: resumed to the end of its budget
         second = subprocess.run(SERVEDECK + ["tune", str(tmp / "search.toml"), "--resume", "--json"], env=env,
-                                cwd=tmp, capture_output=True, text=True, timeout=1500)
+                                cwd=tmp, capture_output=True, text=True, timeout=3000)
         yield {"tmp": tmp, "folder": folder, "first_rc": first.returncode, "first_err": err,
                "interrupted": interrupted, "engines_between": engines_between, "second": second, "env": env}
     finally:
@@ -134,9 +139,9 @@ def test_resume_keeps_finished_trials_and_redoes_only_the_cut_short_one(tuned):
     assert after["t1"]["state"] == "interrupted" and after["t1"]["redone"]
     assert after["t2"]["redoes"] == "t1" and after["t2"]["values"] == before["t1"]["values"]
     assert after["t2"]["state"] == "done" and doc["finished"] and set(after) == {"starter", "t1", "t2"}
-    # every launch made one campaign folder: the starter's once
+    # every launch made one campaign folder: the starter's once; the verification's one
     campaigns = sorted(p.name.split("__")[0] for p in (tuned["tmp"] / "results" / "campaigns").iterdir())
-    assert campaigns == ["smoltune.starter", "smoltune.t1", "smoltune.t2"]
+    assert campaigns == ["smoltune.starter", "smoltune.t1", "smoltune.t2", "smoltune.verify"]
 
 
 def test_each_trial_has_its_figure_or_why_and_its_output_check(tuned):
@@ -168,6 +173,36 @@ def test_tune_md_shows_the_trials_and_the_best(tuned):
     md = (tuned["folder"] / "tune.md").read_text()
     assert "## Trials" in md and "| starter |" in md and "| t2 |" in md
     assert ("Best so far" in md) or ("Undecided" in md) or ("No trial has a figure" in md)
+
+
+def test_the_best_trial_and_the_starter_were_launched_again_interleaved_and_each_repeat_recorded(tuned):
+    doc = json.loads(tuned["second"].stdout)
+    t2 = next(t for t in doc["trials"] if t["trial"] == "t2")
+    assert t2["verdict"] == "measured" and t2["value"] > 0, t2  # else nothing is verified: say why t2 had no figure
+    ver = doc["verification"]
+    assert ver["state"] == "done" and ver["candidates"] == ["t2"] and ver["repeats"] == 2
+    assert ver["order"] == ["starter#1", "t2#1", "starter#2", "t2#2"]  # interleaved, not back to back
+    camp = json.loads(next((tuned["tmp"] / "results" / "campaigns").glob("smoltune.verify__*"))
+                      .joinpath("campaign.json").read_text())
+    assert camp["reference"] == "starter" and [c["id"] for c in camp["cells"]] == ver["order"]
+    started = sorted(camp["cells"], key=lambda c: c["started"])
+    assert [c["id"] for c in started] == ver["order"]  # launched in that order
+    for name in ("starter", "t2"):
+        figs = ver["figures"][name]
+        assert [f["repeat"] for f in figs] == [1, 2]
+        for f in figs:  # each repeat: its run folder and its figure, or why it has none
+            assert f["runs"] and ((f["value"] is not None) or f["why"]), f
+    assert ver["verdict"] in ("verified", "not held", "undecided", "no baseline")
+    assert ver["trials"]["t2"]["outcome"] in ("holds", "within the spread", "below the starter", "outputs differ",
+                                              "too few")
+    assert "## Verification" in (tuned["folder"] / "tune.md").read_text()
+    # tune apply follows the verification: the winner where one held, else a refusal naming what to do
+    r = subprocess.run(SERVEDECK + ["tune", "apply", "--dry-run", "--json"], capture_output=True, text=True,
+                       env=tuned["env"], cwd=tuned["tmp"], timeout=120)
+    if ver["verdict"] == "verified":
+        assert r.returncode == 0 and json.loads(r.stdout)["trial"] == ver["winner"], r.stderr
+    else:
+        assert r.returncode != 0 and "nothing held in the verification" in r.stderr, r.stderr
 
 
 def test_no_engine_is_left_running_after_the_tune(tuned):
