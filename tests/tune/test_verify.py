@@ -190,7 +190,7 @@ def test_apply_refuses_when_nothing_held_and_names_what_to_do():
     with pytest.raises(UsageError) as e:
         winner(doc, leading=False)
     assert "nothing held" in e.value.message and "t2: within the spread" in e.value.message
-    assert "repeats" in e.value.hint and "--leading" in e.value.hint
+    assert "more `requests` a step" in e.value.hint and "--leading" in e.value.hint
     assert winner(doc, leading=True)["trial"] == "t2"  # the search's leader, unverified, when asked
     assert "applied with --leading" in reason(doc, doc["trials"][1], "v__1206")
 

@@ -21,8 +21,8 @@ STARTER = "starter"
 # what to do when the verification named no winner, by its verdict (tune/verify.py)
 _NEXT = {
     "not held": "the starter's entry stays as it is; to decide a smaller lead, narrow the spread (more `requests` "
-                "a step in the capacity workload, search.verify.repeats = 5) and run the tune again; --leading "
-                "applies the search's leader unverified",
+                "a step in the capacity workload, so each launch is measured more steadily, or a quieter machine) "
+                "and run the tune again; --leading applies the search's leader unverified",
     "undecided": "take the step named and run the tune again; --leading applies the search's leader unverified",
     "no baseline": "see tune.md for why the starter's launches have no figure, fix it and run the tune again",
     "nothing to verify": "no trial has a figure that may be served: see tune.md for each trial's verdict",
