@@ -12,7 +12,7 @@
 #   TRIAL_MODELS   default smollm2,gemma        TRIAL_MESSAGE   the one message sent to each
 #
 # Needs: scripts/setup.sh done (llama-server, the starter's models, Chromium), Python 3.11 or 3.12 (Open
-# WebUI 0.12.4 requires >=3.11,<3.13), PyPI reachable for the first install (about 2 GB of venv). Nothing
+# WebUI 0.12.4 requires >=3.11,<3.13), PyPI reachable for the first install (a 2.9 GB venv, about 5 minutes here). Nothing
 # is fetched from the Hugging Face hub: Open WebUI runs with OFFLINE_MODE, and its RAG embeddings (used only
 # for files, never for a chat) are pointed at the starter's minilm through the door instead of a
 # sentence-transformers download.
