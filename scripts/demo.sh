@@ -35,12 +35,18 @@ import re, socket
 from servedeck.testing.ports import free_port  # below the ephemeral range: that module says why
 with socket.socket() as s:
     busy = s.connect_ex(("127.0.0.1", 8081)) == 0
+text = open("models.toml").read()
 if busy:
     port = free_port()
-    text = open("models.toml").read()
     text = re.sub(r"(\[models\.smollm2\][^\[]*?)port = 8081", rf"\g<1>port = {port}", text, count=1, flags=re.S)
-    open("models.toml", "w").write(text)
     print(f"port 8081 is busy: the demo's smollm2 listens on {port}")
+# The demo serves smollm2 at 4,096 tokens, not the starter's 8,192 (a chat UI's tools need it, issue 49): the gate
+# probes the served context, and at 8K on 2 cores each probe took 86-267 s and SmolLM2-135M missed the code at
+# 10 % depth; `bench` re-gates a launch whose gate was run at another context, so the launch itself is at 4K.
+text, n = re.subn(r"(\[models\.smollm2\][^\[]*?)context = \d+", r"\g<1>context = 4096", text, count=1, flags=re.S)
+open("models.toml", "w").write(text)
+if n:
+    print("the demo's smollm2 is served at 4,096 tokens (the starter says 8,192; see models.toml's comments)")
 PY
 
 stop_model() { "$sd" stop smollm2 >/dev/null 2>&1 || true; }
@@ -51,9 +57,7 @@ say "servedeck start smollm2"
 
 say "servedeck gate smollm2 (a 7-digit code planted at 10/50/90 % of a context-sized prompt)"
 gate_ok=1
-# At 4,096 tokens as the demo always gated: at the starter's 8K (issue 49) each probe took 86 s here on 2 cores
-# and SmolLM2-135M missed the code at 10 % depth (a fresh-clone demo at 64b5d72)
-"$sd" gate smollm2 --context 4096 || gate_ok=0
+"$sd" gate smollm2 || gate_ok=0
 [ "$gate_ok" = 1 ] || echo "the gate failed: the benchmark below still runs, and its results are marked as not a result"
 
 say "servedeck bench smollm2 --workload chat --concurrency ${DEMO_CONCURRENCY:-1,4}"
