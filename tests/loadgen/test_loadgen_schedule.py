@@ -109,6 +109,27 @@ def test_closed_loop_keeps_n_in_flight_and_targets_the_previous_end():
     assert res.stop_reason == "exhausted"
 
 
+def test_what_the_first_host_reading_costs_is_paid_before_the_clock_starts(monkeypatch):
+    """host_cores's first call imports psutil: 20-55 ms in a fresh client process, and on an H100 host
+    (2026-12-06) every client process's first request went out that late, which made points client-bound.
+    A first call that takes 0.2 s here must not delay any measured request."""
+    from servedeck.loadgen import schedule
+
+    real, calls = schedule.host_cores, []
+
+    def slow_first(*a, **k):
+        calls.append(perf_counter())
+        if len(calls) == 1:
+            time.sleep(0.2)  # the first call's import, as a fresh process pays it
+        return real(*a, **k)
+
+    monkeypatch.setattr(schedule, "host_cores", slow_first)
+    res = asyncio.run(run_load(FakeClient(seconds=0.01), ClosedLoop(2), specs(6)))
+    lags = [r.t_send - r.t_target for r in res.records if r.kind == "measured"]
+    assert len(lags) == 6 and len(calls) >= 2
+    assert max(lags) < 0.1, lags  # not 0.2 s: the slow first reading came before the measured phase
+
+
 def test_duration_limit_stops_sending():
     res = asyncio.run(run_load(FakeClient(seconds=0.05), ClosedLoop(2), specs(None), duration_s=0.3))
     assert res.stop_reason == "duration"

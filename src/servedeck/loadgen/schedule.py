@@ -267,6 +267,9 @@ class LoadRun:
                 self._flush(from_loop=False)
             if self._gc is not None:
                 self._gc.start()  # before the clock starts: its one full collection is not lag
+            # Also before it: host_cores's first call imports psutil, 20-55 ms in a fresh client process
+            # (procs.py), which was every process's first request late by as much (an H100 host, 2026-12-06)
+            host_cores()
             start_at = None
             if self._start_gate is not None:
                 start_at = await self._start_gate()
