@@ -189,7 +189,8 @@ def test_apply_refuses_when_nothing_held_and_names_what_to_do():
     doc = _doc({"state": "done", "verdict": "not held", "why": "t2: within the spread", "trials": {}})
     with pytest.raises(UsageError) as e:
         winner(doc, leading=False)
-    assert "nothing held" in e.value.message and "t2: within the spread" in e.value.message
+    assert "no verified winner (verification not held)" in e.value.message
+    assert "t2: within the spread" in e.value.message
     assert "more `requests` a step" in e.value.hint and "--leading" in e.value.hint
     assert winner(doc, leading=True)["trial"] == "t2"  # the search's leader, unverified, when asked
     assert "applied with --leading" in reason(doc, doc["trials"][1], "v__1206")

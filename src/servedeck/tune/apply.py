@@ -44,7 +44,7 @@ def winner(doc: dict[str, Any], leading: bool) -> dict[str, Any]:
     if ver and ver.get("verdict") == "verified":
         return next(t for t in doc["trials"] if t["trial"] == ver["winner"])
     if ver and not leading:
-        raise UsageError(f"tune {doc.get('name')}: nothing held in the verification ({ver.get('verdict')}): "
+        raise UsageError(f"tune {doc.get('name')}: no verified winner (verification {ver.get('verdict')}): "
                          f"{ver.get('why')}", hint=_NEXT.get(str(ver.get("verdict")), "see tune.md"))
     best = doc.get("best") or {}
     verdict = best.get("verdict")
