@@ -29,24 +29,26 @@ unset SERVEDECK_CONFIG
 
 say "servedeck init (in $demo)"
 [ -f models.toml ] || "$sd" init
-# The starter uses port 8081; if something else holds it, give the demo's model a free one.
+# The starter uses port 8081; if something else holds it, give the demo's model a free one. tomlkit (init's own
+# writer) edits the file and keeps its comments: a regex over the table stopped at its aliases' "[".
 "$repo/.venv/bin/python" - <<'PY'
-import re, socket
+import socket
+import tomlkit
 from servedeck.testing.ports import free_port  # below the ephemeral range: that module says why
+doc = tomlkit.parse(open("models.toml").read())
+smol = doc["models"]["smollm2"]
 with socket.socket() as s:
-    busy = s.connect_ex(("127.0.0.1", 8081)) == 0
-text = open("models.toml").read()
+    busy = s.connect_ex(("127.0.0.1", smol["port"])) == 0
 if busy:
-    port = free_port()
-    text = re.sub(r"(\[models\.smollm2\][^\[]*?)port = 8081", rf"\g<1>port = {port}", text, count=1, flags=re.S)
-    print(f"port 8081 is busy: the demo's smollm2 listens on {port}")
+    smol["port"] = free_port()
+    print(f"port 8081 is busy: the demo's smollm2 listens on {smol['port']}")
 # The demo serves smollm2 at 4,096 tokens, not the starter's 8,192 (a chat UI's tools need it, issue 49): the gate
-# probes the served context, and at 8K on 2 cores each probe took 86-267 s and SmolLM2-135M missed the code at
-# 10 % depth; `bench` re-gates a launch whose gate was run at another context, so the launch itself is at 4K.
-text, n = re.subn(r"(\[models\.smollm2\][^\[]*?)context = \d+", r"\g<1>context = 4096", text, count=1, flags=re.S)
-open("models.toml", "w").write(text)
-if n:
-    print("the demo's smollm2 is served at 4,096 tokens (the starter says 8,192; see models.toml's comments)")
+# probes the served context, and at 8K on 2 cores each probe took 72-267 s and SmolLM2-135M missed the code at
+# 10 % depth; `bench` re-gates a launch whose gate ran at another context, so the launch itself is at 4K.
+if smol.get("context", 0) > 4096:
+    smol["context"] = 4096
+    print("the demo's smollm2 is served at 4,096 tokens (the starter's 8,192 is for chat UIs' tools)")
+open("models.toml", "w").write(tomlkit.dumps(doc))
 PY
 
 stop_model() { "$sd" stop smollm2 >/dev/null 2>&1 || true; }
