@@ -36,15 +36,19 @@ if [ ! -f /tmp/site/.ok ] && [ "${DEVICE_DRY:-0}" != 1 ]; then
     --find-links "$bundle/wheels" -r "$bundle/lock.txt" --target /tmp/site || exit 2
   touch /tmp/site/.ok
 fi
-export PYTHONPATH="$repo/src:/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PATH="/tmp/site/bin:$PATH"
+# servedeck's code: the checkout's src, or a snapshot of a commit carried in .device/snap (made by
+# `git archive COMMIT src | tar -x -C .device/snap`), so a call runs committed code while the tree has edits
+src=$repo/src
+if [ -d "$repo/.device/snap/src" ]; then src=$repo/.device/snap/src; echo "servedeck from .device/snap: $(cat "$repo/.device/snap/COMMIT" 2>/dev/null)"; fi
+export PYTHONPATH="$src:/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PATH="/tmp/site/bin:$PATH"
 export VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 engine_py=${ENGINE_PYTHON:-$py}  # the same python3 on the device; a rehearsal may run vLLM from another venv
-[ "$engine_py" = "$py" ] || export PYTHONPATH="$repo/src"
+[ "$engine_py" = "$py" ] || export PYTHONPATH="$src"
 "$engine_py" -c 'import torch, vllm; print("vllm", vllm.__version__, "torch", torch.__version__, "cuda", torch.cuda.is_available())' \
   || { echo "vLLM does not import: see above"; exit 2; }
 "$py" -c 'from servedeck.cli import root_app' || { echo "servedeck does not import: see above"; exit 2; }
 mkdir -p "$models"
-if [ ! -f "$models/r8b/.complete" ]; then
+if [ ! -f "$models/r8b/.complete" ] && [ "${SKIP_R8B:-0}" != 1 ]; then
   step "random-weight model of Llama-3-8B's shape (bf16, SmolLM2's tokenizer): speeds and memory, never answers"
   "$engine_py" "$repo/scripts/make-random-hf.py" "$models/r8b" --tokenizer-from "$bundle/smollm2-tokenizer" ${r8b_shape:-} || exit 2
 fi

@@ -17,6 +17,8 @@
 #                                               speculation, reference outputs compared token by token, the gate,
 #                                               a capacity search) that recommends a variant; the EngineCore and
 #                                               the API server killed under `servedeck watch`
+#   OUT=$OUT bash scripts/gpu-vllm.sh capacity  plain SmolLM2's capacity search alone (CAPACITY_PROCS="1 4": client
+#                                               processes per search), under the smol campaign's SLO
 #   OUT=$OUT bash scripts/gpu-vllm.sh routing   replicas = 2 of SmolLM2 on one GPU: the door's `prefix` against
 #                                               vllm-router's `cache_aware` (bench/routing_side_by_side.py)
 #
@@ -27,7 +29,7 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
-phase=${1:?usage: gpu-vllm.sh core|sleep|smol|routing|again}
+phase=${1:?usage: gpu-vllm.sh core|sleep|smol|routing|again|capacity}
 OUT=${OUT:-$repo/gpu-vllm-out}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/$phase.log") 2>&1
@@ -252,6 +254,20 @@ TOML
     | tee "$OUT/routing.txt"
   sd stop --all
   ;;
-*) echo "unknown phase $phase: core | sleep | smol | routing"; exit 2 ;;
+capacity)
+  # Issue 47: plain SmolLM2's capacity past c=32 with one client process (as the campaign measures it), after
+  # 3cceab8 moved each client process's first host reading before the measured clock.
+  sd stop --all >/dev/null 2>&1
+  step "start smol"
+  sd start smol || exit 2
+  for procs in ${CAPACITY_PROCS:-1}; do
+    step "capacity of plain smol, ${procs} client process(es)"
+    timeout -s INT "$(left 540)" "$py" -m servedeck bench smol --find max-concurrency \
+      --slo "ttft_p90<=250ms,tpot_p90<=15ms" --max 256 --input-tokens 512 --output-tokens 128 --duration 4s \
+      --no-gate --client-procs "$procs" | tee "$OUT/capacity-procs$procs.txt"
+  done
+  sd stop --all
+  ;;
+*) echo "unknown phase $phase: core | sleep | smol | routing | again | capacity"; exit 2 ;;
 esac
 echo "done [$(date -u +%FT%TZ)], $(( $(date +%s) - t0 )) s"

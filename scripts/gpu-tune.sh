@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# Issue 51 on the device: `servedeck tune` beside vLLM's own benchmarks/auto_tune, the same model (SmolLM2-135M,
+# real weights, bf16), the same latency target (E2E p99 <= 2 s: the one auto_tune knows), the same workload
+# (512 tokens in, 128 out), run THERE after the parts are in (docs/gpu-vllm.md:
+# scripts/vllm-device-receive.sh, as for gpu-vllm.sh). One phase per device call, back to back:
+#
+#   OUT=$OUT bash scripts/gpu-tune.sh autotune   auto_tune.sh over max-num-seqs {64, 256} x max-num-batched-tokens
+#                                                {2048, 8192}: its memory probe launch and 4 grid launches
+#   OUT=$OUT bash scripts/gpu-tune.sh tune       servedeck tune over the same space: the starter (256, 8192), 2
+#                                                searched trials, the best and the starter launched again twice each
+#                                                (7 launches); cut at
+#                                                the call's limit with SIGINT, the next `tune` call resumes it
+#
+# auto_tune.sh is vLLM's file (vllm-project/vllm at 01277f9), carried in .device/auto_tune/ and edited by
+# scripts/_auto_tune_edit.py (each edit says why). This script's name and paths hold no "vllm": auto_tune kills
+# processes by a pattern on their command lines.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(dirname "$here")
+phase=${1:?usage: gpu-tune.sh autotune|tune}
+OUT=${OUT:-$repo/gpu-tune-out}
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/$phase.log") 2>&1
+base=/tmp/gputune
+mkdir -p "$base/home" "$base/results"
+export SERVEDECK_HOME=$base/home SERVEDECK_RESULTS=$base/results SERVEDECK_CONFIG=$base/models.toml
+export PYTHONUNBUFFERED=1
+py=${PYTHON:-python3}
+t0=$(date +%s)
+step() { echo; echo "=== $* [$(date -u +%FT%TZ), +$(( $(date +%s) - t0 )) s, load $(cut -d' ' -f1 /proc/loadavg)]"; }
+left() { local l=$(( ${1:-560} - ($(date +%s) - t0) )); echo $(( l > 30 ? l : 30 )); }
+step "host"
+nvidia-smi -L || { echo "no nvidia-smi: not a GPU host"; exit 2; }
+SKIP_R8B=1
+. "$here/_device_vllm.sh"
+
+case "$phase" in
+autotune)
+  at=$base/at/benchmarks/auto_tune
+  mkdir -p "$at"
+  [ -f "$repo/.device/auto_tune/auto_tune.sh" ] || { echo "carry .device/auto_tune/auto_tune.sh in this call"; exit 2; }
+  "$py" "$here/_auto_tune_edit.py" "$repo/.device/auto_tune/auto_tune.sh" "$at/auto_tune.sh" \
+    MODEL="$models/smollm2" SYSTEM=GPU INPUT_LEN=512 OUTPUT_LEN=128 MAX_MODEL_LEN=2048 MAX_LATENCY_ALLOWED_MS=2000 \
+    NUM_SEQS_LIST="64 256" NUM_BATCHED_TOKENS_LIST="2048 8192" || exit 2
+  if ! command -v bc >/dev/null; then  # the script does its comparisons in bc; the image may lack it
+    mkdir -p "$base/bin"
+    printf '%s\n' '#!/usr/bin/env python3' 'import sys' \
+      'for e in sys.stdin.read().split(chr(10)):' \
+      '    e = e.strip()' \
+      '    e and print(int(eval(e)) if any(o in e for o in "<>=") else eval(e))' >"$base/bin/bc"
+    chmod +x "$base/bin/bc"; export PATH="$base/bin:$PATH"; echo "bc: a python stand-in (the image has none)"
+  fi
+  step "vLLM's auto_tune.sh (edited as above)"
+  s=$(date +%s)
+  (cd "$at" && timeout -s TERM "$(left 585)" bash ./auto_tune.sh)
+  echo "(auto_tune exit $?, $(( $(date +%s) - s )) s)"
+  pkill -if 'vllm serve|vllm::'
+  folder=$(ls -d "$base"/auto-benchmark/* 2>/dev/null | tail -1)
+  if [ -n "$folder" ]; then
+    echo "launches: $(ls "$folder"/vllm_log_* | wc -l) ($(ls "$folder"/vllm_log_* | xargs -n1 basename | tr '\n' ' '))"
+    cat "$folder/result.txt"
+    cp "$folder/result.txt" "$OUT/auto_tune_result.txt"
+    tar -czf "$OUT/autotune.tar.gz" -C "$base" "at" "auto-benchmark"
+  fi
+  ;;
+tune)
+  cat >"$SERVEDECK_CONFIG" <<TOML
+# Written by scripts/gpu-tune.sh on the device: the image's python3 runs vLLM from /tmp/site (pip --target).
+[builds.cuda]
+engine = "vllm"
+python = "$(command -v "$engine_py")"
+env = { PYTHONPATH = "/tmp/site", VLLM_USE_FLASHINFER_SAMPLER = "0", HF_HUB_OFFLINE = "1" }
+
+[models.smoltune]
+source = "$models/smollm2"
+build = "cuda"
+port = 8400
+slot = "tune"
+context = 2048
+gpus = [0]
+gpu_memory_utilization = 0.9
+args = { dtype = "bfloat16", max-num-seqs = 256, max-num-batched-tokens = 8192 }
+notes = "SmolLM2-135M-Instruct, real weights (dequantized from its Q4_1 GGUF), bf16: the tune's starter"
+TOML
+  cat >"$base/smol-tune.toml" <<'TOML'
+[campaign]
+name = "smol-tune"
+model = "smoltune"
+cell_timeout = "5m"
+gate = { context = 1024, depths = [0.5], repeats = 1 }
+reference_prompts = 8
+reference_tokens = 32
+
+[slo.e2e]
+e2e_p99 = "2s"
+error_rate = "0%"
+
+[[workloads]]
+kind = "capacity"
+find = "max-concurrency"
+slo = ["e2e"]
+input_tokens = 512
+output_tokens = 128
+duration = "4s"
+max = 256
+
+[search]
+trials = 2
+seed = 0
+verify = { top = 1, repeats = 2 }
+
+[search.space]
+"args.max-num-seqs" = [64, 256]
+"args.max-num-batched-tokens" = [2048, 8192]
+TOML
+  resume=""
+  ls -d "$SERVEDECK_RESULTS"/tunes/smol-tune__* >/dev/null 2>&1 && resume=--resume
+  step "servedeck tune ${resume:-(new)}"
+  timeout -s INT "$(left 575)" "$py" -m servedeck tune "$base/smol-tune.toml" $resume
+  echo "(tune exit $?)"
+  "$py" -m servedeck tune show | tee "$OUT/tune-show.txt"
+  "$py" -m servedeck stop --all >/dev/null 2>&1
+  tar -czf "$OUT/tune.tar.gz" -C "$base" results home/launches home/journal.jsonl models.toml smol-tune.toml 2>/dev/null
+  ;;
+*) echo "unknown phase $phase: autotune | tune"; exit 2 ;;
+esac
+echo "done [$(date -u +%FT%TZ)], $(( $(date +%s) - t0 )) s"
