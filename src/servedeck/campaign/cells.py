@@ -131,7 +131,7 @@ def derive(cfg: Config, camp: Campaign) -> Derived:
     base = cfg.models[base_name]
     served = base.served_name or base_name
     used = {m.port for m in cfg.models.values()}
-    port = base.port
+    port = base.port + camp.head.port_offset
     models: dict[str, dict[str, Any]] = {}
     names: dict[str, tuple[str, ...]] = {}
     where: dict[str, str] = {}

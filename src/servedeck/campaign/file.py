@@ -128,6 +128,9 @@ class Head(_Strict):
     reference_tokens: int = Field(default=128, ge=1)
     # `campaign run --ray`: a cell whose node is lost mid-cell is retried this many times on another node
     retries: int = Field(default=1, ge=0)
+    # derived entries take the ports after the base model's, starting this many further on: `tune --ray` runs
+    # trials side by side, each its own one-variant campaign, and two on one host must not bind the same port
+    port_offset: int = Field(default=0, ge=0)
 
     @field_validator("name")
     @classmethod

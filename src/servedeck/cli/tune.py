@@ -81,13 +81,26 @@ class RichTuneReporter:
 def run(file: Path = typer.Argument(..., help="the tune .toml: a campaign file plus its search space and budget (docs/tune.md)"),
          resume: bool = typer.Option(False, "--resume", help="continue the newest unfinished tune of this file; "
                                                               "finished trials are kept, cut-short ones redone"),
+         ray: Optional[str] = typer.Option(None, "--ray", metavar="ADDRESS",
+                                           help="run each trial as a campaign cell placed by Ray, several at once: "
+                                                "auto, local, or the head's host:port (also SERVEDECK_RAY_ADDRESS)"),
+         parallel: Optional[int] = typer.Option(None, "--parallel", min=1, metavar="N",
+                                                help="with --ray: searched trials at once (default: [search] "
+                                                     "parallel, else as many as the cluster can place)"),
          as_json: bool = typer.Option(False, "--json")) -> None:
     """Search engine flags for the most good requests/s per GPU within an SLO: each trial gated, its outputs
     checked against the starter's, its capacity searched; Optuna (TPE) picks the next."""
+    from servedeck.cluster.connect import address_from
+    from servedeck.errors import UsageError
+
     cfg = load_config()
     t = load_tune(file)
+    address = address_from(ray)
+    if parallel and parallel > 1 and not address:
+        raise UsageError("--parallel runs trials side by side on Ray: give --ray ADDRESS (on one host, trials run "
+                         "one at a time: two would measure each other's load)", hint="servedeck tune FILE --ray local --parallel 2")
     with RichTuneReporter() as rep:
-        folder = run_tune(cfg, t, resume, rep)
+        folder = run_tune(cfg, t, resume, rep, ray=address, parallel=parallel)
     if as_json:
         print_json(folder.doc)
     else:

@@ -39,9 +39,12 @@ class Tune:
     def name(self) -> str:
         return self.camp.name
 
-    def trial_campaign(self, variant: str, values: dict[str, Any]) -> Campaign:
-        """The one-variant campaign of a trial (ConfigError when a sampled value is wrong for a variant)."""
-        return _campaign(self.raw, self.path, f"{self.name}.{variant}", {variant: values}, self.space.check_outputs)
+    def trial_campaign(self, variant: str, values: dict[str, Any], lane: int = 0) -> Campaign:
+        """The one-variant campaign of a trial (ConfigError when a sampled value is wrong for a variant). `lane`:
+        which of the trials running side by side (`tune --ray`) it is; its entry takes the port `lane` further on
+        (campaign.port_offset), so two trials on one host never bind the same one."""
+        return _campaign(self.raw, self.path, f"{self.name}.{variant}", {variant: values}, self.space.check_outputs,
+                         port_offset=lane)
 
     def verify_campaign(self, variants: dict[str, dict[str, Any]], repeats: int) -> Campaign:
         """The verification: the starter and the best trials (name → sampled values) as one campaign, each
@@ -54,8 +57,10 @@ VERIFY = "verify"  # the verification campaign's suffix: <tune>.verify
 
 
 def _campaign(raw: dict[str, Any], path: Path, name: Optional[str], variants: dict[str, dict[str, Any]],
-              check: bool, repeats: int = 1, reference: Optional[str] = None) -> Campaign:
+              check: bool, repeats: int = 1, reference: Optional[str] = None, port_offset: int = 0) -> Campaign:
     head = dict(raw.get("campaign") or {})
+    if port_offset:
+        head["port_offset"] = port_offset
     if name is not None:  # None: the file's own (or its absence, which the campaign's rules name)
         head["name"] = name
     if repeats > 1:
@@ -84,7 +89,7 @@ def parse(text: str, path: Path) -> Tune:
         problems.append("campaign.gate: a tune gates every trial (a figure whose gate did not pass is not a result, "
                         "so an ungated tune could never name a winner): give a gate, a short needle will do, like "
                         "gate = { context = 512, depths = [0.5], repeats = 1 }")
-    for key in ("repeats", "base", "reference"):
+    for key in ("repeats", "base", "reference", "port_offset"):
         if key in head:
             problems.append(f"campaign.{key}: a tune sets it itself (each trial is one launch, held against the "
                             "starter: the model's entry as models.toml has it): drop it")

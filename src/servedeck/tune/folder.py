@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Optional
@@ -48,6 +49,8 @@ def _space_json(tune: Tune) -> list[dict[str, Any]]:
 class TuneFolder:
     def __init__(self, path: Path, doc: dict[str, Any]):
         self.path, self.doc = path, doc
+        # `tune --ray` runs trials side by side, each on a thread of the head: every change and save under it
+        self.lock = threading.RLock()
 
     @classmethod
     def create(cls, root: Path, tune: Tune, model: str) -> "TuneFolder":
@@ -91,22 +94,25 @@ class TuneFolder:
                "bound": False, "why": None, "tell": None, "campaign": None, "runs": [], "row": None,
                "outputs": None, "fit": None, "redoes": redoes, "started": now_iso(), "ended": None,
                "duration_s": None}
-        old = self.trial(name)
-        if old is not None:  # the starter, begun again after an interruption
-            self.doc["trials"].remove(old)
-        self.doc["trials"].append(rec)
-        self.save()
+        with self.lock:
+            old = self.trial(name)
+            if old is not None:  # the starter, begun again after an interruption
+                self.doc["trials"].remove(old)
+            self.doc["trials"].append(rec)
+            self.save()
 
     def update_trial(self, name: str, **changes: Any) -> None:
-        rec = self.trial(name)
-        assert rec is not None, name
-        rec.update(changes)
-        self.save()
+        with self.lock:
+            rec = self.trial(name)
+            assert rec is not None, name
+            rec.update(changes)
+            self.save()
 
     def save(self) -> None:
-        self.doc["updated"] = now_iso()
-        atomic_write_json(self.path / "tune.json", self.doc)
-        atomic_write_text(self.path / "tune.md", render_markdown(self.doc))
+        with self.lock:
+            self.doc["updated"] = now_iso()
+            atomic_write_json(self.path / "tune.json", self.doc)
+            atomic_write_text(self.path / "tune.md", render_markdown(self.doc))
 
 
 def _num(x: Optional[float], digits: int = 2) -> str:
@@ -161,6 +167,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
         [[t["trial"], _values(t.get("values") or {}), t["state"], t.get("verdict") or "", _figure(t),
           (t.get("outputs") or {}).get("check", ""), (t.get("why") or "")[:160], t.get("campaign") or ""]
          for t in doc.get("trials") or []])]
+    lines += _placement_lines(doc)
     lines += _verification_lines(doc.get("verification"))
     lines += ["", "The starter is the model's entry as models.toml has it: every trial's greedy outputs are held "
               "against its, and it is the figure to beat. Pruned trials (verdicts other than measured and "
@@ -168,6 +175,38 @@ def render_markdown(doc: dict[str, Any]) -> str:
               "winner into models.toml" + (" (this tune has verify = false: the best by one measurement each)."
                                            if not (doc.get("verify") or {}).get("top") else ".")]
     return "\n".join(lines) + "\n"
+
+
+def most_at_once(trials: list[dict[str, Any]]) -> int:
+    """How many trials ran at the same time at most, from their started/ended stamps (ISO 8601; one still
+    running counts as running now). Pure."""
+    events: list[tuple[datetime, int]] = []
+    for t in trials:
+        if not t.get("started"):
+            continue
+        a = datetime.fromisoformat(t["started"])
+        b = datetime.fromisoformat(t["ended"]) if t.get("ended") else datetime.now(a.tzinfo)
+        events += [(a, 1), (b, -1)]
+    most = now = 0
+    for _, d in sorted(events, key=lambda e: (e[0], e[1])):  # an end before a start at the same second
+        now += d
+        most = max(most, now)
+    return most
+
+
+def _placement_lines(doc: dict[str, Any]) -> list[str]:
+    """`tune --ray`: where each trial ran (its Ray node), its port, and when it started and ended."""
+    ray = doc.get("ray")
+    if not ray:
+        return []
+    trials = doc.get("trials") or []
+    rows = [[t["trial"], t.get("node") or "", (t.get("ray_node_id") or "")[:12], str(t.get("port") or ""),
+             t.get("started") or "", t.get("ended") or "", _num(t.get("duration_s"), 0)] for t in trials]
+    return ["", "## Where each trial ran", "",
+            f"On Ray (`{ray.get('address')}`), up to {ray.get('parallel')} searched trial(s) at once, each a campaign "
+            f"cell placed by Ray (the campaign's RayPlacement); at most {most_at_once(trials)} trial(s) ran at the "
+            "same time. Trials side by side on one host take their own ports (campaign.port_offset).", "",
+            *table_lines(["trial", "node", "Ray node", "port", "started", "ended", "s"], rows)]
 
 
 def _verification_lines(ver: Optional[dict[str, Any]]) -> list[str]:

@@ -120,3 +120,16 @@ def trials_left(finished: int, budget: Optional[int], spent_s: float, wall_s: Op
     if wall_s is not None and spent_s >= wall_s:
         return False
     return True
+
+
+def to_ask(finished: int, running: int, budget: Optional[int], parallel: int, spent_s: float,
+           wall_s: Optional[float]) -> int:
+    """How many searched trials to ask for now (`tune --ray`): the free lanes of `parallel`, no more than the
+    trial budget has left once the running ones are counted (each will finish and count), none once `wall` is
+    spent. Pure."""
+    if wall_s is not None and spent_s >= wall_s:
+        return 0
+    n = parallel - running
+    if budget is not None:
+        n = min(n, budget - finished - running)
+    return max(0, n)

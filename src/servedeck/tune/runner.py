@@ -6,12 +6,20 @@ keep a variant from ever booting: the `require` rules and the planner's fit (gpu
 reads it). Its verdict (objective.py) is told to the study, kept in SQLite under the tune folder, so a resume
 continues the same search: a trial Ctrl-C or a crash cut short is told failed and its values asked again (the
 same values, a new trial); finished trials are never redone.
+
+`tune FILE --ray ADDRESS`: every trial's campaign is run with the campaign's RayPlacement (a Ray task on a node),
+and up to `parallel` searched trials run at once, each on a thread of this head process; the study is asked and
+told only from the main thread (ask several, tell each as it ends). The starter still runs first, alone; the
+verification runs its launches one at a time (RayPlacement, one cell at a time). Trials side by side take
+ports `lane` apart (campaign.port_offset), so two on one host never collide.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 import warnings
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, Optional, Protocol
 
@@ -19,7 +27,7 @@ from filelock import FileLock, Timeout
 
 from servedeck.campaign import cells as C
 from servedeck.campaign.folder import CampaignFolder, campaigns_root
-from servedeck.campaign.runner import RunOptions, Runner
+from servedeck.campaign.runner import Placement, RunOptions, Runner
 from servedeck.campaign.summary import capacity_of
 from servedeck.report.capacity import capacity_rows
 from servedeck.report.recommend import outputs_of
@@ -65,14 +73,14 @@ class QuietTuneReporter:
 class _CellNews:
     """The campaign runner's reporter, forwarded to the tune's (one cell per trial: no ETA of its own)."""
 
-    def __init__(self, rep: TuneReporter):
-        self.rep = rep
+    def __init__(self, rep: TuneReporter, named: bool = False):
+        self.rep, self.named = rep, named  # named: trials side by side, each phase says whose
 
     def begin(self, folder: Path, total: int, done: int) -> None:
         pass
 
     def phase(self, cell: str, text: str) -> None:
-        self.rep.phase(text)
+        self.rep.phase(f"{cell.split('#')[0]}: {text}" if self.named else text)
 
     def cell_end(self, cell: str, state: str, reason: Optional[str], done: int, total: int,
                  eta_s: Optional[float]) -> None:
@@ -96,11 +104,42 @@ def trial_name(number: int) -> str:
     return f"t{number + 1}"
 
 
+def ray_lanes(nodes: list[dict[str, Any]], cpus: float, gpus: int) -> int:
+    """How many trials the size of the starter's cell (its CPUs, its GPUs) the alive Ray nodes can hold at once:
+    per node, how many fit its CPUs and, when the cell takes GPUs, its GPUs; at least 1. Pure (`ray.nodes()` rows)."""
+    total = 0
+    for n in nodes:
+        if not n.get("Alive", True):
+            continue
+        res = n.get("Resources") or {}
+        k = int(res.get("CPU", 0) // cpus) if cpus > 0 else int(res.get("CPU", 0) > 0)
+        if gpus:
+            k = min(k, int(res.get("GPU", 0) // gpus))
+        total += k
+    return max(1, total)
+
+
+def _one_at_a_time() -> Placement:
+    """The campaign's RayPlacement, its cells started one at a time (the verification: repeats interleaved, none
+    measured beside another)."""
+    from servedeck.cluster.dispatch import RayPlacement
+
+    class OneAtATime(RayPlacement):
+        def start_now(self, pending: list[C.Cell], running: list[C.Cell]) -> list[C.Cell]:
+            return [] if running else list(pending[:1])
+
+    return OneAtATime()
+
+
 class TuneRun:
     """The one owner of a tune folder's trials while a servedeck runs it (tune.lock held)."""
 
-    def __init__(self, cfg: Config, tune: Tune, resume: bool, reporter: Optional[TuneReporter] = None):
+    def __init__(self, cfg: Config, tune: Tune, resume: bool, reporter: Optional[TuneReporter] = None,
+                 ray: Optional[str] = None, parallel: Optional[int] = None):
         self.cfg, self.rep = cfg, reporter or QuietTuneReporter()
+        self.ray, self.parallel_opt = ray, parallel  # ray: the address given (connected by run_tune)
+        self.runners: dict[str, Runner] = {}  # trial → its campaign's runner while it runs (Ctrl-C stops them)
+        self.runners_lock = threading.Lock()
         self.optuna = optuna_module()
         root = tunes_root(cfg.deck.host.results_dir)
         found: Optional[Path] = None
@@ -137,9 +176,46 @@ class TuneRun:
         return opt.create_study(storage=self.folder.storage_url, study_name=self.tune.name, direction="maximize",
                                 sampler=sampler, load_if_exists=True)
 
+    # --- where trials run -----------------------------------------------------------------------
+    def _placement(self) -> Optional[Placement]:
+        if not self.ray:
+            return None
+        from servedeck.cluster.dispatch import RayPlacement
+
+        return RayPlacement()
+
+    def lanes(self) -> int:
+        """Searched trials at once: 1 here; on Ray, --parallel, else [search] parallel, else as many starter-sized
+        cells as the alive nodes hold (to_ask bounds each ask by what is left of the budget)."""
+        if not self.ray:
+            return 1
+        if self.parallel_opt or self.tune.space.parallel:
+            return int(self.parallel_opt or self.tune.space.parallel or 1)
+        import ray
+
+        camp = self.tune.trial_campaign(STARTER, {})
+        derived = C.derive(self.cfg, camp)
+        [cell] = C.cell_list(camp, derived)
+        ms = [derived.cfg.models[n] for n in cell.models]
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        workers = [n for n in nodes if (n.get("Resources") or {}).get("CPU")]
+        # GPUs as RayPlacement.gpus_of asks for them: none when some node that may take the cell has none
+        gpus = max(cell.gpus) + 1 if cell.gpus else (sum(m.tp * m.pp * m.dp for m in ms) if workers and all(
+            (n.get("Resources") or {}).get("GPU") for n in workers) else 0)
+        return ray_lanes(nodes, float(len(cell.cpus) or 1), gpus)
+
     def _run(self) -> TuneFolder:
         study = self._study()
         redo = self._recover(study)
+        lanes = self.lanes()
+        if self.ray:
+            import ray
+
+            with self.folder.lock:
+                self.folder.doc["ray"] = {"address": getattr(ray.get_runtime_context(), "gcs_address", None) or self.ray,
+                                          "parallel": lanes,
+                                          "nodes": sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive"))}
+                self.folder.save()
         self.rep.begin(self.folder.path, self._finished(), self.tune.space.trials)
         started = time.monotonic()
         spent0 = float(self.folder.doc.get("spent_s") or 0.0)
@@ -152,12 +228,11 @@ class TuneRun:
                     raise RunError(f"the starter (model {self.base} as models.toml has it) failed: {v.why}",
                                    hint="every trial runs the same workloads on the same model: fix what it names, "
                                         "then `servedeck tune FILE` again (a new tune)")
-            while O.trials_left(self._finished(), self.tune.space.trials,
-                                spent0 + time.monotonic() - started, self.tune.space.wall_s):
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", self.optuna.exceptions.ExperimentalWarning)
-                    ask = study.ask()
-                    values = self.tune.space.sample(ask)
+            if lanes > 1:
+                self._side_by_side(study, redo, lanes, lambda: spent0 + time.monotonic() - started)
+            while lanes == 1 and O.trials_left(self._finished(), self.tune.space.trials,
+                                               spent0 + time.monotonic() - started, self.tune.space.wall_s):
+                ask, values = self._ask(study)
                 name = trial_name(ask.number)
                 v = self._trial(name, ask.number, values, redo.pop(_key(values), None))
                 self._tell(study, ask.number, v)
@@ -167,6 +242,47 @@ class TuneRun:
             self.folder.doc["spent_s"] = spent0 + time.monotonic() - started
             self.folder.save()
         return self.folder
+
+    def _ask(self, study: Any) -> tuple[Any, dict[str, Any]]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", self.optuna.exceptions.ExperimentalWarning)
+            ask = study.ask()
+            return ask, self.tune.space.sample(ask)
+
+    def _side_by_side(self, study: Any, redo: dict[str, str], lanes: int, spent: Any) -> None:
+        """Up to `lanes` searched trials at once, each on a thread (its campaign placed by Ray); asked and told
+        here, on the main thread, each told as it ends. Ctrl-C or a trial stopped by an error stops the others
+        (their engines stopped on their nodes): each is recorded interrupted and a resume redoes it."""
+        running: dict[Future[O.Verdict], tuple[int, int]] = {}  # → (trial number, lane)
+        pool = ThreadPoolExecutor(max_workers=lanes, thread_name_prefix="trial")
+        try:
+            while True:
+                n = O.to_ask(self._finished(), len(running), self.tune.space.trials, lanes, spent(),
+                             self.tune.space.wall_s)
+                for _ in range(n):
+                    ask, values = self._ask(study)
+                    lane = min(set(range(lanes)) - {ln for _, ln in running.values()})
+                    fut = pool.submit(self._trial, trial_name(ask.number), ask.number, values,
+                                      redo.pop(_key(values), None), lane)
+                    running[fut] = (ask.number, lane)
+                if not running:
+                    return
+                finished, _ = wait(list(running), timeout=0.5, return_when=FIRST_COMPLETED)  # Ctrl-C seen here
+                for fut in finished:
+                    number, _lane = running.pop(fut)
+                    self._tell(study, number, fut.result())
+        except BaseException:
+            with self.runners_lock:
+                runners = list(self.runners.values())
+            for r in runners:
+                try:
+                    r.interrupt([c for c in r.cells if r.folder.cell(c.id)["state"] == C.CellState.RUNNING.value])
+                except Exception as e:  # noqa: BLE001 - stopping the others must go on
+                    self.rep.note(f"could not stop a trial's cell: {type(e).__name__}: {e}")
+            wait(list(running), timeout=300)
+            raise
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def _finished(self) -> int:
         """Searched trials that count against `trials`: every one with a verdict (the starter is extra)."""
@@ -250,7 +366,8 @@ class TuneRun:
         self.rep.trial_start("verify", {"trials": ", ".join(names), "repeats": ver["repeats"]})
         done = self._verify_done(ver.get("campaign"))
         if done is None:
-            runner = Runner(self.cfg, camp, RunOptions(resume=ver["campaign"] is not None), _CellNews(self.rep))
+            runner = Runner(self.cfg, camp, RunOptions(resume=ver["campaign"] is not None), _CellNews(self.rep),
+                            place=_one_at_a_time() if self.ray else None)
             ver["campaign"] = runner.folder.path.name
             ver["order"] = [c.id for c in runner.cells]
             f.save()
@@ -289,14 +406,15 @@ class TuneRun:
         return out
 
     # --- one trial ------------------------------------------------------------------------------
-    def _trial(self, name: str, number: Optional[int], values: dict[str, Any], redoes: Optional[str] = None) -> O.Verdict:
+    def _trial(self, name: str, number: Optional[int], values: dict[str, Any], redoes: Optional[str] = None,
+               lane: int = 0) -> O.Verdict:
         f = self.folder
         f.begin_trial(name, number, values, redoes)
         self.rep.trial_start(name, values)
         t0 = time.monotonic()
         verdict: Optional[O.Verdict] = None
         try:
-            verdict = self._measure(name, values)
+            verdict = self._measure(name, values, lane)
         except KeyboardInterrupt:
             f.update_trial(name, state=INTERRUPTED, why="interrupted (Ctrl-C); `servedeck tune FILE --resume` "
                                                         "redoes it with the same values")
@@ -309,21 +427,22 @@ class TuneRun:
         if verdict.verdict == O.INTERRUPTED:
             f.update_trial(name, state=INTERRUPTED, why=verdict.why)
             raise KeyboardInterrupt
-        f.update_trial(name, state=DONE, **verdict.to_json())
-        f.doc["best"] = O.best(f.doc["trials"], self.tune.slo)
-        f.save()
+        with f.lock:
+            f.update_trial(name, state=DONE, **verdict.to_json())
+            f.doc["best"] = O.best(f.doc["trials"], self.tune.slo)
+            f.save()
         from servedeck.tune.folder import best_sentence
 
         self.rep.trial_end(name, f.trial(name) or {}, best_sentence(f.doc["best"]))
         return verdict
 
-    def _measure(self, name: str, values: dict[str, Any]) -> O.Verdict:
+    def _measure(self, name: str, values: dict[str, Any], lane: int = 0) -> O.Verdict:
         f, sp = self.folder, self.tune.space
         broken = sp.broken_rules(values)
         if broken:
             return O.before_launch(broken, []) or O.Verdict(O.BROKE_RULE, O.PRUNED)
         try:
-            camp = self.tune.trial_campaign(name, values)
+            camp = self.tune.trial_campaign(name, values, lane)
             derived = C.derive(self.cfg, camp)
         except ConfigError as e:
             return O.Verdict(O.INVALID, O.PRUNED, why=e.message.replace(f"{self.tune.path}: ", ""))
@@ -333,15 +452,25 @@ class TuneRun:
         if pre is not None:
             return pre
         try:
-            runner = Runner(self.cfg, camp, RunOptions(), _CellNews(self.rep))
+            runner = Runner(self.cfg, camp, RunOptions(), _CellNews(self.rep, named=bool(self.ray)),
+                            place=self._placement())
         except ConfigError as e:
             return O.Verdict(O.INVALID, O.PRUNED, why=e.message.replace(f"{self.tune.path}: ", ""))
-        f.update_trial(name, campaign=runner.folder.path.name)
+        port = derived.cfg.models[derived.models[name][0]].port if derived.models.get(name) else None
+        f.update_trial(name, campaign=runner.folder.path.name, port=port,
+                       **({"lane": lane, "placed": "ray"} if self.ray else {}))
+        with self.runners_lock:
+            self.runners[name] = runner
         try:
             runner.run()
         finally:
+            with self.runners_lock:
+                self.runners.pop(name, None)
             doc = runner.folder.doc
-            f.update_trial(name, runs=[r for c in doc["cells"] for r in c.get("runs") or []])
+            c0 = (doc.get("cells") or [{}])[0]
+            f.update_trial(name, runs=[r for c in doc["cells"] for r in c.get("runs") or []],
+                           **({"node": c0.get("node"), "ray_node_id": c0.get("ray_node_id"),
+                               "cell_started": c0.get("started"), "cell_ended": c0.get("ended")} if self.ray else {}))
         cell = doc["cells"][0]
         rows = [r for r in capacity_of(doc, self.runs_root) if r["slo"] == self.tune.slo]
         row = rows[0] if rows else None
@@ -382,5 +511,12 @@ def _jsonable(row: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
     return None if row is None else json.loads(json.dumps(row, default=str))
 
 
-def run_tune(cfg: Config, tune: Tune, resume: bool, reporter: Optional[TuneReporter] = None) -> TuneFolder:
-    return TuneRun(cfg, tune, resume, reporter).run()
+def run_tune(cfg: Config, tune: Tune, resume: bool, reporter: Optional[TuneReporter] = None,
+             ray: Optional[str] = None, parallel: Optional[int] = None) -> TuneFolder:
+    """ray: a cluster's address (`auto`, `local`, host:port): every trial a campaign cell placed by Ray."""
+    if not ray:
+        return TuneRun(cfg, tune, resume, reporter, parallel=parallel).run()
+    from servedeck.cluster.connect import connected
+
+    with connected(ray):
+        return TuneRun(cfg, tune, resume, reporter, ray=ray, parallel=parallel).run()

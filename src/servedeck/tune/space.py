@@ -10,6 +10,7 @@
     check_outputs = true       # false: no output check (nor its prompts) at all
     verify = { top = 2, repeats = 3 }   # the best `top` trials and the starter launched again, `repeats` each
     require = ["args.ubatch-size <= args.batch-size"]   # a sampled variant that breaks one is never launched
+    parallel = 2               # `tune --ray`: searched trials at once (default: as many as the cluster can place)
 
     [search.space]
     "args.parallel" = [1, 2, 4]                                     # categorical
@@ -174,6 +175,7 @@ class Space:
     keys: tuple[str, ...] = field(default=())  # every models.toml key the knobs may set
     verify_top: int = 2  # trials verified after the search (0: none, `verify = false`)
     verify_repeats: int = 3  # launches of each verified trial and of the starter, interleaved
+    parallel: Optional[int] = None  # `tune --ray`: searched trials at once (None: as many as the cluster places)
 
     def sample(self, trial: Trial) -> dict[str, Any]:
         """The sampled variant as {"args.parallel": 4, ...}, knobs in file order (a `when` reads those before it)."""
@@ -209,7 +211,7 @@ def overrides(values: dict[str, Any]) -> dict[str, Any]:
 # --- reading the table -----------------------------------------------------------------------------
 
 _SEARCH_KEYS = {"trials", "wall", "slo", "seed", "startup", "outputs_may_differ", "check_outputs", "require", "space",
-                "verify"}
+                "verify", "parallel"}
 _SCALARS = (bool, int, float, str)
 
 
@@ -343,6 +345,10 @@ def parse_search(raw: Any) -> Space:
             raise SpaceError("search.wall", f"{wall!r} is not a duration: write it like 90m or 2h") from None
         if not isinstance(wall, str) or wall_s <= 0:
             raise SpaceError("search.wall", f'expected a duration above 0 in quotes, like "30m"; got {wall!r}')
+    par = raw.get("parallel")
+    if par is not None and (not _is_int(par) or par < 1):
+        raise SpaceError("search.parallel", f"expected a whole number of 1 or more (searched trials at once on "
+                                            f"Ray), got {par!r}")
     for k in ("seed", "startup"):
         v = raw.get(k)
         if v is not None and (not _is_int(v) or v < 0):
@@ -380,7 +386,7 @@ def parse_search(raw: Any) -> Space:
     top, repeats = _verify(raw.get("verify", {}))
     return Space(knobs, rules, trials, wall_s, wall, slo, raw.get("seed"), raw.get("startup"),
                  bool(raw.get("outputs_may_differ", False)), bool(raw.get("check_outputs", True)), tuple(sets),
-                 top, repeats)
+                 top, repeats, par)
 
 
 def _verify(raw: Any) -> tuple[int, int]:

@@ -1,0 +1,153 @@
+"""`servedeck tune FILE --ray ADDRESS` on a real Ray cluster on this machine: a head and two worker nodes started
+as tests/cluster/test_ray_campaign.py starts them (Ray's own `ray.cluster_utils.Cluster`; each worker one CPU, its
+own SERVEDECK_HOME and results dir, the head no CPU for tasks), real llama.cpp serving SmolLM2-135M. The tune is
+run by the CLI, as a user runs it, with no `parallel` given: the cluster holds two one-CPU trials at once, so the
+starter runs first (alone), then t1 and t2 side by side, each a campaign cell placed by Ray (RayPlacement), each on
+its own port (campaign.port_offset). Asserted from tune.json: both have a verdict, ran on different Ray nodes, and
+their cells' run intervals overlapped; afterwards no engine and no Ray process of this cluster is left.
+
+Kept as short as test_tune_llamacpp.py's tune (a one-probe needle at 512 tokens, 64-token prompts, 8-token
+answers, max = 2, one 4-token output-check prompt), with no verification: three launches, two of them at once."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.cluster.test_ray_campaign import _shims_of_nodes, node_env
+from tests.campaign_matrix.test_matrix_llamacpp import cli, env_for, llama_ready, models_toml  # noqa: F401
+from tests.conftest import stop_everything
+
+pytestmark = [pytest.mark.engine, pytest.mark.llamacpp, pytest.mark.timeout(2700)]
+ray = pytest.importorskip("ray", reason="servedeck[ray] is installed by scripts/setup.sh")
+
+TUNE = """
+[campaign]
+name = "raytune"
+model = "smollm2"
+cell_timeout = "20m"
+gate = { context = 512, depths = [0.5], repeats = 1, threshold = 0 }
+reference_prompts = 1
+reference_tokens = 4
+
+[slo.chat]
+ttft_p50 = "10m"
+error_rate = "0%"
+
+[[workloads]]
+kind = "capacity"
+find = "max-concurrency"
+slo = ["chat"]
+input_tokens = 64
+output_tokens = 8
+requests = 2
+warmup = 0
+max = 2
+
+[search]
+trials = 2
+seed = 3
+verify = false
+require = ["args.ubatch-size <= args.batch-size"]
+
+[search.space]
+"args.parallel" = [1, 2]
+"args.batch-size" = { low = 64, high = 512, log = true }
+"args.ubatch-size" = { low = 32, high = 256, log = true }
+"""
+
+
+def _left_under(root: Path) -> list[str]:
+    """Processes started for this cluster (Ray's raylets and workers, engines, shims): each has its node's
+    SERVEDECK_HOME under root in its environment."""
+    out = []
+    for p in psutil.process_iter(["cmdline", "pid"]):
+        try:
+            if p.environ().get("SERVEDECK_HOME", "").startswith(str(root)):
+                out.append(f"{p.pid} {' '.join(p.info['cmdline'] or [])[:120]}")
+        except (psutil.Error, OSError):
+            continue
+    return out
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory, llama_ready):  # noqa: F811
+    from ray.cluster_utils import Cluster
+
+    from servedeck.init import default_locations
+
+    root = tmp_path_factory.mktemp("raytune")
+    llama_dir = str(Path(default_locations()["llama_server"]).parent)
+    t0 = time.monotonic()
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "env_vars": node_env(root, "head-node", llama_dir)})
+    nodes = {n: c.add_node(num_cpus=1, resources={f"host_{n}": 1}, env_vars=node_env(root, n, llama_dir))
+             for n in ("a", "b")}
+    c.wait_for_nodes()
+    print(f"\nRay cluster (head + 2 worker nodes) up in {time.monotonic() - t0:.1f} s at {c.address}")
+    cfg = models_toml(root)
+    home, results = root / "head" / "home", root / "head" / "results"
+    home.mkdir(parents=True)
+    (root / "search.toml").write_text(TUNE)
+    shut = False
+    try:
+        t1 = time.monotonic()
+        r = cli(cfg, env_for(home, results), "tune", str(root / "search.toml"), "--ray", c.address, "--json",
+                timeout=2400)
+        wall = time.monotonic() - t1
+        print(f"servedeck tune --ray: rc {r.returncode} in {wall:.0f} s\n{r.stderr[-4000:]}")
+        c.shutdown()
+        shut = True
+        for n in ("a", "b", "head-node"):
+            stop_everything(root / n / "home")
+        stop_everything(home)
+        time.sleep(3)
+        yield {"r": r, "wall": wall, "nodes": {n: x.node_id for n, x in nodes.items()}, "root": root,
+               "results": results, "left": _left_under(root), "shims": _shims_of_nodes(root)}
+    finally:
+        if not shut:
+            c.shutdown()
+            for n in ("a", "b", "head-node"):
+                stop_everything(root / n / "home")
+            stop_everything(home)
+
+
+def _t(stamp: str) -> datetime:
+    return datetime.fromisoformat(stamp)
+
+
+def test_two_trials_ran_at_once_on_two_ray_nodes(tuned):
+    r = tuned["r"]
+    assert r.returncode == 0, r.stderr[-4000:]
+    doc = json.loads(r.stdout)
+    assert doc["finished"] and doc["ray"]["parallel"] == 2  # what two one-CPU workers hold: no parallel given
+    trials = {t["trial"]: t for t in doc["trials"]}
+    assert set(trials) == {"starter", "t1", "t2"}
+    for t in trials.values():
+        assert t["state"] == "done" and t["verdict"], t
+        assert t["placed"] == "ray" and t["ray_node_id"] in tuned["nodes"].values(), t
+    t1, t2, st = trials["t1"], trials["t2"], trials["starter"]
+    assert t1["ray_node_id"] != t2["ray_node_id"]  # one on each worker node
+    assert t1["port"] != t2["port"]  # side by side on one host: their own ports
+    # the starter first, alone; then t1 and t2's cells overlapped
+    assert _t(st["ended"]) <= min(_t(t1["started"]), _t(t2["started"]))
+    start, end = max(_t(t1["cell_started"]), _t(t2["cell_started"])), min(_t(t1["cell_ended"]), _t(t2["cell_ended"]))
+    overlap = (end - start).total_seconds()
+    assert overlap > 0, (t1, t2)
+    # the figures docs/tune.md quotes
+    print(f"\nwall {tuned['wall']:.0f} s; starter {st['duration_s']} s on {st['ray_node_id'][:12]}; "
+          + "; ".join(f"{n} {t['values']} {t['verdict']} {t.get('value')} on {t['ray_node_id'][:12]} port {t['port']} "
+                      f"cell {t['cell_started']} → {t['cell_ended']} ({t['duration_s']} s)" for n, t in
+                      (("t1", t1), ("t2", t2)))
+          + f"; overlap {overlap:.0f} s")
+    md = next((tuned["results"] / "tunes").glob("raytune__*/tune.md")).read_text()
+    assert "## Where each trial ran" in md and "at most 2 trial(s) ran at the same time" in md
+
+
+def test_nothing_is_left_running(tuned):
+    assert tuned["shims"] == []
+    assert tuned["left"] == []
