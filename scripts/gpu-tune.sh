@@ -103,6 +103,8 @@ input_tokens = 512
 output_tokens = 128
 duration = "4s"
 max = 256
+start = 8                       # fewer steps a launch: the device time is short (SmolLM2 carries c=8 far inside 2 s)
+resolution = "15%"
 
 [search]
 trials = 2
