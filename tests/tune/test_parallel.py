@@ -12,7 +12,7 @@ from servedeck.errors import ConfigError
 from servedeck.tune import objective as O
 from servedeck.tune.file import parse
 from servedeck.tune.folder import most_at_once, render_markdown
-from servedeck.tune.runner import TuneRun, ray_lanes
+from servedeck.tune.runner import TuneRun, ray_lanes, shared_hosts
 
 from tests.tune.test_resume import TUNE
 
@@ -46,6 +46,14 @@ def test_ray_lanes_counts_what_the_nodes_hold():
     assert ray_lanes([_node(16, 8)], 1, 3) == 2
     assert ray_lanes([_node(1), _node(1, alive=False)], 1, 0) == 1  # a dead node holds nothing
     assert ray_lanes([_node(0)], 1, 0) == 1  # at least one
+
+
+def test_shared_hosts_names_a_host_with_several_task_nodes():
+    def n(host: str, cpu: float = 1, alive: bool = True) -> dict:
+        return _node(cpu, alive=alive) | {"NodeManagerHostname": host}
+    assert shared_hosts([n("box", 0), n("box"), n("box")]) == ["box"]  # the tests' cluster: head (no CPU) + 2
+    assert shared_hosts([n("box", 0), n("box"), n("other")]) == []
+    assert shared_hosts([n("a"), n("a", alive=False), n("b")]) == []
 
 
 def test_each_lane_takes_its_own_port(deck_config, tmp_path):
@@ -85,7 +93,7 @@ def test_tune_md_says_where_each_trial_ran(deck_config, tmp_path, monkeypatch):
     monkeypatch.setenv("SERVEDECK_RESULTS", str(tmp_path / "results"))
     run = TuneRun(deck_config, parse(TUNE, tmp_path / "search.toml"), False)
     f = run.folder
-    f.doc["ray"] = {"address": "127.0.0.1:6379", "parallel": 2, "nodes": ["n1", "n2"]}
+    f.doc["ray"] = {"address": "127.0.0.1:6379", "parallel": 2, "nodes": ["n1", "n2"], "shared_hosts": ["box"]}
     for name, node, a, b in (("t1", "aaaaaaaaaaaaaaaa", "00:00", "02:00"), ("t2", "bbbbbbbbbbbbbbbb", "01:00", "03:00")):
         f.begin_trial(name, int(name[1]) - 1, {}, None)
         f.update_trial(name, state="done", ray_node_id=node, node="here", port=20001,
@@ -93,6 +101,7 @@ def test_tune_md_says_where_each_trial_ran(deck_config, tmp_path, monkeypatch):
     md = render_markdown(f.doc)
     assert "## Where each trial ran" in md and "at most 2 trial(s) ran at the same time" in md
     assert "aaaaaaaaaaaa" in md and "bbbbbbbbbbbb" in md
+    assert "Several nodes run on one host (box)" in md
 
 
 def test_a_resume_redoes_both_trials_cut_short_side_by_side(deck_config, tmp_path, monkeypatch):

@@ -3,15 +3,23 @@ as tests/cluster/test_ray_campaign.py starts them (Ray's own `ray.cluster_utils.
 own SERVEDECK_HOME and results dir, the head no CPU for tasks), real llama.cpp serving SmolLM2-135M. The tune is
 run by the CLI, as a user runs it, with no `parallel` given: the cluster holds two one-CPU trials at once, so the
 starter runs first (alone), then t1 and t2 side by side, each a campaign cell placed by Ray (RayPlacement), each on
-its own port (campaign.port_offset). Asserted from tune.json: both have a verdict, ran on different Ray nodes, and
-their cells' run intervals overlapped; afterwards no engine and no Ray process of this cluster is left.
+its own port (campaign.port_offset). Once both are on their nodes the tune is interrupted (SIGINT to its process
+group, as Ctrl-C): both trials are recorded interrupted and no engine is left on either node. `--resume` redoes
+both (t3 and t4, the same values, side by side again), then verifies the best one against the starter, one launch
+at a time. Asserted from tune.json: t3 and t4 have a verdict, ran on different Ray nodes, and their cells' run
+intervals overlapped; the verification's launches did not; afterwards no engine and no Ray process of this cluster
+is left.
 
 Kept as short as test_tune_llamacpp.py's tune (a one-probe needle at 512 tokens, 64-token prompts, 8-token
-answers, max = 2, one 4-token output-check prompt), with no verification: three launches, two of them at once."""
+answers, max = 2, one 4-token output-check prompt)."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -52,7 +60,7 @@ max = 2
 [search]
 trials = 2
 seed = 3
-verify = false
+verify = { top = 1, repeats = 2 }
 require = ["args.ubatch-size <= args.batch-size"]
 
 [search.space]
@@ -93,20 +101,44 @@ def tuned(tmp_path_factory, llama_ready):  # noqa: F811
     home, results = root / "head" / "home", root / "head" / "results"
     home.mkdir(parents=True)
     (root / "search.toml").write_text(TUNE)
+    env = env_for(home, results)
     shut = False
     try:
         t1 = time.monotonic()
-        r = cli(cfg, env_for(home, results), "tune", str(root / "search.toml"), "--ray", c.address, "--json",
-                timeout=2400)
-        wall = time.monotonic() - t1
-        print(f"servedeck tune --ray: rc {r.returncode} in {wall:.0f} s\n{r.stderr[-4000:]}")
+        first = subprocess.Popen([sys.executable, "-m", "servedeck", "--config", str(cfg), "tune",
+                                  str(root / "search.toml"), "--ray", c.address], env=env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, start_new_session=True)
+        deadline, placed = time.monotonic() + 900, {}
+        while time.monotonic() < deadline and first.poll() is None and len(placed) < 2:
+            for f in (results / "campaigns").glob("raytune.t*__*/campaign.json") if (results / "campaigns").exists() else []:
+                try:
+                    cell = json.loads(f.read_text())["cells"][0]
+                except (ValueError, KeyError, IndexError):
+                    continue
+                if cell.get("ray_node_id") and cell.get("state") == "running":
+                    placed[f.parent.name] = cell["ray_node_id"]
+            time.sleep(0.2)
+        assert first.poll() is None and len(placed) == 2, f"not both placed: {placed}\n" + first.communicate()[1][-3000:]
+        time.sleep(3)  # their engines booting on the nodes
+        os.killpg(first.pid, signal.SIGINT)
+        _out, first_err = first.communicate(timeout=600)
+        first_s = time.monotonic() - t1
+        interrupted = json.loads(next((results / "tunes").glob("raytune__*/tune.json")).read_text())
+        shims_between = _shims_of_nodes(root)
+        t2 = time.monotonic()
+        r = cli(cfg, env, "tune", str(root / "search.toml"), "--ray", c.address, "--resume", "--json", timeout=2400)
+        wall = time.monotonic() - t2
+        print(f"servedeck tune --ray: interrupted (rc {first.returncode}) after {first_s:.0f} s; "
+              f"--resume: rc {r.returncode} in {wall:.0f} s\n{first_err[-2000:]}\n{r.stderr[-4000:]}")
         c.shutdown()
         shut = True
         for n in ("a", "b", "head-node"):
             stop_everything(root / n / "home")
         stop_everything(home)
         time.sleep(3)
-        yield {"r": r, "wall": wall, "nodes": {n: x.node_id for n, x in nodes.items()}, "root": root,
+        yield {"r": r, "wall": wall, "first_s": first_s, "first_rc": first.returncode, "first_err": first_err,
+               "interrupted": interrupted, "shims_between": shims_between, "placed": placed,
+               "nodes": {n: x.node_id for n, x in nodes.items()}, "root": root,
                "results": results, "left": _left_under(root), "shims": _shims_of_nodes(root)}
     finally:
         if not shut:
@@ -120,17 +152,32 @@ def _t(stamp: str) -> datetime:
     return datetime.fromisoformat(stamp)
 
 
+def test_ctrl_c_stops_both_trials_on_their_nodes(tuned):
+    assert tuned["first_rc"] == 130, tuned["first_err"][-3000:]
+    trials = {t["trial"]: t for t in tuned["interrupted"]["trials"]}
+    assert trials["starter"]["state"] == "done"
+    assert trials["t1"]["state"] == trials["t2"]["state"] == "interrupted", trials
+    assert all("servedeck tune FILE --ray … --resume" in trials[n]["why"] for n in ("t1", "t2")), trials
+    assert len(set(tuned["placed"].values())) == 2  # they were on two nodes when Ctrl-C came
+    assert tuned["shims_between"] == []  # no engine left on either node
+
+
 def test_two_trials_ran_at_once_on_two_ray_nodes(tuned):
     r = tuned["r"]
     assert r.returncode == 0, r.stderr[-4000:]
     doc = json.loads(r.stdout)
     assert doc["finished"] and doc["ray"]["parallel"] == 2  # what two one-CPU workers hold: no parallel given
+    assert doc["ray"]["shared_hosts"]  # two nodes on this machine: said
     trials = {t["trial"]: t for t in doc["trials"]}
-    assert set(trials) == {"starter", "t1", "t2"}
-    for t in trials.values():
+    assert set(trials) == {"starter", "t1", "t2", "t3", "t4"}
+    assert trials["t1"]["redone"] and trials["t2"]["redone"]
+    assert sorted(trials[n]["redoes"] for n in ("t3", "t4")) == ["t1", "t2"]
+    for n in ("t3", "t4"):
+        assert trials[n]["values"] == trials[trials[n]["redoes"]]["values"]
+    for t in (trials["starter"], trials["t3"], trials["t4"]):
         assert t["state"] == "done" and t["verdict"], t
         assert t["placed"] == "ray" and t["ray_node_id"] in tuned["nodes"].values(), t
-    t1, t2, st = trials["t1"], trials["t2"], trials["starter"]
+    t1, t2, st = trials["t3"], trials["t4"], trials["starter"]
     assert t1["ray_node_id"] != t2["ray_node_id"]  # one on each worker node
     assert t1["port"] != t2["port"]  # side by side on one host: their own ports
     # the starter first, alone; then t1 and t2's cells overlapped
@@ -142,10 +189,28 @@ def test_two_trials_ran_at_once_on_two_ray_nodes(tuned):
     print(f"\nwall {tuned['wall']:.0f} s; starter {st['duration_s']} s on {st['ray_node_id'][:12]}; "
           + "; ".join(f"{n} {t['values']} {t['verdict']} {t.get('value')} on {t['ray_node_id'][:12]} port {t['port']} "
                       f"cell {t['cell_started']} → {t['cell_ended']} ({t['duration_s']} s)" for n, t in
-                      (("t1", t1), ("t2", t2)))
-          + f"; overlap {overlap:.0f} s")
+                      (("t3", t1), ("t4", t2)))
+          + f"; overlap {overlap:.0f} s; first session {tuned['first_s']:.0f} s")
     md = next((tuned["results"] / "tunes").glob("raytune__*/tune.md")).read_text()
     assert "## Where each trial ran" in md and "at most 2 trial(s) ran at the same time" in md
+
+
+def test_the_verification_ran_one_launch_at_a_time_on_ray(tuned):
+    doc = json.loads(tuned["r"].stdout)
+    ver = doc["verification"]
+    assert ver["state"] == "done" and len(ver["candidates"]) == 1 and ver["repeats"] == 2, ver
+    [best] = ver["candidates"]
+    assert ver["order"] == ["starter#1", f"{best}#1", "starter#2", f"{best}#2"]
+    camp = json.loads(next((tuned["results"] / "campaigns").glob("raytune.verify__*"))
+                      .joinpath("campaign.json").read_text())
+    cells = sorted(camp["cells"], key=lambda c: c["started"])
+    assert [c["id"] for c in cells] == ver["order"]
+    assert all(c["state"] == "done" and c["ray_node_id"] in tuned["nodes"].values() for c in cells), cells
+    for a, b in zip(cells, cells[1:]):
+        assert _t(a["ended"]) <= _t(b["started"]), (a["id"], b["id"])  # none beside another
+    assert ver["verdict"] in ("verified", "not held", "undecided", "no baseline")
+    print(f"\nverification: {ver['verdict']}: {ver['why']}; "
+          + ", ".join(f"{c['id']} {c['started']}→{c['ended']} on {c['ray_node_id'][:12]}" for c in cells))
 
 
 def test_nothing_is_left_running(tuned):

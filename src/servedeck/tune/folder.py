@@ -205,7 +205,10 @@ def _placement_lines(doc: dict[str, Any]) -> list[str]:
     return ["", "## Where each trial ran", "",
             f"On Ray (`{ray.get('address')}`), up to {ray.get('parallel')} searched trial(s) at once, each a campaign "
             f"cell placed by Ray (the campaign's RayPlacement); at most {most_at_once(trials)} trial(s) ran at the "
-            "same time. Trials side by side on one host take their own ports (campaign.port_offset).", "",
+            "same time. Trials side by side on one host take their own ports (campaign.port_offset)."
+            + (f" Several nodes run on one host ({', '.join(ray['shared_hosts'])}): trials side by side there measured "
+               "each other's load beside their own, so their figures are not comparable with the starter's, measured "
+               "alone." if ray.get("shared_hosts") else ""), "",
             *table_lines(["trial", "node", "Ray node", "port", "started", "ended", "s"], rows)]
 
 

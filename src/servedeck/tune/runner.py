@@ -119,6 +119,14 @@ def ray_lanes(nodes: list[dict[str, Any]], cpus: float, gpus: int) -> int:
     return max(1, total)
 
 
+def shared_hosts(nodes: list[dict[str, Any]]) -> list[str]:
+    """Host names that more than one alive Ray node with CPUs for tasks runs on (several nodes on one machine, as in
+    the tests): trials side by side there share its hardware. Pure (`ray.nodes()` rows)."""
+    hosts = [n.get("NodeManagerHostname") or n.get("NodeManagerAddress") for n in nodes
+             if n.get("Alive", True) and (n.get("Resources") or {}).get("CPU")]
+    return sorted({h for h in hosts if h and hosts.count(h) > 1})
+
+
 def _one_at_a_time() -> Placement:
     """The campaign's RayPlacement, its cells started one at a time (the verification: repeats interleaved, none
     measured beside another)."""
@@ -211,11 +219,17 @@ class TuneRun:
         if self.ray:
             import ray
 
+            alive = [n for n in ray.nodes() if n.get("Alive")]
+            shared = shared_hosts(alive) if lanes > 1 else []
             with self.folder.lock:
                 self.folder.doc["ray"] = {"address": getattr(ray.get_runtime_context(), "gcs_address", None) or self.ray,
-                                          "parallel": lanes,
-                                          "nodes": sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive"))}
+                                          "parallel": lanes, "nodes": sorted(n["NodeID"] for n in alive),
+                                          "shared_hosts": shared}
                 self.folder.save()
+            if shared:
+                self.rep.note(f"Ray nodes on one host ({', '.join(shared)}): trials side by side there share its "
+                              "CPUs and memory bandwidth, so each measures the other's load beside its own; their "
+                              "figures are not comparable with the starter's, measured alone")
         self.rep.begin(self.folder.path, self._finished(), self.tune.space.trials)
         started = time.monotonic()
         spent0 = float(self.folder.doc.get("spent_s") or 0.0)
@@ -425,7 +439,10 @@ class TuneRun:
         finally:
             f.update_trial(name, ended=now_iso(), duration_s=round(time.monotonic() - t0, 1))
         if verdict.verdict == O.INTERRUPTED:
-            f.update_trial(name, state=INTERRUPTED, why=verdict.why)
+            # the cell's reason names the campaign's resume; a tune's trial is redone by the tune's
+            f.update_trial(name, state=INTERRUPTED, why=f"interrupted (Ctrl-C); `servedeck tune FILE "
+                                                        f"{'--ray … ' if self.ray else ''}--resume` redoes it with "
+                                                        f"the same values (its cell: {verdict.why})")
             raise KeyboardInterrupt
         with f.lock:
             f.update_trial(name, state=DONE, **verdict.to_json())
