@@ -12,7 +12,7 @@ from servedeck.errors import ConfigError
 from servedeck.tune import objective as O
 from servedeck.tune.file import parse
 from servedeck.tune.folder import most_at_once, render_markdown
-from servedeck.tune.runner import TuneRun, ray_lanes, shared_hosts
+from servedeck.tune.runner import TuneRun, crowded_nodes, ray_lanes, shared_hosts
 
 from tests.tune.test_resume import TUNE
 
@@ -54,6 +54,16 @@ def test_shared_hosts_names_a_host_with_several_task_nodes():
     assert shared_hosts([n("box", 0), n("box"), n("box")]) == ["box"]  # the tests' cluster: head (no CPU) + 2
     assert shared_hosts([n("box", 0), n("box"), n("other")]) == []
     assert shared_hosts([n("a"), n("a", alive=False), n("b")]) == []
+
+
+def test_crowded_nodes_names_a_node_that_holds_several_cpu_trials():
+    def n(host: str, cpu: float, gpu: float = 0) -> dict:
+        return _node(cpu, gpu) | {"NodeManagerHostname": host, "NodeID": host * 8}
+    assert crowded_nodes([n("a", 1), n("b", 1)], 1, 0) == []  # the tests' cluster: one trial a node
+    assert crowded_nodes([n("big", 16)], 1, 0) == ["big " + ("big" * 8)[:12]]  # `--ray local` on 16 cores
+    assert crowded_nodes([n("big", 16)], 8, 0) == ["big " + ("big" * 8)[:12]]
+    assert crowded_nodes([n("big", 16)], 16, 0) == []
+    assert crowded_nodes([n("gpu", 16, 8)], 1, 1) == []  # each trial its own GPU
 
 
 def test_each_lane_takes_its_own_port(deck_config, tmp_path):

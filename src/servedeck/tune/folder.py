@@ -208,7 +208,9 @@ def _placement_lines(doc: dict[str, Any]) -> list[str]:
             "same time. Trials side by side on one host take their own ports (campaign.port_offset)."
             + (f" Several nodes run on one host ({', '.join(ray['shared_hosts'])}): trials side by side there measured "
                "each other's load beside their own, so their figures are not comparable with the starter's, measured "
-               "alone." if ray.get("shared_hosts") else ""), "",
+               "alone." if ray.get("shared_hosts") else "")
+            + (f" Nodes that hold several trials at once on their CPUs ({', '.join(ray['crowded_nodes'])}): trials "
+               "side by side there measured each other's load too." if ray.get("crowded_nodes") else ""), "",
             *table_lines(["trial", "node", "Ray node", "port", "started", "ended", "s"], rows)]
 
 

@@ -127,6 +127,16 @@ def shared_hosts(nodes: list[dict[str, Any]]) -> list[str]:
     return sorted({h for h in hosts if h and hosts.count(h) > 1})
 
 
+def crowded_nodes(nodes: list[dict[str, Any]], cpus: float, gpus: int) -> list[str]:
+    """Alive nodes that Ray would give more than one trial at once with nothing of their own to measure on: a cell
+    without GPUs, on a node with CPUs for several (a single `--ray local` node on a many-core host). Named by host
+    and the Ray node's first 12 characters. Pure (`ray.nodes()` rows)."""
+    if gpus:
+        return []
+    return [f"{n.get('NodeManagerHostname') or '?'} {str(n.get('NodeID') or '')[:12]}".strip() for n in nodes
+            if n.get("Alive", True) and int((n.get("Resources") or {}).get("CPU", 0) // (cpus or 1)) > 1]
+
+
 def _one_at_a_time() -> Placement:
     """The campaign's RayPlacement, its cells started one at a time (the verification: repeats interleaved, none
     measured beside another)."""
@@ -201,16 +211,21 @@ class TuneRun:
             return int(self.parallel_opt or self.tune.space.parallel or 1)
         import ray
 
+        return ray_lanes([n for n in ray.nodes() if n.get("Alive")], *self._cell_size())
+
+    def _cell_size(self) -> tuple[float, int]:
+        """The starter's cell as RayPlacement asks Ray for it: its CPUs (its pinned set, else one) and its GPUs
+        (none when some node that may take it has none)."""
+        import ray
+
         camp = self.tune.trial_campaign(STARTER, {})
         derived = C.derive(self.cfg, camp)
         [cell] = C.cell_list(camp, derived)
         ms = [derived.cfg.models[n] for n in cell.models]
-        nodes = [n for n in ray.nodes() if n.get("Alive")]
-        workers = [n for n in nodes if (n.get("Resources") or {}).get("CPU")]
-        # GPUs as RayPlacement.gpus_of asks for them: none when some node that may take the cell has none
+        workers = [n for n in ray.nodes() if n.get("Alive") and (n.get("Resources") or {}).get("CPU")]
         gpus = max(cell.gpus) + 1 if cell.gpus else (sum(m.tp * m.pp * m.dp for m in ms) if workers and all(
             (n.get("Resources") or {}).get("GPU") for n in workers) else 0)
-        return ray_lanes(nodes, float(len(cell.cpus) or 1), gpus)
+        return float(len(cell.cpus) or 1), gpus
 
     def _run(self) -> TuneFolder:
         study = self._study()
@@ -221,15 +236,19 @@ class TuneRun:
 
             alive = [n for n in ray.nodes() if n.get("Alive")]
             shared = shared_hosts(alive) if lanes > 1 else []
+            crowded = crowded_nodes(alive, *self._cell_size()) if lanes > 1 else []
             with self.folder.lock:
                 self.folder.doc["ray"] = {"address": getattr(ray.get_runtime_context(), "gcs_address", None) or self.ray,
                                           "parallel": lanes, "nodes": sorted(n["NodeID"] for n in alive),
-                                          "shared_hosts": shared}
+                                          "shared_hosts": shared, "crowded_nodes": crowded}
                 self.folder.save()
-            if shared:
-                self.rep.note(f"Ray nodes on one host ({', '.join(shared)}): trials side by side there share its "
-                              "CPUs and memory bandwidth, so each measures the other's load beside its own; their "
-                              "figures are not comparable with the starter's, measured alone")
+            if shared or crowded:
+                where = "; ".join(x for x in (f"Ray nodes on one host ({', '.join(shared)})" if shared else "",
+                                              f"nodes that hold several trials on their CPUs ({', '.join(crowded)})"
+                                              if crowded else "") if x)
+                self.rep.note(f"{where}: trials side by side there share its CPUs and memory bandwidth, so each "
+                              "measures the other's load beside its own; their figures are not comparable with the "
+                              "starter's, measured alone")
         self.rep.begin(self.folder.path, self._finished(), self.tune.space.trials)
         started = time.monotonic()
         spent0 = float(self.folder.doc.get("spent_s") or 0.0)
