@@ -135,6 +135,19 @@ def test_unstable_loads_up_to_the_cap_end_the_search():
     assert len(r["steps"]) <= 6
 
 
+def test_a_smallest_load_that_passed_and_failed_ends_the_search_instead_of_re_measuring_it_to_the_budget():
+    # seen in a llama.cpp tune on this box (2026-12-06, 19:17): c=1 passed, c=2 failed, c=1 failed on re-measure
+    # (a TTFT p90 of 1.55 s against 1 s while other work held the cores), c=2 passed on re-measure; every later
+    # c=1 passed, and the search measured c=1 again 25 times until its 30 steps were spent
+    flips = {1: [True, False, True], 2: [False, True]}
+    r = run(lambda load, n: point(flips[int(load)][min(n, len(flips[int(load)]) - 1)] if load <= 2 else False),
+            max_steps=30)
+    assert r["verdict"] == "unstable at smallest load"
+    assert r["capacity"] is None
+    assert len(r["steps"]) <= 5
+    assert any("c=1 passed 1 of 2 times" in n and "no load passed every time" in n for n in r["notes"])
+
+
 def rising(limit_at: float, power: float = 1.0, key: str = "ttft_p90") -> Callable[[float, int], dict]:
     """A figure whose share of its limit is (load / limit_at) ** power: it meets the limit at `limit_at`."""
     def measure(load: float, n: int) -> dict:

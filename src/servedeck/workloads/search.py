@@ -261,8 +261,14 @@ class Search:
         lo, hi = self._bracket()
         widening = bool(self._unstable())
         if hi is None:  # nothing failed every time so far: double, up to the cap
-            if lo is None:  # the smallest load passed once and failed once
-                return o.start, "verify", "the smallest load disagreed with itself: measure it again"
+            if lo is None:  # the smallest load passed and failed: no measurement can make it pass every time
+                runs = self._runs(o.start)
+                self.notes.append(f"{self._label(o.start)} passed {sum(runs)} of {len(runs)} times: no load passed "
+                                  "every time it was measured, so there is no capacity to give; measured again it "
+                                  "could only stay unstable (a busy host, or an SLO this close to what the engine "
+                                  "does at its smallest load)")
+                self._verdict = "unstable at smallest load"
+                return None
             if lo >= o.cap:
                 if len(self._runs(lo)) < 2:
                     return lo, "verify", f"re-measure the cap ({o.cap_reason}) with fresh prompts"
