@@ -98,3 +98,17 @@ def test_the_budget_counts_finished_trials_and_spent_time():
     assert O.trials_left(2, 3, 0, None) and not O.trials_left(3, 3, 0, None)
     assert O.trials_left(0, None, 10, 60) and not O.trials_left(0, None, 60, 60)
     assert not O.trials_left(1, 5, 61, 60)
+
+
+def test_proposals_refused_before_a_launch_do_not_spend_the_trial_budget():
+    # a llama.cpp tune here (2026-12-06, `trials = 8`, `require = ["args.ubatch-size <= args.batch-size"]`) spent
+    # 2 of its 8 trials on proposals that broke the rule and were never launched: 6 launches searched, not 8
+    seen = ["measured", "broke-rule", "measured", "outputs-differ", "broke-rule", "measured", "measured", "measured"]
+    assert O.counted(seen) == 6
+    assert O.counted(["no-fit", "invalid", "failed", "gate-failed", "no-capacity"]) == 3
+
+
+def test_a_space_whose_rules_refuse_nearly_everything_still_ends():
+    many = ["broke-rule"] * (O.FREE_UNLAUNCHED + 3)
+    assert O.counted(many) == 3
+    assert not O.trials_left(O.counted(many + ["measured"] * 5), 8, 0.0, None)

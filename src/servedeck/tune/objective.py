@@ -112,6 +112,20 @@ def best(trials: list[dict[str, Any]], slo: str) -> dict[str, Any]:
                                  "note": "no trial has a figure under this SLO yet", "left_out": []}
 
 
+UNLAUNCHED = frozenset({BROKE_RULE, INVALID, NO_FIT})  # refused before a launch: they cost no launch
+# ...and so do not count against `trials`, up to this many in one tune: past it each counts, so a space whose rules
+# refuse nearly everything still ends
+FREE_UNLAUNCHED = 50
+
+
+def counted(verdicts: list[Optional[str]]) -> int:
+    """How many finished searched trials (their verdicts) count against `trials`: every launched one; one
+    refused before its launch (a `require` rule, models.toml's rules, the planner) costs nothing and is not
+    counted, up to FREE_UNLAUNCHED of them. Pure."""
+    free = sum(v in UNLAUNCHED for v in verdicts)
+    return len(verdicts) - min(free, FREE_UNLAUNCHED)
+
+
 def trials_left(finished: int, budget: Optional[int], spent_s: float, wall_s: Optional[float]) -> bool:
     """Whether another searched trial starts: within `trials` (finished ones count, interrupted ones do not) and
     before `wall` is spent (a trial that started runs to its end: its cell_timeout bounds it)."""

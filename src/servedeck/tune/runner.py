@@ -318,8 +318,10 @@ class TuneRun:
             pool.shutdown(wait=False, cancel_futures=True)
 
     def _finished(self) -> int:
-        """Searched trials that count against `trials`: every one with a verdict (the starter is extra)."""
-        return sum(t["state"] == DONE for t in self.folder.doc["trials"] if t["trial"] != STARTER)
+        """Searched trials that count against `trials` (the starter is extra): every launched one with a verdict;
+        a proposal refused before its launch is free (objective.counted)."""
+        return O.counted([t.get("verdict") for t in self.folder.doc["trials"]
+                          if t["trial"] != STARTER and t["state"] == DONE])
 
     def _tell(self, study: Any, number: int, v: O.Verdict) -> None:
         state = self.optuna.trial.TrialState
