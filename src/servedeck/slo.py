@@ -260,7 +260,7 @@ def _client_verdict(measured: Sequence[RequestRecord], ok: Sequence[RequestRecor
     or a lag that can move what these thresholds read; ([], []) otherwise. A lag that matters is the client's own
     when it was short of CPU (stats' `short`) or its loop was running, not waiting for a core, more of the time
     (pace.loop_fell_behind): more client processes are then the cure."""
-    from servedeck.loadgen.pace import Reading, lag_matters, loop_fell_behind
+    from servedeck.loadgen.pace import Reading, lag_matters
     from servedeck.loadgen.stats import output_tokens
 
     short = client.get("short")
@@ -277,5 +277,34 @@ def _client_verdict(measured: Sequence[RequestRecord], ok: Sequence[RequestRecor
                       e2e_mean_ms=statistics.fmean(e2e) if e2e else None, closed_loop=closed_loop)
     if not full and not lag:  # a client short of CPU whose lag moves nothing the SLO reads: the point stands
         return [], []
+    if closed_loop and not full and not short and _failure_stands(rows, [r.lag * 1000.0 for r in measured if r.lag is not None],
+                                                  int(statistics.median(outs)) if outs else None):
+        return [], []
+    return _own_or_hosts(short, lag, client)
+
+
+def _failure_stands(rows: list[dict[str, Any]], lags_ms: list[float], out_tokens: Optional[int]) -> bool:
+    """A closed-loop point that fails a threshold by more than its schedule lag p99 can move that figure: the
+    failure is the server's. Late sends in a closed loop only offer the server less load, and a loop that was not short of CPU
+    stamps a figure late by no more than its lag; so taking the whole lag away still leaves it failing."""
+    from servedeck.loadgen.pace import lag_reach_ms
+
+    if not lags_ms:
+        return False
+    p99 = percentile(lags_ms, 99.0)
+    for row in rows:
+        if row["passed"] or row["value"] is None:
+            continue
+        figure = row["key"].split("_p")[0]
+        if row["value"] - lag_reach_ms(figure, p99, out_tokens) > row["limit"]:
+            return True
+    return False
+
+
+def _own_or_hosts(short: list[str], lag: list[str], client: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(the client's own shortfall, the host's lag): a lag that matters is the client's own when its loop was
+    running rather than waiting for a core (pace.loop_fell_behind)."""
+    from servedeck.loadgen.pace import loop_fell_behind
+
     own = loop_fell_behind(client.get("cpu_fraction"), client.get("wait_fraction")) if lag and not short else None
     return (list(short) + ([own] + lag if own else [])), ([] if own else lag)
