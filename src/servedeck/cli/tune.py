@@ -98,7 +98,9 @@ def run(file: Path = typer.Argument(..., help="the tune .toml: a campaign file p
     address = address_from(ray)
     if parallel and parallel > 1 and not address:
         raise UsageError("--parallel runs trials side by side on Ray: give --ray ADDRESS (on one host, trials run "
-                         "one at a time: two would measure each other's load)", hint="servedeck tune FILE --ray local --parallel 2")
+                         "one at a time: two would measure each other's load)",
+                         hint="`servedeck tune FILE --ray local --parallel 2` (a Ray cluster of this host's own), or leave "
+                              "out --parallel")
     with RichTuneReporter() as rep:
         folder = run_tune(cfg, t, resume, rep, ray=address, parallel=parallel)
     if as_json:
