@@ -271,22 +271,22 @@ def _client_verdict(measured: Sequence[RequestRecord], ok: Sequence[RequestRecor
     readings = [Reading(row["key"], row["key"].split("_p")[0], row["value"], row["limit"]) for row in rows
                 if row["key"] != "error_rate"]
     outs = [output_tokens(r) for r in ok]
+    out_tokens = int(statistics.median(outs)) if outs else None
+    lags_ms = [r.lag * 1000.0 for r in measured if r.lag is not None]
     e2e = [r.e2e * 1000.0 for r in ok if r.e2e is not None]
-    lag = lag_matters([r.lag * 1000.0 for r in measured if r.lag is not None], readings,
-                      output_tokens=int(statistics.median(outs)) if outs else None,
+    lag = lag_matters(lags_ms, readings, output_tokens=out_tokens,
                       e2e_mean_ms=statistics.fmean(e2e) if e2e else None, closed_loop=closed_loop)
     if not full and not lag:  # a client short of CPU whose lag moves nothing the SLO reads: the point stands
         return [], []
-    if closed_loop and not full and not short and _failure_stands(rows, [r.lag * 1000.0 for r in measured if r.lag is not None],
-                                                  int(statistics.median(outs)) if outs else None):
+    if closed_loop and not full and not short and _failure_stands(rows, lags_ms, out_tokens):
         return [], []
     return _own_or_hosts(short, lag, client)
 
 
 def _failure_stands(rows: list[dict[str, Any]], lags_ms: list[float], out_tokens: Optional[int]) -> bool:
     """A closed-loop point that fails a threshold by more than its schedule lag p99 can move that figure: the
-    failure is the server's. Late sends in a closed loop only offer the server less load, and a loop that was not short of CPU
-    stamps a figure late by no more than its lag; so taking the whole lag away still leaves it failing."""
+    failure is the server's. Late sends in a closed loop only offer the server less load, and a loop that was not
+    short of CPU stamps a figure late by no more than its lag; so taking the whole lag away still leaves it failing."""
     from servedeck.loadgen.pace import lag_reach_ms
 
     if not lags_ms:
