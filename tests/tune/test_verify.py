@@ -1,6 +1,6 @@
 """Verification of the best few, pure: which trials are launched again, each launch's figure, and the rule (a
 candidate holds when the median of its repeats beats the starter's median by more than the spread, the larger of
-the two sides' max − min). Each case's figures and expected verdict were written before the code ran."""
+the two sides' max − min, and paired by round it led in every round, with a paired t interval above 0 from 3 rounds). Each case's figures and expected verdict were written before the code ran."""
 
 from __future__ import annotations
 
@@ -45,6 +45,41 @@ def test_the_starters_own_spread_counts_too():
 def test_a_margin_equal_to_the_spread_does_not_hold():
     v = V.verdict({"starter": [fig(1.0), fig(2.0)], "t2": [fig(2.5), fig(2.5)]}, {"t2": SAME})  # +1.0, spread 1.0
     assert v["trials"]["t2"]["outcome"] == "within the spread"
+
+
+def test_a_lead_one_round_does_not_bear_out_does_not_hold():
+    # medians 1.05 and 1.6 (+0.55) clear the spread (the starter's 0.5), but in round 3 the starter ran fast (1.5)
+    # and beat the candidate (1.45): paired by round, the lead did not hold in every round
+    v = V.verdict({"starter": [fig(1.0), fig(1.05), fig(1.5)], "t2": [fig(1.6), fig(1.6), fig(1.45)]},
+                  {"t2": SAME})
+    t2 = v["trials"]["t2"]
+    assert v["verdict"] == "not held" and t2["outcome"] == "within the spread"
+    assert t2["rounds"]["won"] == 2 and t2["rounds"]["pairs"] == 3 and "every round" in t2["why"]
+
+
+def test_a_lead_in_every_round_whose_paired_interval_reaches_zero_does_not_hold():
+    # +0.55 over a spread of 0.35, ahead in all 3 rounds, but by 0.55, 0.05 and 0.6: the paired t interval of the
+    # mean lead (0.4 ± 4.30 × 0.304 / √3) runs from about −0.36 to +1.16
+    v = V.verdict({"starter": [fig(1.0), fig(1.2), fig(1.0)], "t2": [fig(1.55), fig(1.25), fig(1.6)]},
+                  {"t2": SAME})
+    r = v["trials"]["t2"]["rounds"]
+    assert v["verdict"] == "not held" and r["won"] == 3
+    assert r["low"] == pytest.approx(-0.355, abs=0.01) and r["high"] == pytest.approx(1.155, abs=0.01)
+    assert "reaches 0" in v["trials"]["t2"]["why"]
+
+
+def test_rounds_pair_by_repeat_not_by_list_order():
+    # the figures listed out of round order: paired by `repeat`, t2 led in each round by 0.5
+    starter = [{**fig(1.2), "repeat": 3}, {**fig(1.0), "repeat": 1}, {**fig(1.1), "repeat": 2}]
+    t2 = [{**fig(1.5), "repeat": 1}, {**fig(1.6), "repeat": 2}, {**fig(1.7), "repeat": 3}]
+    r = V.paired_rounds(starter, t2)
+    assert r["diffs"] == pytest.approx([0.5, 0.5, 0.5]) and r["holds"] and r["low"] == pytest.approx(0.5)
+
+
+def test_a_round_missing_a_figure_is_left_out_of_the_pairs():
+    failed = {**fig(None), "why": "cell failed"}
+    r = V.paired_rounds([fig(1.0), failed, fig(1.0)], [fig(2.0), fig(2.0), fig(2.0)])
+    assert r["pairs"] == 2 and r["won"] == 2 and r["low"] is None and r["holds"]
 
 
 def test_a_candidate_below_the_starter_is_said_so():

@@ -76,7 +76,9 @@ def reason(doc: dict[str, Any], trial: dict[str, Any], folder: str) -> str:
         mine, base = ver["trials"][trial["trial"]], ver["trials"][STARTER]
         return (f"{head}: verified: median {mine['median']:.3g} good req/s per GPU within SLO {doc.get('slo')} "
                 f"against the starter's {base['median']:.3g} over {ver.get('repeats')} interleaved launches each, "
-                f"a margin of {mine['margin']:.3g} above the spread {mine['spread']:.3g}")
+                f"a margin of {mine['margin']:.3g} above the spread {mine['spread']:.3g}"
+                + (f", ahead in {r['won']} of {r['pairs']} rounds" if (r := mine.get("rounds") or {}).get("pairs")
+                   else ""))
     verdict = (doc.get("best") or {}).get("verdict")
     unverified = (f"its verification: {ver.get('verdict')}, applied with --leading" if ver
                   else "not verified with repeats")

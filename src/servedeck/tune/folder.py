@@ -221,7 +221,9 @@ def _verification_lines(ver: Optional[dict[str, Any]]) -> list[str]:
     lines = ["", "## Verification", "",
              f"The best {ver.get('top')} trial(s) and the starter launched again, {ver.get('repeats')} times each, "
              f"interleaved (campaign `{ver.get('campaign') or '-'}`). A trial holds when the median of its figures "
-             "beats the starter's median by more than the spread (the larger range, max − min, of the two)."]
+             "beats the starter's median by more than the spread (the larger range, max − min, of the two) and, "
+             "paired round by round with the starter's launches, it led in every round (from 3 rounds, with a paired "
+             "t interval of its lead above 0)."]
     if ver.get("state") != DONE:
         return lines + ["", f"Not finished ({len(ver.get('order') or [])} launches planned): "
                             "`servedeck tune FILE --resume` finishes it."]
@@ -233,13 +235,21 @@ def _verification_lines(ver: Optional[dict[str, Any]]) -> list[str]:
         each = ", ".join(("≥ " if f.get("bound") else "") + _num(f.get("value")) if f.get("value") is not None
                          else f"— ({f.get('why')})" for f in figs)
         rows.append([name, each, _num(t.get("median")), _num(t.get("spread")),
-                     "" if t.get("margin") is None else f"{t['margin']:+.2f}", t.get("outcome") or ""])
+                     "" if t.get("margin") is None else f"{t['margin']:+.2f}", _rounds(t.get("rounds")),
+                     t.get("outcome") or ""])
     if rows:
         lines += ["", *table_lines(["trial", "each launch (good req/s per GPU)", "median", "spread",
-                                    "margin over the starter", "outcome"], rows)]
+                                    "margin over the starter", "rounds led (paired 95 %)", "outcome"], rows)]
     if ver.get("order"):
         lines += ["", "Launch order: " + ", ".join(ver["order"]) + "."]
     return lines
+
+
+def _rounds(r: Optional[dict[str, Any]]) -> str:
+    if not r or not r.get("pairs"):
+        return ""
+    ci = f" ({r['low']:+.2f}..{r['high']:+.2f})" if r.get("low") is not None else ""
+    return f"{r['won']} of {r['pairs']}{ci}"
 
 
 def _finished(doc: dict[str, Any]) -> bool:

@@ -11,6 +11,11 @@ starter's by more than the spread, the larger of the two sides' ranges (max − 
 
     median(candidate) − median(starter) > max(range(candidate), range(starter))
 
+and, paired by round (the candidate's launch r against the starter's launch r, minutes apart), it beat the starter
+in every round, and with 3 or more rounds the paired t interval (95 %) of its mean lead over the starter lies above
+0. The pairing is what `compare` does with requests: drift between rounds hits both sides of a pair alike, so a lead
+that a slow round or a fast one made is not taken for a lasting one.
+
 Among those that hold, the one with the highest median wins. A figure is good requests/s per GPU within the SLO at
 the launch's capacity; no load meeting the SLO is 0. Where a starter's figure is a lower bound (its capacity search
 did not end `found`), its true figure could be higher than any margin shows: the verdict is undecided, naming the
@@ -54,6 +59,32 @@ def figure(cell: dict[str, Any], row: Optional[dict[str, Any]]) -> dict[str, Any
     return {**out, "value": 0.0 if row.get("capacity") is None or good is None else float(good)}
 
 
+def _in_rounds(figs: list[dict[str, Any]]) -> list[Optional[float]]:
+    """Each launch's figure in round order (its `repeat`; the list's order where repeats tie)."""
+    ordered = sorted(enumerate(figs), key=lambda p: (p[1].get("repeat") or 0, p[0]))
+    return [f.get("value") for _, f in ordered]
+
+
+def paired_rounds(base: list[dict[str, Any]], cand: list[dict[str, Any]]) -> dict[str, Any]:
+    """The candidate against the starter round by round: each round's difference (candidate − starter) where both
+    have a figure, how many rounds it won, and with 3 or more pairs the paired t interval (95 %, scipy) of the mean
+    difference. `holds` when it won every round and, with 3 or more pairs, the interval lies above 0."""
+    diffs = [c - b for b, c in zip(_in_rounds(base), _in_rounds(cand)) if b is not None and c is not None]
+    out: dict[str, Any] = {"diffs": diffs, "won": sum(d > 0 for d in diffs), "pairs": len(diffs),
+                           "low": None, "high": None}
+    if len(diffs) >= 3:
+        mean = statistics.fmean(diffs)
+        if len(set(diffs)) == 1:  # no spread at all: the interval is the point (scipy would give NaN)
+            out.update(low=mean, high=mean)
+        else:
+            from scipy import stats as st
+
+            ci = st.ttest_1samp(diffs, 0.0).confidence_interval(0.95)
+            out.update(low=float(ci.low), high=float(ci.high))
+    out["holds"] = bool(diffs) and out["won"] == len(diffs) and (out["low"] is None or out["low"] > 0)
+    return out
+
+
 def _summary(figs: list[dict[str, Any]]) -> dict[str, Any]:
     vals = [f["value"] for f in figs if f["value"] is not None]
     return {"values": vals, "median": statistics.median(vals) if vals else None,
@@ -62,9 +93,11 @@ def _summary(figs: list[dict[str, Any]]) -> dict[str, Any]:
             "steps": list(dict.fromkeys(s for f in figs for s in f["steps"]))}
 
 
-def outcome(base: dict[str, Any], cand: dict[str, Any], outputs: Optional[dict[str, Any]]) -> dict[str, Any]:
-    """One candidate against the starter (each a _summary): HOLDS, WITHIN, BELOW, DIFFERS or TOO_FEW, with the
-    margin (median − the starter's median), the spread it had to exceed, and why in words."""
+def outcome(base: dict[str, Any], cand: dict[str, Any], outputs: Optional[dict[str, Any]],
+            rounds: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """One candidate against the starter (each a _summary; `rounds` their paired_rounds): HOLDS, WITHIN (ahead, but
+    within the spread or not in every round), BELOW, DIFFERS or TOO_FEW, with the margin (median − the starter's
+    median), the spread it had to exceed, the rounds, and why in words."""
     if outputs and outputs.get("check") == "differs" and not outputs.get("may_differ"):
         return {"outcome": DIFFERS, "margin": None, "spread": None,
                 "why": f"greedy outputs differ from the starter's in the verification ({outputs.get('identical')}/"
@@ -77,11 +110,21 @@ def outcome(base: dict[str, Any], cand: dict[str, Any], outputs: Optional[dict[s
     margin = cand["median"] - base["median"]
     spread = max(cand["spread"], base["spread"])
     words = f"median {cand['median']:.3g} against the starter's {base['median']:.3g}: {margin:+.3g}, spread {spread:.3g}"
+    r = rounds or {}
+    if r.get("pairs"):
+        words += f"; ahead in {r['won']} of {r['pairs']} rounds"
+        if r.get("low") is not None:
+            words += f", paired lead {r['low']:+.3g}..{r['high']:+.3g} (95 %)"
+    out = {"margin": margin, "spread": spread, "rounds": r or None}
+    if margin > spread and (not r or r.get("holds")):
+        return {"outcome": HOLDS, **out, "why": words + ": the margin holds"}
     if margin > spread:
-        return {"outcome": HOLDS, "margin": margin, "spread": spread, "why": words + ": the margin holds"}
+        lost = ("it did not lead in every round" if r.get("won") != r.get("pairs")
+                else "the paired interval reaches 0")
+        return {"outcome": WITHIN, **out, "why": words + f": {lost}"}
     if margin > 0:
-        return {"outcome": WITHIN, "margin": margin, "spread": spread, "why": words + ": the lead is within the spread"}
-    return {"outcome": BELOW, "margin": margin, "spread": spread, "why": words}
+        return {"outcome": WITHIN, **out, "why": words + ": the lead is within the spread"}
+    return {"outcome": BELOW, **out, "why": words}
 
 
 def verdict(figs: dict[str, list[dict[str, Any]]], outputs: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -98,7 +141,7 @@ def verdict(figs: dict[str, list[dict[str, Any]]], outputs: dict[str, dict[str, 
     rows: dict[str, dict[str, Any]] = {STARTER: {**base, "outcome": "baseline"}}
     for n in names:
         s = _summary(figs[n])
-        rows[n] = {**s, **outcome(base, s, outputs.get(n))}
+        rows[n] = {**s, **outcome(base, s, outputs.get(n), paired_rounds(figs.get(STARTER) or [], figs[n]))}
     if len(base["values"]) < 2:
         return {"verdict": NO_BASELINE, "winner": None, "trials": rows,
                 "why": f"the starter has {len(base['values'])} figure(s) that are results; a spread needs 2 or more "
