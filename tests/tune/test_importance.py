@@ -14,7 +14,8 @@ from servedeck.tune.importance import importance
 
 
 def _fixed(folder, rows):
-    study = optuna.create_study(storage=f"sqlite:///{folder / 'study.db'}", study_name="imp", direction="maximize")
+    study = optuna.create_study(storage=f"sqlite:///{folder / 'study.db'}", study_name="imp", direction="maximize",
+                                load_if_exists=True)
     for parallel, batch, state in rows:
         study.enqueue_trial({"args.parallel": parallel, "args.batch-size": batch})
         t = study.ask()
@@ -36,6 +37,18 @@ def test_the_entry_that_decides_the_objective_comes_first(tmp_path):
     assert imp["trials"] == 6 and imp["note"] is None  # the pruned one does not count
     assert list(imp["importance"]) == ["args.parallel", "args.batch-size"]
     assert imp["importance"]["args.parallel"] > 0.8
+
+
+def test_the_starter_told_to_the_study_with_fewer_knobs_is_not_explained(tmp_path):
+    # the tune tells the study the starter's figure at the knobs its entry has values for (here parallel only);
+    # importance is over the searched trials, so batch-size stays in it and the trial count leaves the starter out
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'study.db'}", study_name="imp", direction="maximize")
+    study.add_trial(optuna.trial.create_trial(
+        params={"args.parallel": 4}, value=9.0, user_attrs={"servedeck": "starter"},
+        distributions={"args.parallel": optuna.distributions.CategoricalDistribution([1, 2, 4])}))
+    _fixed(tmp_path, ROWS)
+    imp = importance(optuna, tmp_path, "imp")
+    assert imp["trials"] == 6 and set(imp["importance"]) == {"args.parallel", "args.batch-size"}
 
 
 def test_too_few_complete_trials_say_so(tmp_path):

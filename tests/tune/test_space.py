@@ -6,7 +6,9 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from servedeck.tune.space import Categorical, IntRange, SpaceError, Together, overrides, parse_search
+from servedeck.engines import get_engine
+from servedeck.tune.space import (Categorical, IntRange, SpaceError, Together, known_values, overrides,
+                                     parse_search)
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -63,6 +65,40 @@ def test_keys_taken_together_are_set_as_one():
     got = sp.sample(FixedTrial({"kv": "cache-type-k=q8_0,cache-type-v=q8_0"}))
     assert (got["args.cache-type-k"], got["args.cache-type-v"]) == ("q8_0", "q8_0")
     assert overrides(got)["args"]["cache-type-v"] == "q8_0"
+
+
+def test_the_starters_point_is_where_its_values_lie_in_the_space():
+    sp = parse_search(SPACE)
+    known = {"args.parallel": 2, "args.batch-size": 1024, "args.ubatch-size": 512, "args.spec": "none",
+             "args.cache-type-k": "f16", "args.cache-type-v": "f16"}
+    assert sp.point(known) == {"args.parallel": 2, "args.batch-size": 1024, "args.ubatch-size": 512,
+                               "args.spec": "none", "kv": "cache-type-k=f16,cache-type-v=f16"}
+
+
+def test_a_value_outside_a_knob_or_unknown_is_left_out_of_the_point():
+    sp = parse_search(SPACE)
+    # parallel 3 is not a value; batch 2048 is above 1024; ubatch unknown; kv q8_0 for K only matches no set;
+    # draft-max is searched only when spec is ngram: the point follows the same `when`
+    got = sp.point({"args.parallel": 3, "args.batch-size": 2048, "args.spec": "ngram", "args.draft-max": 8,
+                    "args.cache-type-k": "q8_0", "args.cache-type-v": "f16"})
+    assert got == {"args.spec": "ngram", "args.draft-max": 8}
+    assert "args.draft-max" not in sp.point({"args.spec": "none", "args.draft-max": 8})
+    assert sp.point({"args.parallel": True}) == {}  # a bool is not the 1 of [1, 2, 4]
+
+
+def test_an_entrys_known_values_are_its_own_else_the_engines_fixed_defaults():
+    class Entry:  # a models.toml entry's fields as the function reads them
+        args = {"-np": 4, "ctk": "q8_0"}
+        env = {"OMP_NUM_THREADS": "2"}
+        context = 8192
+
+    keys = ("args.parallel", "args.batch-size", "args.ubatch-size", "args.threads", "env.OMP_NUM_THREADS",
+            "context", "gpu_memory_utilization")
+    got = known_values(keys, Entry(), get_engine("llamacpp"))
+    # -np is --parallel; batch and ubatch from llama-server's --help defaults; threads has no fixed default;
+    # gpu_memory_utilization is not on the entry
+    assert got == {"args.parallel": 4, "args.batch-size": 2048, "args.ubatch-size": 512,
+                   "env.OMP_NUM_THREADS": "2", "context": 8192}
 
 
 def test_a_rule_names_what_it_breaks_and_leaves_unset_keys_alone():

@@ -242,6 +242,10 @@ class Engine:
     owned_flags: dict[str, str] = {}
     # other spellings of one flag: alias → canonical (`-np` → `--parallel`); owned flags are matched through it
     flag_aliases: dict[str, str] = {}
+    # what the engine takes for a flag left out, where that is one value on every machine (its --help says so):
+    # canonical flag → value. `servedeck tune` places the starter's entry in the search space with it. A default
+    # the engine works out at boot (threads, slots, a GPU-dependent batch) is left out: unknown is not guessed.
+    flag_defaults: dict[str, Any] = {}
     boot_patterns: list[BootPattern] = []
     # the model's multimodal projector is a separate file passed by flag (llama.cpp's --mmproj)
     uses_mmproj: bool = False

@@ -44,6 +44,8 @@ class LlamaCpp(Engine):
         "-lv": "--log-verbosity", "--verbosity": "--log-verbosity", "-v": "--verbose", "--log-verbose": "--verbose",
         "--embedding": "--embeddings",
     }
+    # llama-server --help (build 11434): -b 2048, -ub 512, -ctk/-ctv f16; threads and slots are -1 (worked out at boot)
+    flag_defaults = {"--batch-size": 2048, "--ubatch-size": 512, "--cache-type-k": "f16", "--cache-type-v": "f16"}
     uses_mmproj = True
     weight_formats = ("gguf",)
     image_server_tags = ("server",)  # tag prefixes: server, server-cuda, server-vulkan, ...

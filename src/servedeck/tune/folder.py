@@ -162,6 +162,13 @@ def render_markdown(doc: dict[str, Any]) -> str:
                                            for s in doc.get("space") or []])]
     if doc.get("require"):
         lines += ["", "Rules every trial keeps: " + "; ".join(f"`{r}`" for r in doc["require"]) + "."]
+    if doc.get("starter_point"):
+        lines += ["", "The starter's figure was told to the search at " + ", ".join(
+            f"{k}={v}" for k, v in doc["starter_point"].items()) + " (its entry's values, else the engine's fixed "
+            "defaults; a knob with neither is left out)."]
+    elif doc.get("study_offset") == 0:
+        lines += ["", "The starter's entry has no known value for any searched knob: the search was not told its "
+                      "figure."]
     lines += ["", "## Trials", "", *table_lines(
         ["trial", "values", "state", "verdict", "figure within the SLO", "outputs", "why", "campaign"],
         [[t["trial"], _values(t.get("values") or {}), t["state"], t.get("verdict") or "", _figure(t),

@@ -19,7 +19,10 @@ def importance(optuna: Any, folder: Path, name: str) -> dict[str, Any]:
     if not db.exists():
         return {**out, "note": "no study.db in the tune folder"}
     study = optuna.load_study(study_name=name, storage=f"sqlite:///{db}")
-    done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    # the starter told to the study (runner._starter_to_study) has only the knobs its entry gives a value for:
+    # fANOVA reads the knobs every trial has, so it would drop the rest; the searched trials alone are explained
+    done = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+            if t.user_attrs.get("servedeck") != "starter"]
     out["trials"] = len(done)
     if len(done) < MIN_TRIALS:
         return {**out, "note": f"{len(done)} trial(s) told complete (measured or no-capacity); importance needs "
@@ -27,8 +30,10 @@ def importance(optuna: Any, folder: Path, name: str) -> dict[str, Any]:
     if len({tuple(sorted(t.params.items())) for t in done}) < 2:
         return {**out, "note": "every complete trial took the same values"}
     evaluator = optuna.importance.FanovaImportanceEvaluator(seed=0)
+    searched = optuna.create_study(direction=study.direction)  # in memory: the searched trials only
+    searched.add_trials(done)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        got = optuna.importance.get_param_importances(study, evaluator=evaluator)
+        got = optuna.importance.get_param_importances(searched, evaluator=evaluator)
     return {**out, "evaluator": "fANOVA (optuna.importance.FanovaImportanceEvaluator, seed 0)",
             "importance": {k: round(float(v), 3) for k, v in got.items()}}

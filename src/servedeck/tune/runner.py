@@ -35,12 +35,14 @@ from servedeck.runs.read import load as load_run
 from servedeck.config import Config
 from servedeck.deck import Deck
 from servedeck.deck.state import now_iso
+from servedeck.engines import get_engine
 from servedeck.errors import ConfigError, RefusedError, RunError, ServedeckError, UsageError
 from servedeck.runs.folder import runs_root
 from servedeck.supervisor import process as P
 from servedeck.tune import objective as O
 from servedeck.tune import verify as V
 from servedeck.tune.file import STARTER, Tune, parse
+from servedeck.tune.space import IntRange, Together, known_values
 from servedeck.tune.folder import DONE, INTERRUPTED, RUNNING, TuneFolder, newest_unfinished, tunes_root
 from servedeck.workloads.outputs import compare_runs
 
@@ -261,12 +263,13 @@ class TuneRun:
                     raise RunError(f"the starter (model {self.base} as models.toml has it) failed: {v.why}",
                                    hint="every trial runs the same workloads on the same model: fix what it names, "
                                         "then `servedeck tune FILE` again (a new tune)")
+            self._starter_to_study(study)
             if lanes > 1:
                 self._side_by_side(study, redo, lanes, lambda: spent0 + time.monotonic() - started)
             while lanes == 1 and O.trials_left(self._finished(), self.tune.space.trials,
                                                spent0 + time.monotonic() - started, self.tune.space.wall_s):
                 ask, values = self._ask(study)
-                name = trial_name(ask.number)
+                name = self._name(ask.number)
                 v = self._trial(name, ask.number, values, redo.pop(_key(values), None))
                 self._tell(study, ask.number, v)
             self._verify()
@@ -275,6 +278,50 @@ class TuneRun:
             self.folder.doc["spent_s"] = spent0 + time.monotonic() - started
             self.folder.save()
         return self.folder
+
+    def _name(self, number: int) -> str:
+        """A searched trial's name from its study number: t1 is the first asked (the starter, told to the study
+        before it, takes number 0 where it lies in the space: `study_offset`)."""
+        return trial_name(number - int(self.folder.doc.get("study_offset") or 0))
+
+    def _starter_to_study(self, study: Any) -> None:
+        """The starter's figure told to the study before the first ask, as a finished trial at the point its entry
+        takes in the space (Space.point: the entry's values, else the engine's fixed defaults; knobs it has no known
+        value for are left out). Without it TPE would model the space from the searched trials alone and could
+        settle in a region far below the best point known, the entry it set out to beat. Once per tune; a tune
+        whose study already has asked trials (one begun before this existed) is left as it is."""
+        if "study_offset" in self.folder.doc:
+            return
+        st = self.folder.trial(STARTER) or {}
+        point: dict[str, Any] = {}
+        told = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("servedeck") == STARTER]
+        if told:  # told by a servedeck that stopped before it could record so
+            point = dict(told[0].params)
+        elif st.get("state") == DONE and st.get("verdict") in (O.MEASURED, O.NO_CAPACITY) \
+                and st.get("value") is not None and not study.get_trials(deepcopy=False):
+            point = self.tune.space.point(self._starter_values())
+        if point and not told:
+            opt = self.optuna
+            dists = {k.name: (opt.distributions.IntDistribution(k.low, k.high, log=k.log, step=k.step)
+                              if isinstance(k, IntRange) else
+                              opt.distributions.CategoricalDistribution(k.labels if isinstance(k, Together)
+                                                                        else list(k.values)))
+                     for k in self.tune.space.knobs if k.name in point}
+            study.add_trial(opt.trial.create_trial(params=point, distributions=dists, value=float(st["value"]),
+                                                   user_attrs={"servedeck": STARTER}))
+            self.rep.note("the starter told to the search at " + ", ".join(f"{k}={v}" for k, v in point.items())
+                          + f" ({float(st['value']):.3g})")
+        with self.folder.lock:
+            self.folder.doc["study_offset"] = 1 if point else 0
+            self.folder.doc["starter_point"] = point or None
+            self.folder.save()
+
+    def _starter_values(self) -> dict[str, Any]:
+        """The starter's value for each key the space searches: its entry's, else the engine's fixed default."""
+        model = self.cfg.models[self.base]
+        build = self.cfg.deck.builds.get(model.build) if model.build else None
+        engine = get_engine(build.engine) if build else None
+        return known_values(self.tune.space.keys, model, engine)
 
     def _ask(self, study: Any) -> tuple[Any, dict[str, Any]]:
         with warnings.catch_warnings():
@@ -295,7 +342,7 @@ class TuneRun:
                 for _ in range(n):
                     ask, values = self._ask(study)
                     lane = min(set(range(lanes)) - {ln for _, ln in running.values()})
-                    fut = pool.submit(self._trial, trial_name(ask.number), ask.number, values,
+                    fut = pool.submit(self._trial, self._name(ask.number), ask.number, values,
                                       redo.pop(_key(values), None), lane)
                     running[fut] = (ask.number, lane)
                 if not running:

@@ -185,6 +185,35 @@ class Space:
                 taken.update(k.sample(trial))
         return taken
 
+    def point(self, known: dict[str, Any]) -> dict[str, Any]:
+        """Where a configuration lies in the space, in the sampler's terms ({knob name: value, or a together knob's
+        label}): `known` maps keys to the configuration's values ({"args.parallel": 4, ...}). A knob whose key is
+        not known, or whose value is outside it (not one of its values, out of its range or off its step), is left
+        out; a `when` is read as sample() reads it."""
+        out: dict[str, Any] = {}
+        taken: dict[str, Any] = {}
+        for k in self.knobs:
+            if k.when is not None and not k.when.holds(taken):
+                continue
+            if isinstance(k, Together):
+                hit = next((i for i, o in enumerate(k.options)
+                            if all(key in known and known[key] == v for key, v in o.items())), None)
+                if hit is not None:
+                    out[k.name] = k.labels[hit]
+                    taken.update(k.options[hit])
+                continue
+            if k.name not in known:
+                continue
+            v = known[k.name]
+            if isinstance(k, Categorical):
+                inside = any(type(v) is type(c) and v == c for c in k.values)  # 1 is not True
+            else:
+                inside = _is_int(v) and k.low <= v <= k.high and (v - k.low) % k.step == 0
+            if inside:
+                out[k.name] = v
+                taken[k.name] = v
+        return out
+
     def broken_rules(self, values: dict[str, Any]) -> list[str]:
         return [r.text for r in self.rules if r.broken(values)]
 
@@ -194,6 +223,31 @@ class Space:
         if self.startup is not None:
             return self.startup
         return max(2, min(10, (self.trials or 15) // 3))
+
+
+def known_values(keys: tuple[str, ...], model: Any, engine: Any) -> dict[str, Any]:
+    """A models.toml entry's value for each key a space searches ("args.parallel", "env.X", "context", ...): what the
+    entry sets, else for an args key the engine's fixed default (Engine.flag_defaults; `engine` may be None). Flags
+    are matched in the engine's own spelling (`-np` and `parallel` are one flag). Keys with neither are left out."""
+    out: dict[str, Any] = {}
+    canon = engine.canonical_flag if engine is not None else (lambda k: k)
+    given = {canon(k): v for k, v in (getattr(model, "args", None) or {}).items()}
+    defaults = getattr(engine, "flag_defaults", None) or {}
+    for key in keys:
+        head, _, leaf = key.partition(".")
+        if head == "args":
+            flag = canon(leaf)
+            if flag in given:
+                out[key] = given[flag]
+            elif flag in defaults:
+                out[key] = defaults[flag]
+        elif head == "env":
+            env = getattr(model, "env", None) or {}
+            if leaf in env:
+                out[key] = env[leaf]
+        elif getattr(model, key, None) is not None:
+            out[key] = getattr(model, key)
+    return out
 
 
 def overrides(values: dict[str, Any]) -> dict[str, Any]:
