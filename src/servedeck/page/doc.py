@@ -18,8 +18,10 @@ from servedeck.page import today as T
 from servedeck.page.sections import verifiable
 from servedeck.page.records import campaigns_of, journal_of, launches_of, notices_of, runs_of
 from servedeck.page.tried import tried
+from servedeck.page.tuned import tunes_of
 from servedeck.campaign.folder import campaigns_root
 from servedeck.runs.folder import runs_root
+from servedeck.tune.folder import tunes_root
 
 SCHEMA = 1
 SECTIONS = ("what", "now", "launch", "memory", "measured", "crashes", "uptime", "build", "tried", "next")
@@ -51,6 +53,8 @@ def build_page(cfg: Config, model: str) -> dict[str, Any]:
     by_dir = {str(la.dir): la for la in launches}
     views = runs_of(name, root)
     camps = campaigns_of(name, campaigns_root(cfg.deck.host.results_dir))
+    # a tune.json that cannot be read cannot say whose it is: left out, as campaigns_of leaves out such a campaign
+    tunes, _ = tunes_of(name, tunes_root(cfg.deck.host.results_dir))
     journal = journal_of(name)
     notices = notices_of(name)
     rep = T.build_now(cfg, name)
@@ -58,8 +62,10 @@ def build_page(cfg: Config, model: str) -> dict[str, Any]:
     now = T.now_basis(cfg, name, spec, rep)
     version_of = H.version_finder(views)
     crashes = H.crashes(journal, by_dir, version_of)
-    has_history = bool(launches or views or camps or crashes["count"])
+    has_history = bool(launches or views or camps or tunes or crashes["count"])
     doctor = T.doctor_rows(cfg, name)
+    tried_now = tried(camps, now)
+    tried_now["tunes"] = tunes
     sections = {
         "what": T.what(cfg, name, rep, launches, len(views), len(camps), doctor[0]),
         "now": T.now_state(cfg, name),
@@ -69,7 +75,7 @@ def build_page(cfg: Config, model: str) -> dict[str, Any]:
         "crashes": crashes,
         "uptime": H.uptime(launches, views, notices, by_dir, version_of, now, at),
         "build": T.build_section(cfg, name, rep, launches),
-        "tried": tried(camps, now),
+        "tried": tried_now,  # the campaigns' refuted variants, and the tunes' losing trials beside them
         "next": T.next_launch(cfg, name, spec, launches, doctor),
     }
     return {"schema": SCHEMA, "kind": "servedeck-page", "model": name, "asked_as": model,

@@ -343,7 +343,8 @@ def build(doc: dict[str, Any], link: MakeLink) -> list:
 def tried(doc: dict[str, Any], link: MakeLink) -> list:
     t = doc["sections"]["tried"]
     if not t["campaigns"]:
-        return [Para(["No campaign has varied this model yet: `servedeck campaign run FILE` with variants of it does."])]
+        return [Para(["No campaign has varied this model yet: `servedeck campaign run FILE` with variants of it does."]),
+                *tuned(t.get("tunes") or [], link)]
     out: list = []
     if t["refuted"]:
         out.append(Table(["variant", "tried in", "verdict", "why", "runs", "still holds?"],
@@ -363,6 +364,23 @@ def tried(doc: dict[str, Any], link: MakeLink) -> list:
                             if kept else "every other variant refuted") + " (", link("folder", c["folder"]), ")."]))
     for u in t["unreadable"]:
         out.append(Para([Mark("unreadable", "warn"), f" {u}"]))
+    return out + tuned(t.get("tunes") or [], link)
+
+
+def tuned(tunes: list[dict[str, Any]], link: MakeLink) -> list:
+    """Each finished tune of the model (page/tuned.py), newest first: what its verification decided, then every
+    searched trial that lost, a row each, with why in the tune's own words (a document from before tunes has none)."""
+    out: list = []
+    for u in tunes:
+        kept = f": {u['winner']} kept" if u.get("winner") else ""
+        lost = u.get("lost") or []
+        head: list = [f"Tune {u.get('name')} ({day(u.get('started'))}): {'verification ' if u.get('verified') else ''}{u.get('verdict')}{kept}; "
+                      f"{len(lost)} of {u.get('searched')} searched trials lost (", link("folder", u["folder"]),
+                      ")" + (":" if lost else ".")]
+        out.append(Para(head))
+        if lost:
+            rows: list = [[r["trial"], r["values"], Mark(r["verdict"], "warn"), r["why"]] for r in lost]
+            out.append(Table(["trial", "values", "verdict", "why"], rows))
     return out
 
 
