@@ -5,7 +5,7 @@ other tokens, so the reference check (the campaign's own: workloads/outputs.comp
 outputs) refuses it: verdict `outputs-differ`, told to the study as pruned, with the reason recorded.
 
 Which trial samples which dtype was read off the sampler before this test ran: with seed 4 and both trials drawn at
-random (startup = 2), t1 is float32 (max-num-seqs 2, max-num-batched-tokens 1935) and t2 bfloat16 (4, 259); the
+random (startup = 2; the starter, told to the study at its float32, is not counted among them), t1 is float32 (max-num-seqs 2, max-num-batched-tokens 1935) and t2 bfloat16 (4, 259); the
 first test says so if Optuna ever draws otherwise. Three vLLM boots in all, one at a time (each trial stops its
 engine before the next boots); no verification (verify = false: its repeats would be four boots more here, and
 tests/tune/test_tune_llamacpp.py verifies on llama.cpp). Kept short: a one-probe needle at 512 tokens (threshold 0),
@@ -122,7 +122,9 @@ def test_the_study_was_told_each_verdict(tuned):
     db = sqlite3.connect(folder / "study.db")
     states = dict(db.execute("select number, state from trials").fetchall())
     db.close()
-    assert states == {0: "COMPLETE", 1: "PRUNED"}, (states, [t["verdict"] for t in doc["trials"]])
+    # number 0 is the starter, told at its entry's dtype (the one knob its entry sets; vLLM declares no defaults)
+    assert states == {0: "COMPLETE", 1: "COMPLETE", 2: "PRUNED"}, (states, [t["verdict"] for t in doc["trials"]])
+    assert doc["starter_point"] == {"args.dtype": "float32"} and doc["study_offset"] == 1
 
 
 def test_the_flags_reached_vllm(tuned):

@@ -186,15 +186,19 @@ class TuneRun:
         finally:
             self.lock.release()
 
-    def _study(self) -> Any:
+    def _sampler(self, told: int = 0) -> Any:
+        """TPE drawing `startup` searched trials at random first; `told` finished trials the study holds that the
+        search did not draw (the starter) are added, since Optuna counts every finished trial as a startup one."""
         opt = self.optuna
         sp = self.tune.space
         with warnings.catch_warnings():  # multivariate/group TPE are marked experimental
             warnings.simplefilter("ignore", opt.exceptions.ExperimentalWarning)
-            sampler = opt.samplers.TPESampler(seed=sp.seed, n_startup_trials=sp.startup_trials, multivariate=True,
-                                              group=True)
-        return opt.create_study(storage=self.folder.storage_url, study_name=self.tune.name, direction="maximize",
-                                sampler=sampler, load_if_exists=True)
+            return opt.samplers.TPESampler(seed=sp.seed, n_startup_trials=sp.startup_trials + told, multivariate=True,
+                                           group=True)
+
+    def _study(self) -> Any:
+        return self.optuna.create_study(storage=self.folder.storage_url, study_name=self.tune.name,
+                                        direction="maximize", sampler=self._sampler(), load_if_exists=True)
 
     # --- where trials run -----------------------------------------------------------------------
     def _placement(self) -> Optional[Placement]:
@@ -291,6 +295,8 @@ class TuneRun:
         settle in a region far below the best point known, the entry it set out to beat. Once per tune; a tune
         whose study already has asked trials (one begun before this existed) is left as it is."""
         if "study_offset" in self.folder.doc:
+            if self.folder.doc["study_offset"]:
+                study.sampler = self._sampler(told=int(self.folder.doc["study_offset"]))
             return
         st = self.folder.trial(STARTER) or {}
         point: dict[str, Any] = {}
@@ -315,6 +321,8 @@ class TuneRun:
             self.folder.doc["study_offset"] = 1 if point else 0
             self.folder.doc["starter_point"] = point or None
             self.folder.save()
+        if point:
+            study.sampler = self._sampler(told=1)
 
     def _starter_values(self) -> dict[str, Any]:
         """The starter's value for each key the space searches: its entry's, else the engine's fixed default."""
