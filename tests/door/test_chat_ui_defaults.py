@@ -5,7 +5,8 @@ origin POSTs what Open WebUI 0.12.4 sent with its defaults, a streamed chat with
 On the starter before this issue, smollm2 refused it ("request (7042 tokens) exceeds the available context
 size (4096 tokens)") and gemma, a base model, streamed turn markers until stopped. Now the SmolLM2 entries have
 SmolLM2's own 8,192 tokens and a max_tokens of 512 from `client_defaults` (unbounded, SmolLM2-135M under the
-tools did not end its turn within 600 s here), and gemma's give it a max_tokens, stop strings and no tools."""
+tools did not end its turn within 600 s here), and gemma's give it a plain transcript for a chat template, a
+max_tokens, the transcript's speakers as stop strings and no tools."""
 
 from __future__ import annotations
 
@@ -146,10 +147,17 @@ def test_a_chat_uis_first_message_is_answered(door, model):
     deltas = [c["delta"] for e in ev for c in e.get("choices") or []]
     said = "".join(d.get("content") or "" for d in deltas)
     called = [d["tool_calls"] for d in deltas if d.get("tool_calls")]
-    assert said.strip() or called, got["text"][-2000:]
     finish = [c["finish_reason"] for e in ev for c in e.get("choices") or [] if c.get("finish_reason")]
     assert finish and finish[-1] in ("stop", "length", "tool_calls"), finish
     usage = next(e["usage"] for e in reversed(ev) if e.get("usage"))
+    if model == "gemma":
+        # A base model sampled at llama.cpp's 0.8: its first words are now and then the transcript's next
+        # speaker, which the stop strings cut to nothing (1 of 60 answers under the starter's transcript, 8
+        # of 60 under the old ChatML fallback: scripts/base-model-answers.py). What the door owes it is
+        # checked: the tokens it wrote came back, bounded, with a finish.
+        assert usage["completion_tokens"] >= 1 and (said.strip() or finish[-1] == "stop"), got["text"][-2000:]
+    else:
+        assert said.strip() or called, got["text"][-2000:]
     # the door's max_tokens bounds an answer the client left unbounded
     assert usage["completion_tokens"] <= door.cfg.models[model].client_defaults.max_tokens, usage
     if model != "gemma":  # the tools reached the model: more prompt than the starter's old 4,096-token context held
