@@ -20,8 +20,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-CACHE = Path.home() / ".cache" / "servedeck"
-DATA = Path(__file__).resolve().parent.parent / "src" / "servedeck" / "data"
+from servedeck.init import default_locations
+
+LOC = default_locations()  # servedeck's cache ($SERVEDECK_CACHE honoured) and its installed data files
 SYSTEM = ("You are a helpful assistant. Use the tools provided when they help answer the user's question; "
           "cite what a tool returned. Today's date is 2026-12-06.")  # tests/door/test_chat_ui_defaults.py's
 MESSAGES = ["Hello! In one sentence, what can you do?", "Hello!", "Hi, who are you?", "What is the capital of France?",
@@ -30,7 +31,7 @@ MESSAGES = ["Hello! In one sentence, what can you do?", "Hello!", "Hi, who are y
             "What time is it?"]
 TEMPLATES = {  # name: (--chat-template-file or None for the GGUF's own / llama.cpp's fallback, stop strings)
     "fallback ChatML": (None, ["<|im_end|>", "<|im_start|>", "<end_of_turn>"]),
-    "base-transcript.jinja": (DATA / "base-transcript.jinja", ["\nUser:", "\nAssistant:"]),
+    "base-transcript.jinja": (Path(LOC["data"]) / "base-transcript.jinja", ["\nUser:", "\nAssistant:"]),
 }
 PORT = 8399
 
@@ -79,8 +80,8 @@ def main() -> int:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--gguf", default=str(CACHE / "models" / "gemma3-270m-q4_k_m.gguf"))
-    ap.add_argument("--llama-server", default=str(next(CACHE.glob("engines/llama.cpp-*/bin/llama-server"), "")))
+    ap.add_argument("--gguf", default=LOC["gemma_gguf"])
+    ap.add_argument("--llama-server", default=LOC["llama_server"])
     ap.add_argument("--out", default="base-model-answers.json")
     a = ap.parse_args()
     if not Path(a.llama_server).is_file() or not Path(a.gguf).is_file():
