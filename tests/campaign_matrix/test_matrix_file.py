@@ -89,6 +89,48 @@ def test_duplicate_names_and_missing_workloads_refused():
     assert "workloads: no [[workloads]]" in e.value.message
 
 
+CAPACITY = """
+[[workloads]]
+kind = "capacity"
+find = "max-concurrency"
+slo = ["chat"]
+input_tokens = 128
+output_tokens = 32
+duration = "6s"
+
+[slo.chat]
+ttft_p90 = "2s"
+"""
+
+
+def _check_of(camp, k):
+    """What workload k of the campaign sends, read as campaign/steps.py reads it (its first spec)."""
+    from servedeck.workloads.kinds import KINDS
+    from servedeck.workloads.shape import Entry
+    head = camp.head
+    where = Entry(base=Path("/x"), slos=camp.slos,
+                  output_check=(head.reference_prompts, head.reference_tokens) if head.reference and k == 0 else None)
+    w = camp.file.workloads[k]
+    return KINDS[w.kind].from_entry(w, where)[0]
+
+
+def test_a_reference_is_answered_whatever_the_first_workload():
+    """A campaign naming a `reference` whose first workload cannot answer the output check (a capacity search)
+    gets a one-request chat run first that does: once, its table said "not checked" and the recommendation took
+    a variant nobody compared. A first workload that can answer it keeps the job, and with no reference nothing
+    is added."""
+    head = BASE.split("[[workloads]]")[0].replace("repeats = 2", 'repeats = 2\nreference = "p1"\nreference_prompts = 3')
+    camp = parse(head + CAPACITY, P)
+    assert [w.title for w in camp.file.workloads] == ["output check", "capacity"]
+    first = _check_of(camp, 0)
+    assert first.check_outputs and first.check_prompts == 3 and first.requests == 1 and first.input_tokens == 64
+    with_chat = parse(BASE.replace("repeats = 2", 'repeats = 2\nreference = "p1"') + CAPACITY, P)
+    assert [w.title for w in with_chat.file.workloads] == ["chat", "capacity"]
+    assert _check_of(with_chat, 0).check_outputs
+    without = parse(BASE.split("[[workloads]]")[0] + CAPACITY, P)
+    assert [w.title for w in without.file.workloads] == ["capacity"]
+
+
 def test_derive_makes_one_model_entry_per_replica_on_its_own_port():
     c = cfg()
     d = derive(c, parse(BASE, P))

@@ -12,7 +12,9 @@ CampaignFile out); `variants()` expands `[matrix]` into named variants.
     [matrix]       "args.max-num-seqs" = [64, 128]: every combination becomes a variant named after its values
     [[workloads]]  kind = any workload kind (workloads/kinds.py), the keys every kind takes (below, as
                    `servedeck bench`'s options), and the keys of its own, declared, checked and turned
-                   into what it sends by its module (docs/campaign.md lists them)
+                   into what it sends by its module (docs/campaign.md lists them). With a `reference`, the
+                   first one answers the output check; when its kind cannot (a capacity search, a ramp, ...),
+                   `parse` puts OUTPUT_CHECK first, so a named reference is never left unchecked
     [slo.NAME]     thresholds, like ttft_p95 = "2s", error_rate = "1%" (servedeck.slo)
 """
 
@@ -41,6 +43,11 @@ from servedeck.workloads.shape import Entry
 # keys a variant may override, and where a [matrix] key may point
 OVERRIDABLE = ("build", "args", "env", "context", "gpus", "cpus", "tp", "dp", "pp", "gpu_memory_utilization",
                "replicas", "host")
+# the workload put first when the campaign names a `reference` and its own first workload's kind does not answer
+# the output check: one short request besides the check's prompts (a capacity-only campaign with a reference
+# once compared nothing, and its table said "not checked" while the recommendation took any variant)
+OUTPUT_CHECK = {"kind": "chat", "label": "output check", "concurrency": [1], "requests": 1, "warmup": 0,
+                "input_tokens": 64, "output_tokens": 4}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=+,-]*$")
 Sets = Union[list[int], list[list[int]]]
 
@@ -380,6 +387,9 @@ def parse(text: str, path: Path, raw: Optional[dict[str, Any]] = None) -> Campai
     except ValidationError as e:
         lines = validation_lines(e, f"{path}: ", CampaignFile)
         raise ConfigError("\n".join(lines), hint="fix each key named above as its line says") from None
+    first: Any = cf.workloads[0] if cf.workloads else None  # WorkloadCfg is made at import: mypy cannot see it
+    if cf.campaign.reference is not None and first is not None and not KINDS[first.kind].answers_output_check:
+        cf = cf.model_copy(update={"workloads": [WorkloadCfg.model_validate(OUTPUT_CHECK), *cf.workloads]})
     variants, knobs = list(cf.variants), {}
     for v in cf.variants:
         knobs[v.name] = knobs_of(v)

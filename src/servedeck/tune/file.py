@@ -2,9 +2,10 @@
 variants the search chooses, from its [search] table (space.py). Pure: text in, a Tune out.
 
 Every trial is a one-variant campaign made from this file: the variant's overrides are the sampled values,
-its name the trial's (`t3`), and, unless `check_outputs = false`, a first workload that answers the fixed
-output-check prompts, so each trial's greedy outputs can be held against the starter's (the model's entry
-as models.toml has it, launched first: trial `starter`).
+its name the trial's (`t3`), and, unless `check_outputs = false`, the starter as its `reference`, so each
+trial's greedy outputs are held against the starter's (the model's entry as models.toml has it, launched first:
+trial `starter`): the campaign's first workload answers the output check, or, a capacity search being unable
+to, the campaign puts its short `output check` run first (campaign/file.py OUTPUT_CHECK).
 """
 
 from __future__ import annotations
@@ -21,9 +22,6 @@ from servedeck.errors import ConfigError
 from servedeck.tune.space import DOC, Space, SpaceError, overrides, parse_search
 
 STARTER = "starter"  # the trial that launches the model's entry unchanged: the reference and the baseline
-# the workload a trial answers the output check with: one short request besides the check's prompts
-CHECK_WORKLOAD = {"kind": "chat", "label": "output check", "concurrency": [1], "requests": 1, "warmup": 0,
-                  "input_tokens": 64, "output_tokens": 4}
 
 
 @dataclass(frozen=True)
@@ -65,10 +63,9 @@ def _campaign(raw: dict[str, Any], path: Path, name: Optional[str], variants: di
         head["name"] = name
     if repeats > 1:
         head["repeats"] = repeats
-    if check:  # the reference's first workload answers the output check (campaign/steps.py)
+    if check:  # every launch answers the output check (campaign/file.py puts a run first that can)
         head["reference"] = reference or next(iter(variants))
-    body = {**raw, "campaign": head, "variants": [{"name": v, **overrides(values)} for v, values in variants.items()],
-            "workloads": ([dict(CHECK_WORKLOAD)] if check else []) + list(raw.get("workloads") or [])}
+    body = {**raw, "campaign": head, "variants": [{"name": v, **overrides(values)} for v, values in variants.items()]}
     return parse_campaign(tomlkit.dumps(body), path, body)
 
 

@@ -13,7 +13,7 @@ KIND = Kind(
     name="chat", help="--input-tokens/--output-tokens per request",
     options=P.OPTIONS,
     from_options=lambda o: P.from_options(POINTS, o),
-    from_entry=lambda w, where: [P.from_entry(POINTS, w, where)],
+    from_entry=lambda w, where: [P.from_entry(POINTS, w, where)], answers_output_check=True,
     fitted=P.fitted, run=P.run,
     describe=lambda w: P.describe(w, f"input {w.get('input_tokens')} tokens"),
 )

@@ -44,7 +44,7 @@ KIND = Kind(
     name="decode", help="one fixed prompt: TPOT and decode tok/s only",
     options=P.OPTIONS,
     from_options=lambda o: P.from_options(POINTS, o),
-    from_entry=lambda w, where: [P.from_entry(POINTS, w, where)],
+    from_entry=lambda w, where: [P.from_entry(POINTS, w, where)], answers_output_check=True,
     fitted=P.fitted, run=P.run,
     point_figures=POINTS.figures, describe=describe, figures=figures, headline=headline,
 )

@@ -24,7 +24,7 @@ KIND = Kind(
     name="long-prompt", help="a prompt near the context",
     options=P.OPTIONS + (PROMPT_TOKENS,),
     from_options=lambda o: P.from_options(POINTS, o),
-    from_entry=lambda w, where: [P.from_entry(POINTS, w, where)],
+    from_entry=lambda w, where: [P.from_entry(POINTS, w, where)], answers_output_check=True,
     fitted=P.fitted, run=P.run,
     describe=lambda w: P.describe(w, f"prompt {w.get('prompt_tokens')} tokens"),
     headline=headline, curve="length",

@@ -86,6 +86,9 @@ class Kind:
     keys: tuple[Key, ...] = ()
     check_entry: Callable[[Any], None] = _nothing
     file_problems: Callable[[Any, int, Entry], list[str]] = _no_problems  # (entry, its index, where)
+    # first in a campaign with a `reference`, its run answers the fixed output-check prompts (Entry.output_check);
+    # a campaign whose first workload's kind does not puts a one-request chat run first that does (campaign/file.py)
+    answers_output_check: bool = False
     # an option of its own that, given to `servedeck bench`, makes this the kind that runs (the --workload
     # chosen is then what it sends: a capacity search's `--find`)
     takes_over: Optional[str] = None
