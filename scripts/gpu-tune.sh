@@ -82,7 +82,9 @@ gpu_memory_utilization = 0.9
 args = { dtype = "bfloat16", max-num-seqs = 256, max-num-batched-tokens = 8192 }
 notes = "SmolLM2-135M-Instruct, real weights (dequantized from its Q4_1 GGUF), bf16: the tune's starter"
 TOML
-  cat >"$base/smol-tune.toml" <<'TOML'
+  # TRIALS and VERIFY (a TOML value: false, or { top = 1, repeats = 2 }) shrink the search to the device time left
+  verify=${VERIFY:-"{ top = 1, repeats = 2 }"}
+  cat >"$base/smol-tune.toml" <<TOML
 [campaign]
 name = "smol-tune"
 model = "smoltune"
@@ -107,9 +109,9 @@ start = 32                      # fewer steps a launch: the device time is short
 resolution = "15%"
 
 [search]
-trials = 2
+trials = ${TRIALS:-2}
 seed = 0
-verify = { top = 1, repeats = 2 }
+verify = $verify
 
 [search.space]
 "args.max-num-seqs" = [64, 256]
