@@ -89,6 +89,7 @@ def test_a_measured_trial_above_the_starter_that_was_not_launched_again_and_the_
         trial("t10", "no-fit", why=None),
         trial("t11", None, state="running"),
         trial("t12", "interrupted", state="interrupted"),
+        trial("t13", "repeated", 1.0, why="the values of starter (measured, 1): not launched again"),
     ])
     rows = {r["trial"]: (r["values"], r["verdict"], r["why"]) for r in lost_trials(doc)}
     assert rows == {

@@ -112,3 +112,33 @@ def test_a_space_whose_rules_refuse_nearly_everything_still_ends():
     many = ["broke-rule"] * (O.FREE_UNLAUNCHED + 3)
     assert O.counted(many) == 3
     assert not O.trials_left(O.counted(many + ["measured"] * 5), 8, 0.0, None)
+
+
+def _done(trial, values, verdict, tell, value=None, bound=False):
+    return {"trial": trial, "values": values, "state": "done", "verdict": verdict, "tell": tell, "value": value,
+            "bound": bound}
+
+
+def test_values_already_tried_are_not_launched_again():
+    # on an H100 (2026-12-07) a search of 4 points drew the starter's values for t2 and launched them: 83.00 then
+    # 110.77 good req/s for the same flags, and t2 became the search's best
+    starter = _done("starter", {"args.max-num-seqs": 256, "args.max-num-batched-tokens": 8192}, "measured",
+                    "complete", 83.0)
+    t1 = _done("t1", {"args.max-num-seqs": 256, "args.max-num-batched-tokens": 2048}, "measured", "complete", 106.58,
+               bound=True)
+    again = O.repeat_of({"args.max-num-batched-tokens": 8192, "args.max-num-seqs": 256}, [starter, t1])
+    assert again is not None and (again.verdict, again.tell, again.value) == ("repeated", "complete", 83.0)
+    assert "starter" in again.why and "not launched" in again.why
+    of_t1 = O.repeat_of(dict(t1["values"]), [starter, t1])
+    assert of_t1 is not None and of_t1.value == 106.58 and of_t1.bound and "t1" in of_t1.why
+    assert O.repeat_of({"args.max-num-seqs": 64, "args.max-num-batched-tokens": 8192}, [starter, t1]) is None
+    assert O.counted(["measured", "repeated", "measured"]) == 2  # free, as proposals refused before a launch
+
+
+def test_a_repeat_of_a_pruned_trial_is_pruned_and_of_an_unlaunched_or_cut_one_is_launched():
+    differ = _done("t3", {"a": 1}, "outputs-differ", "pruned")
+    again = O.repeat_of({"a": 1}, [differ])
+    assert again is not None and again.tell == "pruned" and again.value is None and "outputs-differ" in again.why
+    assert O.repeat_of({"a": 2}, [_done("t4", {"a": 2}, "interrupted", None)]) is None
+    assert O.repeat_of({"a": 3}, [_done("t5", {"a": 3}, "broke-rule", "pruned")]) is None
+    assert O.repeat_of({"a": 4}, [_done("starter", None, "measured", "complete", 1.0)]) is None  # point unknown

@@ -76,3 +76,38 @@ def test_a_cut_short_trial_is_failed_and_its_values_asked_again(deck_config, tmp
     assert again._finished() == 1  # the budget counts t1 only: t2 is redone, not spent
     # a second resume does not ask t2's values again
     assert again._recover(study) == {}
+
+
+def test_values_already_measured_are_told_again_not_launched(deck_config, tmp_path, monkeypatch):
+    """A proposal with a finished trial's values, or the starter's point where its entry gives every searched key,
+    gets that trial's result without a launch (tune/objective.repeat_of); new values go on to a launch."""
+    import servedeck.tune.runner as R
+
+    monkeypatch.setenv("SERVEDECK_RESULTS", str(tmp_path / "results"))
+    launched: list[str] = []
+
+    class NoLaunch:
+        def __init__(self, cfg, camp, *a, **k):
+            launched.append(camp.name)
+            raise RuntimeError("launched")
+
+    monkeypatch.setattr(R, "Runner", NoLaunch)
+    run = _run(deck_config, tmp_path, resume=False)
+    f = run.folder
+    starter_point = run._starter_values()
+    assert set(starter_point) == {"args.parallel", "args.batch-size"}  # the entry's slots, llama.cpp's -b default
+    f.begin_trial("starter", None, {}, None)
+    f.update_trial("starter", state="done", verdict="measured", value=1.5, tell="complete")
+    f.begin_trial("t1", 1, {"args.parallel": 2, "args.batch-size": 100}, None)
+    f.update_trial("t1", state="done", verdict="outputs-differ", tell="pruned")
+    v = run._measure("t2", dict(starter_point))
+    assert (v.verdict, v.tell, v.value) == ("repeated", "complete", 1.5) and "starter" in v.why
+    v = run._measure("t3", {"args.batch-size": 100, "args.parallel": 2})
+    assert (v.verdict, v.tell) == ("repeated", "pruned") and "t1" in v.why
+    assert launched == []
+    f.begin_trial("t4", 3, {"args.parallel": 1, "args.batch-size": 100}, None)
+    try:
+        run._measure("t4", {"args.parallel": 1, "args.batch-size": 100})
+    except RuntimeError:
+        pass
+    assert launched == ["resumed.t4"]

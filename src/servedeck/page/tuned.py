@@ -6,7 +6,8 @@ A trial lost when it ended in a pruned verdict (broke-rule, invalid, no-fit, fai
 tune/objective.py, with its `why`), served nobody (no-capacity), was measured but not chosen (its figure against
 the starter's), or was launched again in the verification and did not hold (its outcome and why: tune/verify.py).
 The starter is the baseline and the winner (the verification's, else the search's recommendation where the tune
-has verify = false) is what the tune kept: neither is refuted. A trial still running or interrupted has no verdict.
+has verify = false) is what the tune kept: neither is refuted. A trial still running or interrupted has no verdict;
+a repeated one (values already tried, never launched) is left out: its result is the earlier trial's.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from servedeck.tune.folder import DONE, list_tunes
-from servedeck.tune.objective import MEASURED
+from servedeck.tune.objective import MEASURED, REPEATED
 from servedeck.tune.verify import HOLDS, STARTER
 
 
@@ -66,8 +67,8 @@ def lost_trials(doc: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for t in trials:
         name = t.get("trial")
-        if name in (STARTER, won) or t.get("state") != DONE or not t.get("verdict"):
-            continue
+        if name in (STARTER, won) or t.get("state") != DONE or t.get("verdict") in (None, "", REPEATED):
+            continue  # a repeated proposal is another trial's result, not a configuration of its own
         verdict, why = t["verdict"], t.get("why") or "no reason recorded"
         v = verified.get(name) if isinstance(verified.get(name), dict) else None
         if verdict == MEASURED and v and v.get("outcome"):

@@ -12,6 +12,9 @@ A trial ends in one of these verdicts (tune.json keeps the value; docs/tune.md s
     no-fit          the planner says it cannot fit the GPUs; never launched; pruned
     failed          it did not boot, its server died, or its cell_timeout passed; pruned
     interrupted     Ctrl-C came mid-trial: `servedeck tune FILE --resume` redoes the same values
+    repeated        its values are a finished trial's, or the starter's where its entry gives every searched
+                    key: not launched again; the search is told that trial's result (a repeat of a point is
+                    the verification's job, launched interleaved with the starter's, not the search's)
 
 Pruned, not failed, is what tells Optuna's TPE the region is bad: it ranks pruned trials below every finished
 one, where a failed trial is left out of its model altogether.
@@ -27,6 +30,7 @@ from servedeck.report.recommend import recommendations
 MEASURED, NO_CAPACITY = "measured", "no-capacity"
 GATE_FAILED, OUTPUTS_DIFFER, BROKE_RULE = "gate-failed", "outputs-differ", "broke-rule"
 INVALID, NO_FIT, FAILED, INTERRUPTED = "invalid", "no-fit", "failed", "interrupted"
+REPEATED = "repeated"
 COMPLETE, PRUNED = "complete", "pruned"  # what the search is told (optuna TrialState names, lower case)
 LAUNCHED = frozenset({MEASURED, NO_CAPACITY, GATE_FAILED, OUTPUTS_DIFFER, FAILED, INTERRUPTED})
 
@@ -51,6 +55,23 @@ def before_launch(broken: list[str], fits: list[dict[str, Any]]) -> Optional[Ver
     no_room = [f for f in fits if f.get("status") == "no-room"]
     if no_room:
         return Verdict(NO_FIT, PRUNED, why=str(no_room[0].get("message") or no_room[0].get("reason")))
+    return None
+
+
+def repeat_of(values: dict[str, Any], done: list[dict[str, Any]]) -> Optional[Verdict]:
+    """Whether sampled values were already tried: the first of `done` (tune.json's finished trials, the starter's
+    with its entry's value for every searched key, in the order they ran) with these very values and a result to
+    repeat (not one refused before its launch, whose rules would refuse them again, nor an interrupted one) →
+    a `repeated` verdict telling the search what that trial was told; else None. Pure. (On an H100 a search of
+    four points drew the starter's again and measured +33 % for the same flags: launch-to-launch spread, which
+    the verification measures, not a configuration.)"""
+    for t in done:
+        if t.get("values") != values or t.get("verdict") not in LAUNCHED - {INTERRUPTED} or t.get("tell") is None:
+            continue
+        figure = f"{t['value']:.3g}" if t.get("value") is not None else "pruned"
+        return Verdict(REPEATED, t["tell"], t.get("value"), bool(t.get("bound")),
+                       why=f"the values of {t['trial']} ({t['verdict']}, {figure}): not launched again; "
+                           "the verification launches the best again beside the starter")
     return None
 
 
@@ -112,7 +133,7 @@ def best(trials: list[dict[str, Any]], slo: str) -> dict[str, Any]:
                                  "note": "no trial has a figure under this SLO yet", "left_out": []}
 
 
-UNLAUNCHED = frozenset({BROKE_RULE, INVALID, NO_FIT})  # refused before a launch: they cost no launch
+UNLAUNCHED = frozenset({BROKE_RULE, INVALID, NO_FIT, REPEATED})  # not launched: they cost no launch
 # ...and so do not count against `trials`, up to this many in one tune: past it each counts, so a space whose rules
 # refuse nearly everything still ends
 FREE_UNLAUNCHED = 50

@@ -324,6 +324,18 @@ class TuneRun:
         if point:
             study.sampler = self._sampler(told=1)
 
+    def _done_values(self, name: str) -> list[dict[str, Any]]:
+        """The finished trials but `name`, each with its values; the starter's are its entry's for the searched
+        keys, and only where the entry (or the engine's fixed defaults) gives every one (llama.cpp's threads,
+        worked out at boot, leaves the starter's point unknown)."""
+        with self.folder.lock:
+            trials = [dict(t) for t in self.folder.doc["trials"] if t["trial"] != name and t.get("state") == DONE]
+        starter = self._starter_values()
+        for t in trials:
+            if t["trial"] == STARTER:
+                t["values"] = starter if set(starter) == set(self.tune.space.keys) else None
+        return trials
+
     def _starter_values(self) -> dict[str, Any]:
         """The starter's value for each key the space searches: its entry's, else the engine's fixed default."""
         model = self.cfg.models[self.base]
@@ -531,6 +543,9 @@ class TuneRun:
 
     def _measure(self, name: str, values: dict[str, Any], lane: int = 0) -> O.Verdict:
         f, sp = self.folder, self.tune.space
+        again = O.repeat_of(values, self._done_values(name))
+        if again is not None:
+            return again
         broken = sp.broken_rules(values)
         if broken:
             return O.before_launch(broken, []) or O.Verdict(O.BROKE_RULE, O.PRUNED)
