@@ -189,3 +189,21 @@ def test_a_rate_search_is_guided_too():
     r = run(rising(3.3), start=0.5, integer=False, cap=64)
     assert 3.3 - 0.1 * r["boundary"]["min_failing"] <= r["capacity"] <= 3.3
     assert len(r["steps"]) <= 9
+
+
+def test_a_step_whose_streams_each_sent_few_requests_is_said_to_be_coarse_once():
+    # the H100 tune of 2026-12-07: c=128 for 4 s sent 512 requests (4 a stream) in a 4.48 s window at one launch
+    def measure(load, n):
+        return {**point(load <= 150), "measured": int(load) * 4, "window_s": 4.48}
+    r = run(measure, start=32)
+    coarse = [n for n in r["notes"] if "a stream in its" in n]
+    assert coarse == ["c=32: 4 requests a stream in its 4.5 s window, so its good req/s moves in steps of 7.14 (one "
+                      "request more or fewer a stream): figures that close are not told apart; a `duration` that "
+                      "lets each stream send 8 or more would"]
+
+
+def test_streams_that_sent_enough_or_an_open_loop_say_nothing_of_it():
+    r = run(lambda load, n: {**point(load <= 150), "measured": int(load) * 8, "window_s": 20.0}, start=32)
+    assert not [n for n in r["notes"] if "a stream" in n]
+    r = run(lambda load, n: {**point(load <= 150), "measured": 3, "window_s": 4.0}, start=32, integer=False)
+    assert not [n for n in r["notes"] if "a stream" in n]

@@ -65,6 +65,9 @@ def parse_resolution(text: str) -> Resolution:
     return Resolution(relative=value) if t.endswith("%") else Resolution(absolute=value)
 
 
+FEW_PER_STREAM = 8  # requests a closed-loop stream sends in a step, below which its figure is coarse (a note)
+
+
 @dataclass(frozen=True)
 class SearchOptions:
     start: float
@@ -166,6 +169,7 @@ class Search:
                                              "host with cores the engine does not hold, or a looser SLO, would help"))
             self._verdict = "client-bound"
             return
+        self._few_per_stream(load, judged)
         runs = self._runs(load)
         if len(runs) > 1 and len(set(runs[:-1])) == 1 and runs[-1] != runs[0]:  # it just became unstable
             first = "passed" if runs[0] else "failed"
@@ -173,6 +177,23 @@ class Search:
             self.notes.append(f"{self._label(load)} {first} at first and {now} on re-measure: the two disagree, "
                               "so the search widens around it (a load passes only when every measurement did)")
         step.then = ("passed" if judged["passed"] else f"failed ({', '.join(judged.get('missed') or []) or '-'})")
+
+    def _few_per_stream(self, load: float, judged: Judged) -> None:
+        """Said once a search: a closed-loop step whose streams each sent fewer than FEW_PER_STREAM requests
+        measures good req/s in steps of load/window (one request more or fewer a stream), so two figures that far
+        apart are not told apart. On an H100 (2026-12-07, 4 s steps of 512 tokens in, 128 out) c=128 sent 4
+        requests a stream at one launch and 6 at the next with the same flags: 114 and 180 good req/s."""
+        measured = judged.get("measured") or 0
+        if not self.opts.integer or load < 1 or not measured or any("a stream in its" in n for n in self.notes):
+            return
+        per = measured / load
+        window = judged.get("window_s") or 0.0
+        if per >= FEW_PER_STREAM or window <= 0:
+            return
+        self.notes.append(f"{self._label(load)}: {per:.3g} requests a stream in its {window:.1f} s window, so its "
+                          f"good req/s moves in steps of {load / window:.3g} (one request more or fewer a stream): "
+                          f"figures that close are not told apart; a `duration` that lets each stream send "
+                          f"{FEW_PER_STREAM} or more would")
 
     def _more_procs(self, load: float, judged: Judged) -> tuple[Optional[int], str]:
         from servedeck.loadgen.pace import more_procs
