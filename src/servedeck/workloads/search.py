@@ -98,6 +98,7 @@ class Search:
         self._verdict: Optional[str] = None
         self._pending: Optional[tuple[str, str]] = None  # (phase, why) of the load next_load handed out
         self._retry: Optional[float] = None  # a load whose measurement was client-bound once: measure again
+        self._said_coarse = False  # the note on streams that each sent few requests is said once
         self.procs = opts.procs  # client processes for the next step: only ever raised, when the client was short
         self.procs_why = f"{opts.procs} client process{'es' if opts.procs > 1 else ''}, as asked"
 
@@ -184,7 +185,7 @@ class Search:
         apart are not told apart. On an H100 (2026-12-07, 4 s steps of 512 tokens in, 128 out) c=128 sent 4
         requests a stream at one launch and 6 at the next with the same flags: 114 and 180 good req/s."""
         measured = judged.get("measured") or 0
-        if not self.opts.integer or load < 1 or not measured or any("a stream in its" in n for n in self.notes):
+        if not self.opts.integer or load < 1 or not measured or self._said_coarse:
             return
         per = measured / load
         window = judged.get("window_s") or 0.0
@@ -194,6 +195,7 @@ class Search:
                           f"good req/s moves in steps of {load / window:.3g} (one request more or fewer a stream): "
                           f"figures that close are not told apart; a `duration` that lets each stream send "
                           f"{FEW_PER_STREAM} or more would")
+        self._said_coarse = True
 
     def _more_procs(self, load: float, judged: Judged) -> tuple[Optional[int], str]:
         from servedeck.loadgen.pace import more_procs
