@@ -8,8 +8,11 @@
 #                                                {2048, 8192}: its memory probe launch and 4 grid launches
 #   OUT=$OUT bash scripts/gpu-tune.sh tune       servedeck tune over the same space: the starter (256, 8192), 2
 #                                                searched trials, the best and the starter launched again twice each
-#                                                (7 launches); cut at
-#                                                the call's limit with SIGINT, the next `tune` call resumes it
+#                                                (7 launches, ~1,000 s: more than one call). The tune runs in a
+#                                                session of its own (setsid), which the device lets outlive the
+#                                                call; each `tune` call starts it or waits on it, and returns before
+#                                                the call's limit. Call again, back to back, until it says "done".
+#                                                Where it did not outlive a call, the next call resumes the study.
 #
 # auto_tune.sh is vLLM's file (vllm-project/vllm at 01277f9), carried in .device/auto_tune/ and edited by
 # scripts/_auto_tune_edit.py (each edit says why). This script's name and paths hold no "vllm": auto_tune kills
@@ -103,7 +106,7 @@ find = "max-concurrency"
 slo = ["e2e"]
 input_tokens = 512
 output_tokens = 128
-duration = "4s"
+duration = "6s"                # 4-s steps were coarse on the H100: streams sent 3-6 requests each
 max = 256
 start = 32                      # fewer steps a launch: the device time is short (auto_tune: ~120 req/s, p99 < 1.2 s)
 resolution = "15%"
@@ -117,14 +120,35 @@ verify = $verify
 "args.max-num-seqs" = [64, 256]
 "args.max-num-batched-tokens" = [2048, 8192]
 TOML
-  resume=""
-  ls -d "$SERVEDECK_RESULTS"/tunes/smol-tune__* >/dev/null 2>&1 && resume=--resume
-  step "servedeck tune ${resume:-(new)}"
-  timeout -s INT "$(left 575)" "$py" -m servedeck tune "$base/smol-tune.toml" $resume
-  echo "(tune exit $?)"
+  pidf=$base/tune.pid
+  running() { [ -f "$pidf" ] && kill -0 "$(cat "$pidf")" 2>/dev/null; }
+  if running; then
+    step "servedeck tune: still running from the last call (pid $(cat "$pidf"))"
+  elif [ -f "$base/tune.exit" ]; then
+    step "servedeck tune: already done ($(cat "$base/tune.exit"))"
+  else
+    resume=""
+    ls -d "$SERVEDECK_RESULTS"/tunes/smol-tune__* >/dev/null 2>&1 && resume=--resume
+    step "servedeck tune ${resume:-(new)}, in a session of its own"
+    setsid bash -c '"$0" -m servedeck tune "$1" $2; echo "exit $?, $(date -u +%FT%TZ)" >"$3"' \
+      "$py" "$base/smol-tune.toml" "$resume" "$base/tune.exit" >>"$base/tune.out" 2>&1 </dev/null &
+    echo $! >"$pidf"
+  fi
+  seen=$(wc -l <"$base/tune.out" 2>/dev/null || echo 0)
+  while running && [ "$(left 580)" -gt 30 ]; do
+    sleep 5
+    now=$(wc -l <"$base/tune.out"); [ "$now" -gt "$seen" ] && sed -n "$((seen + 1)),${now}p" "$base/tune.out"; seen=$now
+  done
+  now=$(wc -l <"$base/tune.out"); [ "$now" -gt "$seen" ] && sed -n "$((seen + 1)),${now}p" "$base/tune.out"
+  cp "$base/tune.out" "$OUT/tune-run.log"
   "$py" -m servedeck tune show | tee "$OUT/tune-show.txt"
-  "$py" -m servedeck stop --all >/dev/null 2>&1
-  tar -czf "$OUT/tune.tar.gz" -C "$base" results home/launches home/journal.jsonl models.toml smol-tune.toml 2>/dev/null
+  if running; then
+    echo "servedeck tune still running (pid $(cat "$pidf")): call \`gpu-tune.sh tune\` again, back to back"
+  else
+    echo "servedeck tune ended: $(cat "$base/tune.exit" 2>/dev/null || echo 'no exit record (it was killed)')"
+    "$py" -m servedeck stop --all >/dev/null 2>&1
+    tar -czf "$OUT/tune.tar.gz" -C "$base" results home/launches home/journal.jsonl models.toml smol-tune.toml tune.out 2>/dev/null
+  fi
   ;;
 *) echo "unknown phase $phase: autotune | tune"; exit 2 ;;
 esac
