@@ -37,6 +37,27 @@ nvidia-smi -L || { echo "no nvidia-smi: not a GPU host"; exit 2; }
 SKIP_R8B=1
 . "$here/_device_vllm.sh"
 
+write_config() {  # the models.toml of the tune and outputs phases
+  cat >"$SERVEDECK_CONFIG" <<TOML
+# Written by scripts/gpu-tune.sh on the device: the image's python3 runs vLLM from /tmp/site (pip --target).
+[builds.cuda]
+engine = "vllm"
+python = "$(command -v "$engine_py")"
+env = { PYTHONPATH = "/tmp/site", VLLM_USE_FLASHINFER_SAMPLER = "0", HF_HUB_OFFLINE = "1" }
+
+[models.smoltune]
+source = "$models/smollm2"
+build = "cuda"
+port = 8400
+slot = "tune"
+context = 2048
+gpus = [0]
+gpu_memory_utilization = 0.9
+args = { dtype = "bfloat16", max-num-seqs = 256, max-num-batched-tokens = 8192 }
+notes = "SmolLM2-135M-Instruct, real weights (dequantized from its Q4_1 GGUF), bf16: the tune's starter"
+TOML
+}
+
 case "$phase" in
 autotune)
   at=$base/at/benchmarks/auto_tune
@@ -67,24 +88,7 @@ autotune)
   fi
   ;;
 tune)
-  cat >"$SERVEDECK_CONFIG" <<TOML
-# Written by scripts/gpu-tune.sh on the device: the image's python3 runs vLLM from /tmp/site (pip --target).
-[builds.cuda]
-engine = "vllm"
-python = "$(command -v "$engine_py")"
-env = { PYTHONPATH = "/tmp/site", VLLM_USE_FLASHINFER_SAMPLER = "0", HF_HUB_OFFLINE = "1" }
-
-[models.smoltune]
-source = "$models/smollm2"
-build = "cuda"
-port = 8400
-slot = "tune"
-context = 2048
-gpus = [0]
-gpu_memory_utilization = 0.9
-args = { dtype = "bfloat16", max-num-seqs = 256, max-num-batched-tokens = 8192 }
-notes = "SmolLM2-135M-Instruct, real weights (dequantized from its Q4_1 GGUF), bf16: the tune's starter"
-TOML
+  write_config
   # TRIALS and VERIFY (a TOML value: false, or { top = 1, repeats = 2 }) shrink the search to the device time left
   verify=${VERIFY:-"{ top = 1, repeats = 2 }"}
   cat >"$base/smol-tune.toml" <<TOML
@@ -150,6 +154,43 @@ TOML
     tar -czf "$OUT/tune.tar.gz" -C "$base" results home/launches home/journal.jsonl models.toml smol-tune.toml tune.out 2>/dev/null
   fi
   ;;
-*) echo "unknown phase $phase: autotune | tune"; exit 2 ;;
+outputs)
+  # t3 of the tune (64 / 8192: auto_tune's best) answered 3 of the 8 greedy prompts otherwise than the starter,
+  # which answered them alike at 3 launches: is that the flags, or one launch? The starter and 64 / 8192 twice
+  # more each, interleaved, the output check only (no gate, no load).
+  write_config
+  cat >"$base/smol-outputs.toml" <<TOML
+[campaign]
+name = "smol-outputs"
+model = "smoltune"
+cell_timeout = "4m"
+gate = false
+repeats = 2
+reference = "starter"
+reference_prompts = 8
+reference_tokens = 32
+
+[[variants]]
+name = "starter"
+
+[[variants]]
+name = "seqs64"
+args = { max-num-seqs = 64 }
+outputs_may_differ = true
+
+[[workloads]]
+kind = "chat"
+concurrency = [1]
+input_tokens = 64
+output_tokens = 16
+requests = 4
+TOML
+  step "servedeck campaign: starter and max-num-seqs=64, 2 launches each, the output check"
+  timeout -s INT "$(left 560)" "$py" -m servedeck campaign run "$base/smol-outputs.toml"
+  echo "(campaign exit $?)"
+  "$py" -m servedeck stop --all >/dev/null 2>&1
+  tar -czf "$OUT/outputs.tar.gz" -C "$base" results/campaigns results/runs smol-outputs.toml 2>/dev/null
+  ;;
+*) echo "unknown phase $phase: autotune | tune | outputs"; exit 2 ;;
 esac
 echo "done [$(date -u +%FT%TZ)], $(( $(date +%s) - t0 )) s"
