@@ -78,17 +78,19 @@ def stop_everything(home: Path) -> None:
             continue
         if not isinstance(rec, dict):  # a test that damages a record on purpose: found by its launch below
             continue
-        pgid = rec.get("pgid")
+        pgid, born = rec.get("pgid"), rec.get("create_time")
         if pgid is None and rec.get("launch_dir"):
             shim = find_shim(rec["launch_dir"])
-            pgid = shim.pgid if shim is not None else None
+            pgid, born = (shim.pgid, shim.create_time) if shim is not None else (None, None)
+        # by the shim's start time too: a record left by a test that killed its engine names a number that
+        # the kernel may since have given to another worker's shim, whose engine this must not stop
         if isinstance(pgid, int) and group_members(pgid):
-            stop_group(pgid, 10)
+            stop_group(pgid, 10, leader_create_time=born)
     # an engine whose record a test damaged or removed: its shim names its launch folder
     for d in (home / "launches").glob("*/*") if (home / "launches").exists() else ():
         shim = find_shim(d)
         if shim is not None:
-            stop_group(shim.pgid, 10)
+            stop_group(shim.pgid, 10, leader_create_time=shim.create_time)
 
 
 # Processes that belong to this session's interpreter itself and end with it, not with any test.

@@ -19,7 +19,9 @@ from servedeck import paths
 from servedeck.deck import Deck
 from servedeck.deck import state as S
 from servedeck.deck.records import LaunchState, LiveRecord
-from servedeck.supervisor.process import alive, group_members, port_holder, stop_group
+from servedeck.supervisor.process import alive, port_holder
+
+from procgroups import NotedGroups, members_of
 
 pytestmark = [pytest.mark.engine, pytest.mark.llamacpp]
 
@@ -28,11 +30,9 @@ pytestmark = [pytest.mark.engine, pytest.mark.llamacpp]
 def groups():
     """Process groups a test started: stopped at the end whatever the deck did (an engine left by a
     killed shim has no live record, so the root conftest's clean-up cannot find it)."""
-    started: list[int] = []
+    started = NotedGroups()  # by number and start time: a killed shim's number may be another's by the end
     yield started
-    for pgid in started:
-        if group_members(pgid):
-            stop_group(pgid, 5)
+    started.stop_all(5)
 
 
 def kill_shim(rec: LiveRecord) -> None:
@@ -56,7 +56,7 @@ def test_stop_stops_the_engine_a_killed_shim_left_and_frees_its_port(deck_config
     r = servedeck(deck_config, "stop", "smollm2")
     assert r.returncode == 0, r.stderr
     assert not alive(rec.engine_pid)
-    assert not group_members(rec.pgid)
+    assert not members_of(rec.pgid, rec.create_time)
     assert port_holder(rec.port) is None
     assert "smollm2" not in S.read_desired()["models"]
     assert f"pid {rec.engine_pid}" in r.stdout  # says which process it stopped
@@ -68,7 +68,7 @@ def test_stop_all_stops_the_engine_a_killed_shim_left(deck_config, groups):
     kill_shim(rec)
     r = servedeck(deck_config, "stop", "--all")
     assert r.returncode == 0, r.stderr
-    assert not group_members(rec.pgid)
+    assert not members_of(rec.pgid, rec.create_time)
     assert port_holder(rec.port) is None
 
 

@@ -47,7 +47,7 @@ def _stop_what_runs(home: Path) -> None:
     for d in (home / "launches").glob("*/*") if (home / "launches").exists() else ():
         shim = find_shim(d)
         if shim is not None:
-            stop_group(shim.pgid, 10)
+            stop_group(shim.pgid, 10, leader_create_time=shim.create_time)
 
 
 @pytest.fixture

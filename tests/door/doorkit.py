@@ -31,8 +31,8 @@ def stop_everything(home: Path) -> None:
             rec = json.loads(f.read_text())
         except (OSError, ValueError):
             continue
-        if group_members(rec["pgid"]):
-            stop_group(rec["pgid"], 10)
+        if group_members(rec["pgid"]):  # by the shim's start time too: the number may be another's by now
+            stop_group(rec["pgid"], 10, leader_create_time=rec.get("create_time"))
 
 
 HOST_KEYS = """

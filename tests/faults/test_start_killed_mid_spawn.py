@@ -21,8 +21,9 @@ import pytest
 
 from servedeck import paths
 from servedeck.deck import state as S
-from servedeck.supervisor.process import group_members, port_holder, stop_group
+from servedeck.supervisor.process import port_holder
 from servedeck.watch import Watcher
+from procgroups import NotedGroups
 from watchkit import wait_for
 
 pytestmark = [pytest.mark.engine, pytest.mark.llamacpp]
@@ -75,11 +76,9 @@ def servedeck(cfg, *args: str) -> subprocess.CompletedProcess:
 @pytest.fixture
 def groups():
     """Process groups the test started or found: stopped at the end whatever the deck did."""
-    found: list[int] = []
+    found = NotedGroups()  # by number and start time: a killed shim's number may be another's by the end
     yield found
-    for pgid in found:
-        if group_members(pgid):
-            stop_group(pgid, 5)
+    found.stop_all(5)
 
 
 def _killed_after_spawn(cfg, groups) -> tuple[Path, int]:
@@ -99,7 +98,7 @@ def test_a_start_killed_right_after_spawn_is_reaped_by_the_next_start(deck_confi
     assert r.returncode == 0, r.stderr[-2000:]
     new = S.read_live("smollm2")
     groups.append(new.pgid)
-    assert not group_members(shim)  # the old shim's group (shim and engine) is gone
+    assert not groups.members(0)  # the old shim's group (shim and engine) is gone
     assert new.pid != shim
     assert port_holder(port)["pgid"] == new.pgid  # the port went to the new engine
     old = json.loads((d / "launch.json").read_text())
@@ -112,7 +111,7 @@ def test_a_start_killed_right_after_spawn_is_reaped_by_the_next_start(deck_confi
 def test_a_start_killed_right_after_spawn_is_reaped_by_the_watch_loop(deck_config, groups):
     d, shim = _killed_after_spawn(deck_config, groups)
     Watcher(deck_config, interval_s=0.1).tick()
-    assert not group_members(shim)
+    assert not groups.members(0)
     assert S.all_live() == {}
     assert port_holder(deck_config.models["smollm2"].port) is None
     reaped = [j for j in S.read_journal("smollm2") if j["outcome"] == "orphan-reaped"]
@@ -170,7 +169,7 @@ def test_a_ctrl_c_right_after_spawn_stops_the_shim_it_spawned(deck_config, group
     monkeypatch.setattr(P, "spawn", spawn_then_ctrl_c)
     with pytest.raises(KeyboardInterrupt):
         Deck(deck_config).start("smollm2")
-    assert not group_members(groups[0])
+    assert not groups.members(0)
     assert S.all_live() == {}
     assert json.loads((only_launch() / "launch.json").read_text())["state"] == "failed"
 

@@ -519,7 +519,7 @@ class DeckOps:
     def _unrecorded(self, live: LiveRecord, err: BaseException) -> StateError:
         """The engine is ready but its state could not be written (a full disk, desired.json unreadable):
         stop it again rather than leave an engine nobody recorded, record what still can be, and say so."""
-        P.stop_group(live.pgid, min(live.stop_timeout_s, 30.0))
+        P.stop_group(live.pgid, min(live.stop_timeout_s, 30.0), leader_create_time=live.create_time)
         remove_container(live)
         why = getattr(err, "message", None) or f"{type(err).__name__}: {err}"
         for write in (lambda: L.update_launch(Path(live.launch_dir), state=LaunchState.FAILED.value,
@@ -543,7 +543,7 @@ class DeckOps:
         d = Path(live.launch_dir)
         shim = P.find_shim(d)
         if shim is not None:
-            P.stop_group(shim.pgid, 5.0)
+            P.stop_group(shim.pgid, 5.0, leader_create_time=shim.create_time)
         why = "interrupted" if isinstance(err, KeyboardInterrupt) else \
             f"could not spawn its supervisor: {type(err).__name__}: {err}"
         what = L.crash_identity(d, live.build)
@@ -556,10 +556,10 @@ class DeckOps:
         timed_out = isinstance(err, R.TimedOut)
         interrupted = isinstance(err, KeyboardInterrupt)
         if timed_out or interrupted:
-            P.stop_group(live.pgid, min(live.stop_timeout_s, 30.0))
+            P.stop_group(live.pgid, min(live.stop_timeout_s, 30.0), leader_create_time=live.create_time)
         else:
             R.wait_exit(d, 3.0)  # let the shim write exit.json
-            P.stop_group(live.pgid, 5.0)  # a dying engine may leave helpers behind
+            P.stop_group(live.pgid, 5.0, leader_create_time=live.create_time)  # a dying engine may leave helpers behind
         remove_container(live)
         exit_info = R.read_exit(d)
         tail = L.log_tail(d, 40)
@@ -599,7 +599,7 @@ class DeckOps:
         d = Path(rec.launch_dir)
         stored = S.read_live(name)
         rec = with_spawned(rec)
-        result = P.stop_group(rec.pgid, min(rec.stop_timeout_s, 30.0))
+        result = P.stop_group(rec.pgid, min(rec.stop_timeout_s, 30.0), leader_create_time=rec.create_time)
         remove_container(rec)
         why = f"orphaned: the servedeck process that started it (pid {rec.owner_pid}) is gone"
         if stored is not None and stored.pid is None:
@@ -686,7 +686,8 @@ def _engine_said(d: Path, engine: Engine, build: Build | None, stated: str | Non
 def _end_group(rec: LiveRecord, grace_s: float) -> dict:
     """SIGTERM to the launch's process group, grace, SIGKILL; its container removed; then wait until
     its port is free and NVML lists none of the group's pids."""
-    members = set(P.group_members(rec.pgid))  # before they go: NVML lists them by pid
-    result = P.stop_group(rec.pgid, grace_s)
+    # before they go: NVML lists them by pid
+    members = set(P.group_members(rec.pgid) if P.group_is_ours(rec.pgid, rec.create_time) else [])
+    result = P.stop_group(rec.pgid, grace_s, leader_create_time=rec.create_time)
     remove_container(rec)
     return {**result, "port_free": P.wait_port_free(rec.port, 30.0), "gpu_released": wait_gpu_released(members)}

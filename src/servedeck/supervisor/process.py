@@ -152,10 +152,35 @@ def left_in_group(pgid: int | None, leader_create_time: float | None) -> list[in
     return members
 
 
-def stop_group(pgid: int | None, grace_s: float, poll_s: float = 0.1) -> dict:
-    """SIGTERM to the whole group, wait up to `grace_s`, then SIGKILL to the group. Returns what happened."""
+def group_is_ours(pgid: int | None, leader_create_time: float | None) -> bool:
+    """Whether process group `pgid` is still the one its leader (a shim, started at `leader_create_time`)
+    led. Not when its number now names a process started at another time: the group ended and the kernel
+    gave the number to a new process, which may lead a group of its own (another engine's shim: a busy
+    machine goes through pid_max's 32,768 numbers in minutes). While the leader is gone but members remain,
+    the number cannot be given to another process, so they are its. No start time recorded: the number
+    is all there is to go by."""
+    if not pgid:
+        return False
+    if leader_create_time is None:
+        return True
+    try:
+        return abs(psutil.Process(pgid).create_time() - leader_create_time) <= 0.05
+    except psutil.NoSuchProcess:
+        return True
+
+
+def stop_group(pgid: int | None, grace_s: float, poll_s: float = 0.1,
+               leader_create_time: float | None = None) -> dict:
+    """SIGTERM to the whole group, wait up to `grace_s`, then SIGKILL to the group. Returns what happened.
+    With `leader_create_time` (a record's shim), a group whose number now names another process is never
+    signalled, before the first signal or between them (`group_is_ours`): stopping a stale record must not
+    stop a stranger's engine."""
     t0 = time.monotonic()
-    members = group_members(pgid)
+
+    def ours() -> list[int]:
+        return group_members(pgid) if group_is_ours(pgid, leader_create_time) else []
+
+    members = ours()
     if not members:
         _reap(pgid)
         return {"already_gone": True, "killed": False, "took_s": 0.0}
@@ -164,23 +189,24 @@ def stop_group(pgid: int | None, grace_s: float, poll_s: float = 0.1) -> dict:
     except ProcessLookupError:
         pass
     killed = False
-    while group_members(pgid):
+    while ours():
         _reap(pgid)
         if time.monotonic() - t0 > grace_s:
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            killed = True
+            if ours():
+                try:
+                    os.killpg(pgid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                killed = True
             deadline = time.monotonic() + 10
-            while group_members(pgid) and time.monotonic() < deadline:
+            while ours() and time.monotonic() < deadline:
                 _reap(pgid)
                 time.sleep(poll_s)
             break
         time.sleep(poll_s)
     _reap(pgid)
     return {"already_gone": False, "killed": killed, "took_s": round(time.monotonic() - t0, 3),
-            "left": group_members(pgid)}
+            "left": ours()}
 
 
 def port_holder(port: int, host: str = "127.0.0.1") -> dict | None:
