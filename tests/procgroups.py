@@ -3,34 +3,15 @@
 A test that kills a shim or reaps a leader and later asks `group_members(pgid)` may be asking about a
 number the kernel has since given to another process: on a busy machine pid_max's 32,768 numbers go by in
 minutes, and the next holder may be another xdist worker's shim leading a group of its own. Stopping that
-group stops a stranger's engine (a fresh-clone CI lost both workers' shared servers this way). Each helper
-here goes by the leader's start time as well as its number (servedeck.supervisor.process.group_is_ours)."""
+group stops a stranger's engine (a fresh-clone CI lost both workers' shared servers this way). A group with
+a recorded leader start time goes through servedeck.supervisor.process (`members_if_ours`, `stop_group`'s
+`leader_create_time`); `NotedGroups` is for the groups a test only knows by number."""
 
 from __future__ import annotations
 
 import time
 
-import psutil
-
-from servedeck.supervisor.process import group_is_ours, group_members, stop_group
-
-
-def born(pid: int) -> float | None:
-    """When process `pid` started; None when it is gone."""
-    try:
-        return psutil.Process(pid).create_time()
-    except psutil.NoSuchProcess:
-        return None
-
-
-def members_of(pgid: int, leader_born: float | None) -> list[int]:
-    """The group's live members while it is still the group its leader (started at `leader_born`) led."""
-    return group_members(pgid) if group_is_ours(pgid, leader_born) else []
-
-
-def stop_if_ours(pgid: int, leader_born: float | None, grace_s: float) -> None:
-    if members_of(pgid, leader_born):
-        stop_group(pgid, grace_s, leader_create_time=leader_born)
+from servedeck.supervisor.process import members_if_ours, start_time_of, stop_group
 
 
 class NotedGroups:
@@ -41,7 +22,7 @@ class NotedGroups:
         self.noted: list[tuple[int, float | None, float]] = []
 
     def append(self, pgid: int) -> None:
-        self.noted.append((pgid, born(pgid), time.time()))
+        self.noted.append((pgid, start_time_of(pgid), time.time()))
 
     def extend(self, pgids) -> None:
         for pgid in pgids:
@@ -53,10 +34,10 @@ class NotedGroups:
     def members(self, i: int) -> list[int]:
         pgid, leader_born, at = self.noted[i]
         if leader_born is None:
-            now = born(pgid)
+            now = start_time_of(pgid)
             if now is not None and now > at:  # the number was given to a process started after the note
                 return []
-        return members_of(pgid, leader_born)
+        return members_if_ours(pgid, leader_born)
 
     def stop_all(self, grace_s: float) -> None:
         for i, (pgid, leader_born, _at) in enumerate(self.noted):

@@ -21,7 +21,7 @@ import pytest
 from servedeck.config import Config
 from servedeck.modelsfile import load
 from servedeck.deck import Deck
-from procgroups import members_of, stop_if_ours
+from servedeck.supervisor.process import members_if_ours, stop_group
 from ports import free_port, starter_toml  # below the kernel's ephemeral range: tests/ports.py says why
 
 TEST_MARK = "SERVEDECK_TEST_RUN"  # as tests/conftest.py: the session guard finds what carries this session's pid
@@ -100,8 +100,8 @@ def shared_server(cfg: Config, home: Path, name: str) -> Iterator[dict]:
             try:
                 Deck(cfg).stop([name], grace_s=20)
             finally:
-                stop_if_ours(rec.pgid, rec.create_time, 5)
-            assert not members_of(rec.pgid, rec.create_time), f"{name}'s process group outlived the session"
+                stop_group(rec.pgid, 5, leader_create_time=rec.create_time)
+            assert not members_if_ours(rec.pgid, rec.create_time), f"{name}'s process group outlived the session"
 
 
 @pytest.fixture(scope="session")

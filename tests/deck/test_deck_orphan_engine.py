@@ -19,9 +19,9 @@ from servedeck import paths
 from servedeck.deck import Deck
 from servedeck.deck import state as S
 from servedeck.deck.records import LaunchState, LiveRecord
-from servedeck.supervisor.process import alive, port_holder
+from servedeck.supervisor.process import alive, members_if_ours, port_holder
 
-from procgroups import NotedGroups, members_of
+from procgroups import NotedGroups
 
 pytestmark = [pytest.mark.engine, pytest.mark.llamacpp]
 
@@ -56,7 +56,7 @@ def test_stop_stops_the_engine_a_killed_shim_left_and_frees_its_port(deck_config
     r = servedeck(deck_config, "stop", "smollm2")
     assert r.returncode == 0, r.stderr
     assert not alive(rec.engine_pid)
-    assert not members_of(rec.pgid, rec.create_time)
+    assert not members_if_ours(rec.pgid, rec.create_time)
     assert port_holder(rec.port) is None
     assert "smollm2" not in S.read_desired()["models"]
     assert f"pid {rec.engine_pid}" in r.stdout  # says which process it stopped
@@ -68,7 +68,7 @@ def test_stop_all_stops_the_engine_a_killed_shim_left(deck_config, groups):
     kill_shim(rec)
     r = servedeck(deck_config, "stop", "--all")
     assert r.returncode == 0, r.stderr
-    assert not members_of(rec.pgid, rec.create_time)
+    assert not members_if_ours(rec.pgid, rec.create_time)
     assert port_holder(rec.port) is None
 
 

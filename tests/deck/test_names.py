@@ -184,7 +184,7 @@ def test_the_suggested_alias_starts_status_and_stops_by_the_repo_id(deck_config)
 
 
 def _stop_nested(home: Path) -> None:
-    from procgroups import stop_if_ours
+    from servedeck.supervisor.process import stop_group
 
     for f in (home / "live").rglob("*.json") if (home / "live").exists() else ():
         try:
@@ -192,7 +192,7 @@ def _stop_nested(home: Path) -> None:
         except (OSError, ValueError):
             continue
         if isinstance(rec, dict) and rec.get("pgid"):
-            stop_if_ours(rec["pgid"], rec.get("create_time"), 10)
+            stop_group(rec["pgid"], 10, leader_create_time=rec.get("create_time"))
 
 
 def test_status_prints_the_suggested_header_of_a_bad_name(tmp_path):

@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from ports import free_port  # below the kernel's ephemeral range: tests/ports.py says why
-from procgroups import stop_if_ours
+from servedeck.supervisor.process import stop_group
 
 pytestmark = [pytest.mark.engine, pytest.mark.llamacpp]
 
@@ -67,7 +67,7 @@ def _stop(home: Path) -> None:
     for f in (home / "live").glob("*.json"):
         rec = json.loads(f.read_text())
         if rec.get("pgid"):
-            stop_if_ours(rec["pgid"], rec.get("create_time"), 10)
+            stop_group(rec["pgid"], 10, leader_create_time=rec.get("create_time"))
 
 
 def test_a_builds_pythonpath_reaches_the_engine_and_not_the_shim(tmp_path, bare_python, engines_ready, servedeck_home):

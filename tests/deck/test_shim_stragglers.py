@@ -12,7 +12,7 @@ import json
 import subprocess
 import sys
 
-from procgroups import born, members_of, stop_if_ours
+from servedeck.supervisor.process import members_if_ours, start_time_of, stop_group
 
 LEAVES_A_CHILD = ("import subprocess, sys; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)']); "
                   "sys.exit(0)")
@@ -22,15 +22,15 @@ def test_what_the_supervised_process_leaves_in_the_group_ends_before_exit_json(t
     shim = subprocess.Popen([sys.executable, "-m", "servedeck.supervisor.shim", str(tmp_path), "--",
                              sys.executable, "-c", LEAVES_A_CHILD], start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    shim_born = born(shim.pid)  # once reaped, its number may be given to another process's group
+    shim_born = start_time_of(shim.pid)  # once reaped, its number may be given to another process's group
     try:
         assert shim.wait(timeout=60) == 0
         exit_info = json.loads((tmp_path / "exit.json").read_text())
         assert exit_info["returncode"] == 0
         assert len(exit_info["stragglers"]) == 1  # the sleeping child, named in the record
-        assert not members_of(shim.pid, shim_born), "the shim exited with its group still running"
+        assert not members_if_ours(shim.pid, shim_born), "the shim exited with its group still running"
     finally:
-        stop_if_ours(shim.pid, shim_born, 5)
+        stop_group(shim.pid, 5, leader_create_time=shim_born)
 
 
 def test_a_process_that_leaves_nothing_records_no_stragglers(tmp_path):
@@ -65,6 +65,6 @@ def test_the_deck_names_stragglers_of_an_ended_engine_as_such(tmp_path, servedec
             [(_, end)] = ops.settle_dead().values()
         assert "its engine ended (exited with code 0) and left 1 process(es) of its group" in end.detail
         assert "supervisor" not in end.detail
-        assert not members_of(leader.pid, created)
+        assert not members_if_ours(leader.pid, created)
     finally:
-        stop_if_ours(leader.pid, created, 5)
+        stop_group(leader.pid, 5, leader_create_time=created)

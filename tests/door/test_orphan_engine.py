@@ -15,11 +15,10 @@ import pytest
 from servedeck.deck import state as S
 from servedeck.door import ServeOptions
 from servedeck.modelsfile import load
-from servedeck.supervisor.process import alive
+from servedeck.supervisor.process import alive, stop_group
 from servedeck.watch import read_notices
 
 from doorkit import DoorThread, door_config, stop_everything
-from procgroups import stop_if_ours
 
 pytestmark = [pytest.mark.engine, pytest.mark.llamacpp]
 
@@ -59,5 +58,5 @@ def test_a_model_whose_shim_was_killed_comes_back_and_answers_through_the_door(d
         client.close()
         door.close()
         if old is not None:  # before the fix the engine outlives the door
-            stop_if_ours(old.pgid, old.create_time, 5)
+            stop_group(old.pgid, 5, leader_create_time=old.create_time)
         stop_everything(door_home)

@@ -16,9 +16,8 @@ import httpx
 import pytest
 
 from servedeck.deck import state as S
-from servedeck.supervisor.process import alive, port_holder
+from servedeck.supervisor.process import alive, port_holder, start_time_of, stop_group
 from servedeck.watch import read_notices
-from procgroups import born, stop_if_ours
 from watchkit import wait_for, with_host
 
 pytestmark = [pytest.mark.engine, pytest.mark.llamacpp]
@@ -37,7 +36,7 @@ def test_the_loop_replaces_an_engine_whose_shim_was_killed(deck_config):
     [st] = json.loads(subprocess.run(servedeck(cfg, "status", "--json"), capture_output=True, text=True,
                                      timeout=60).stdout)
     shim, engine, port = st["pid"], st["engine_pid"], st["port"]
-    shim_born = born(shim)  # its number may be another process's by the end
+    shim_born = start_time_of(shim)  # its number may be another process's by the end
     watch = subprocess.Popen(servedeck(cfg, "watch", "--interval", "2s"), stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
     try:
@@ -65,4 +64,5 @@ def test_the_loop_replaces_an_engine_whose_shim_was_killed(deck_config):
         finally:
             if watch.poll() is None:
                 watch.kill()
-        stop_if_ours(shim, shim_born, 5)  # before the fix the engine outlives everything: never leave it running
+        # before the fix the engine outlives everything: never leave it running
+        stop_group(shim, 5, leader_create_time=shim_born)

@@ -687,7 +687,7 @@ def _end_group(rec: LiveRecord, grace_s: float) -> dict:
     """SIGTERM to the launch's process group, grace, SIGKILL; its container removed; then wait until
     its port is free and NVML lists none of the group's pids."""
     # before they go: NVML lists them by pid
-    members = set(P.group_members(rec.pgid) if P.group_is_ours(rec.pgid, rec.create_time) else [])
+    members = set(P.members_if_ours(rec.pgid, rec.create_time))
     result = P.stop_group(rec.pgid, grace_s, leader_create_time=rec.create_time)
     remove_container(rec)
     return {**result, "port_free": P.wait_port_free(rec.port, 30.0), "gpu_released": wait_gpu_released(members)}

@@ -169,6 +169,11 @@ def group_is_ours(pgid: int | None, leader_create_time: float | None) -> bool:
         return True
 
 
+def members_if_ours(pgid: int | None, leader_create_time: float | None) -> list[int]:
+    """The group's live members while it is the group its leader led (`group_is_ours`); else none."""
+    return group_members(pgid) if group_is_ours(pgid, leader_create_time) else []
+
+
 def stop_group(pgid: int | None, grace_s: float, poll_s: float = 0.1,
                leader_create_time: float | None = None) -> dict:
     """SIGTERM to the whole group, wait up to `grace_s`, then SIGKILL to the group. Returns what happened.
@@ -178,10 +183,9 @@ def stop_group(pgid: int | None, grace_s: float, poll_s: float = 0.1,
     t0 = time.monotonic()
 
     def ours() -> list[int]:
-        return group_members(pgid) if group_is_ours(pgid, leader_create_time) else []
+        return members_if_ours(pgid, leader_create_time)
 
-    members = ours()
-    if not members:
+    if not ours():
         _reap(pgid)
         return {"already_gone": True, "killed": False, "took_s": 0.0}
     try:
@@ -192,12 +196,11 @@ def stop_group(pgid: int | None, grace_s: float, poll_s: float = 0.1,
     while ours():
         _reap(pgid)
         if time.monotonic() - t0 > grace_s:
-            if ours():
-                try:
-                    os.killpg(pgid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                killed = True
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            killed = True
             deadline = time.monotonic() + 10
             while ours() and time.monotonic() < deadline:
                 _reap(pgid)
