@@ -2,7 +2,8 @@
 # Step 1 of vLLM on the H200 device (docs/gpu-vllm.md), run HERE, not there: everything the device lacks,
 # in parts small enough for one device call each.
 #
-#   bash scripts/vllm-device-bundle.sh [PART_MIB]      (default 54: a call carries 64 MiB with the checkout)
+#   bash scripts/vllm-device-bundle.sh [PART_MIB]      (default 40: a call carries 64 MiB with the checkout,
+#                                                       whose tracked files are ~21 MiB by 2026-12-07; 44 was 3 KB over)
 #
 # Downloads the wheels pinned in scripts/device/vllm-0.26-cu130.txt (cp312 manylinux x86_64; pip checks each
 # against its sha256) into $SERVEDECK_CACHE/device-wheels, adds SmolLM2-135M-Instruct's GGUF and tokenizer
@@ -13,7 +14,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
 . "$here/_cache.sh"
-part_mib=${1:-54}
+part_mib=${1:-40}
 lock=$here/device/vllm-0.26-cu130.txt
 wheels=$SERVEDECK_CACHE/device-wheels
 out=$repo/.device/vllm
