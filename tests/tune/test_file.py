@@ -74,6 +74,16 @@ def test_listed_variants_and_a_matrix_are_refused():
 def test_keys_the_tune_sets_itself_are_refused():
     msg = _error(HEAD.replace('cell_timeout = "5m"', 'cell_timeout = "5m"\nrepeats = 2\nreference = "x"') + SEARCH)
     assert "campaign.repeats: a tune sets it itself" in msg and "campaign.reference:" in msg
+    assert "campaign.reference_run: a tune sets it itself" in _error(
+        HEAD.replace('cell_timeout = "5m"', 'cell_timeout = "5m"\nreference_run = "r"') + SEARCH)
+
+
+def test_a_searched_trial_is_held_against_the_starters_run_as_soon_as_it_answers():
+    t = parse(HEAD + SEARCH, PATH)
+    c = t.trial_campaign("t2", {"args.parallel": 2}, reference_run="/r/runs/starter-run")
+    assert c.head.reference == "t2" and c.head.reference_run == "/r/runs/starter-run"
+    off = parse(HEAD + SEARCH.replace("trials = 3", "trials = 3\ncheck_outputs = false"), PATH)
+    assert off.trial_campaign("t2", {"args.parallel": 2}, reference_run="/r").head.reference_run is None
 
 
 def test_a_tune_needs_a_capacity_workload():

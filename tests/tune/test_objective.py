@@ -50,6 +50,15 @@ def test_changed_outputs_are_pruned_unless_the_space_allows_them():
     assert (allowed.verdict, allowed.value) == ("measured", 3.0)
 
 
+def test_a_trial_stopped_at_its_output_check_is_refused_for_its_answers_not_its_missing_figure():
+    differs = O.outputs_check({"verdict": "differs", "identical": 5, "prompts": 8}, False)
+    stopped = {"state": "failed", "reason": "greedy outputs differ from starter's run (campaign.reference_run)"}
+    v = O.judge(stopped, None, differs)
+    assert (v.verdict, v.tell) == ("outputs-differ", "pruned")
+    assert "5/8 prompts identical); stopped there, before its capacity search" in v.why
+    assert "stopped there" not in O.judge(DONE, row(3.0), differs).why  # measured in full: nothing was stopped
+
+
 def test_a_cell_that_failed_or_timed_out_is_pruned_with_its_reason():
     v = O.judge({"state": "failed", "reason": "llama-server exited with 1"}, None, None)
     assert (v.verdict, v.tell) == ("failed", "pruned") and "exited with 1" in v.why

@@ -116,6 +116,22 @@ def test_the_trial_that_changed_dtype_is_refused_by_the_reference_check_with_its
     assert "outputs-differ" in next(md).read_text()
 
 
+def test_the_trial_that_changed_dtype_was_stopped_at_its_output_check_before_any_capacity_step(tuned):
+    """campaign.reference_run (the starter's run, set by the tune): t2's cell ends as soon as its 4 prompts are
+    answered; no capacity search is started, so the refusal cost a boot, the gate and the check only."""
+    doc = _doc(tuned)
+    t2 = next(t for t in doc["trials"] if t["trial"] == "t2")
+    assert "stopped there, before its capacity search" in t2["why"] and t2["row"] is None, t2
+    camp = json.loads((tuned["tmp"] / "results" / "campaigns" / t2["campaign"] / "campaign.json").read_text())
+    [cell] = camp["cells"]
+    assert cell["state"] == "failed" and cell["stopped_by"] == "reference_run", cell
+    assert "(campaign.reference_run)" in cell["reason"] and cell["not_started"] == ["capacity"], cell
+    runs = tuned["tmp"] / "results" / "runs"
+    kinds = [json.loads((runs / r / "summary.json").read_text()).get("kind") for r in t2["runs"]]
+    assert "capacity" not in kinds and len(t2["runs"]) == 2, (kinds, t2["runs"])  # the gate's run, the check's
+    assert (runs / t2["runs"][-1] / "outputs.jsonl").exists()
+
+
 def test_the_study_was_told_each_verdict(tuned):
     doc = _doc(tuned)
     folder = next((tuned["tmp"] / "results" / "tunes").glob("vtune__*"))

@@ -5,7 +5,8 @@ unknown keys are refused; nothing starts while anything is wrong. `parse` is pur
 CampaignFile out); `variants()` expands `[matrix]` into named variants.
 
     [campaign]     name, model (a models.toml model or alias), cell_timeout, repeats, gate, base, reference,
-                   retries (--ray: node-loss retries)
+                   reference_run (stop a launch whose outputs differ from that run's), retries (--ray: node-loss
+                   retries)
     [[variants]]   name + overrides of the model's entry (build, args, env, context, gpus, cpus, tp, dp, pp,
                    gpu_memory_utilization, replicas), host (--ray: which node), outputs_may_differ (its greedy
                    outputs may differ from the `reference` variant's and it may still be recommended)
@@ -133,6 +134,11 @@ class Head(_Strict):
     # the output check behind `reference`: how many of its 8 fixed prompts, and the answer room of each
     reference_prompts: int = Field(default=8, ge=1, le=8)
     reference_tokens: int = Field(default=128, ge=1)
+    # a run folder (its path, or its name under the results' runs) whose outputs.jsonl each launch's output check is
+    # held against as soon as it is answered: a launch whose greedy outputs differ (its variant not
+    # outputs_may_differ) ends there, failed, its other workloads never started. `servedeck tune` sets it to the
+    # starter's run, so a trial that changes the answers costs a boot and 8 prompts, not a capacity search
+    reference_run: Optional[str] = Field(default=None, min_length=1)
     # `campaign run --ray`: a cell whose node is lost mid-cell is retried this many times on another node
     retries: int = Field(default=1, ge=0)
     # derived entries take the ports after the base model's, starting this many further on: `tune --ray` runs
@@ -145,6 +151,13 @@ class Head(_Strict):
         if not _NAME.match(v) or "__" in v:
             raise ValueError(f"{v!r} is not a usable name: letters, digits and . _ = + , - only, no '__'")
         return v
+
+    @model_validator(mode="after")
+    def _reference_run(self) -> "Head":
+        if self.reference_run is not None and self.reference is None:
+            raise ValueError("reference_run needs reference = \"VARIANT\": without it no launch answers the output "
+                             "check that reference_run is held against")
+        return self
 
     @field_validator("cell_timeout")
     @classmethod

@@ -27,6 +27,7 @@ from servedeck.report.render import markdown
 from servedeck.runs import inventory
 from servedeck.runs.folder import RunFolder
 from servedeck.runs.read import load as load_run
+from servedeck.workloads import outputs
 from servedeck.workloads.kinds import KINDS
 from servedeck.workloads.reporter import QuietReporter
 from servedeck.workloads.session import Outcome, gate_run, run as run_on_target
@@ -99,18 +100,49 @@ class CellSteps:
                 return self._cut_short(k, None)
             news.phase(cell.id, f"workload {w.title}")
             specs = KINDS[w.kind].from_entry(w, self._where(k))
+            made: list[_Listed] = []
             try:
                 for spec in specs:  # a run folder each (a capacity search: one per SLO it names)
                     if len(specs) > 1:
                         news.phase(cell.id, f"workload {w.title}: {getattr(spec, 'label', spec.kind)}")
-                    _one_run(cell, news, lambda out, spec=spec: run_on_target(
+                    made.append(_one_run(cell, news, lambda out, spec=spec: run_on_target(
                         main, spec, gate_mode=None if needle else False, gate_spec=GateSpec(context=gate_ctx),
-                        reporter=_PhaseReporter(news, cell.id), outcome=out))
+                        reporter=_PhaseReporter(news, cell.id), outcome=out)))
             except Exception as e:
                 if not stopping():
                     raise
                 return self._cut_short(k + 1, e)  # stopped under this workload: its folder says how it ended
+            unlike = self._unlike_reference_run(cell, news, made) if k == 0 else None
+            if unlike is not None:
+                return unlike
         return C.Ending(C.CellState.DONE)
+
+    def _unlike_reference_run(self, cell: C.Cell, news: CellNews, made: list["_Listed"]) -> Optional[C.Ending]:
+        """campaign.reference_run: the launch's output check (the first workload's run) held against that run's the
+        moment it is answered. Outputs that differ (the variant not outputs_may_differ) end the cell here, failed,
+        naming the first difference and the workloads never started; else None, and the cell goes on. A reference
+        this node cannot read (a Ray node with results of its own) is said, and the cell goes on: the campaign's
+        owner compares them afterwards (the tune does)."""
+        ref_name = self.camp.head.reference_run
+        run = next((m.folder for m in made if m.folder is not None and (m.folder / outputs.FILE).exists()), None)
+        if ref_name is None or run is None or self.camp.variant(cell.variant).outputs_may_differ:
+            return None
+        ref = Path(ref_name) if Path(ref_name).is_absolute() else self.runs_root / ref_name
+        try:
+            got = outputs.compare_runs(ref, run)
+        except ServedeckError as e:
+            news.note(f"{cell.id}: its output check was not held against {ref_name} here ({e.message}); "
+                      "its workloads go on")
+            return None
+        if got["verdict"] != "differs":
+            return None
+        first = next(r for r in got["rows"] if r["verdict"] == "differs")
+        left = [w.title for w in self.camp.file.workloads[1:]]
+        why = (f"greedy outputs differ from {ref.name}'s (campaign.reference_run): {got['identical']}/{got['prompts']}"
+               f" prompts identical, the first difference at prompt {first.get('index')}, "
+               f"{first.get('unit') or 'token'} {first.get('position')}; not measured further")
+        return C.Ending(C.CellState.FAILED, why + (f" (never started: {', '.join(left)})" if left else ""),
+                        fields={"not_started": left, "stopped_by": "reference_run"})
 
     def _cut_short(self, k: int, err: Optional[BaseException]) -> C.Ending:
         """The cell was stopped with workloads k… not started: the ending names them (campaign.json keeps them

@@ -5,7 +5,9 @@ Every trial is a one-variant campaign made from this file: the variant's overrid
 its name the trial's (`t3`), and, unless `check_outputs = false`, the starter as its `reference`, so each
 trial's greedy outputs are held against the starter's (the model's entry as models.toml has it, launched first:
 trial `starter`): the campaign's first workload answers the output check, or, a capacity search being unable
-to, the campaign puts its short `output check` run first (campaign/file.py OUTPUT_CHECK).
+to, the campaign puts its short `output check` run first (campaign/file.py OUTPUT_CHECK). A searched trial's
+campaign also names the starter's run as its `reference_run`, so a trial whose answers differ ends at that check,
+before its capacity search (campaign/steps.py).
 """
 
 from __future__ import annotations
@@ -37,12 +39,15 @@ class Tune:
     def name(self) -> str:
         return self.camp.name
 
-    def trial_campaign(self, variant: str, values: dict[str, Any], lane: int = 0) -> Campaign:
+    def trial_campaign(self, variant: str, values: dict[str, Any], lane: int = 0,
+                       reference_run: Optional[str] = None) -> Campaign:
         """The one-variant campaign of a trial (ConfigError when a sampled value is wrong for a variant). `lane`:
         which of the trials running side by side (`tune --ray`) it is; its entry takes the port `lane` further on
-        (campaign.port_offset), so two trials on one host never bind the same one."""
+        (campaign.port_offset), so two trials on one host never bind the same one. `reference_run`: the starter's
+        run with the output check (its path), which the trial's own check is held against the moment it is
+        answered (campaign.reference_run): a trial that changes the answers is stopped before its capacity search."""
         return _campaign(self.raw, self.path, f"{self.name}.{variant}", {variant: values}, self.space.check_outputs,
-                         port_offset=lane)
+                         port_offset=lane, reference_run=reference_run)
 
     def verify_campaign(self, variants: dict[str, dict[str, Any]], repeats: int) -> Campaign:
         """The verification: the starter and the best trials (name → sampled values) as one campaign, each
@@ -55,10 +60,13 @@ VERIFY = "verify"  # the verification campaign's suffix: <tune>.verify
 
 
 def _campaign(raw: dict[str, Any], path: Path, name: Optional[str], variants: dict[str, dict[str, Any]],
-              check: bool, repeats: int = 1, reference: Optional[str] = None, port_offset: int = 0) -> Campaign:
+              check: bool, repeats: int = 1, reference: Optional[str] = None, port_offset: int = 0,
+              reference_run: Optional[str] = None) -> Campaign:
     head = dict(raw.get("campaign") or {})
     if port_offset:
         head["port_offset"] = port_offset
+    if check and reference_run:
+        head["reference_run"] = reference_run
     if name is not None:  # None: the file's own (or its absence, which the campaign's rules name)
         head["name"] = name
     if repeats > 1:
@@ -86,7 +94,7 @@ def parse(text: str, path: Path) -> Tune:
         problems.append("campaign.gate: a tune gates every trial (a figure whose gate did not pass is not a result, "
                         "so an ungated tune could never name a winner): give a gate, a short needle will do, like "
                         "gate = { context = 512, depths = [0.5], repeats = 1 }")
-    for key in ("repeats", "base", "reference", "port_offset"):
+    for key in ("repeats", "base", "reference", "reference_run", "port_offset"):
         if key in head:
             problems.append(f"campaign.{key}: a tune sets it itself (each trial is one launch, held against the "
                             "starter: the model's entry as models.toml has it): drop it")

@@ -6,7 +6,8 @@ A trial ends in one of these verdicts (tune.json keeps the value; docs/tune.md s
                     within the SLO at its capacity (a lower bound counts as its bound value, marked `bound`)
     no-capacity     no load searched met the SLO: objective 0 (a real figure: this region serves nobody)
     gate-failed     the gate did not pass: figures recorded, not a result; pruned
-    outputs-differ  its greedy outputs differ from the starter's (unless outputs_may_differ); pruned
+    outputs-differ  its greedy outputs differ from the starter's (unless outputs_may_differ); pruned. Its cell
+                    stops at that check, before the capacity search (campaign.reference_run)
     broke-rule      the sampled values break a `require` rule; never launched; pruned
     invalid         models.toml's or the engine's rules refuse the sampled values; never launched; pruned
     no-fit          the planner says it cannot fit the GPUs; never launched; pruned
@@ -93,6 +94,15 @@ def judge(cell: dict[str, Any], row: Optional[dict[str, Any]], outputs: Optional
     state = cell.get("state")
     if state == "pending":
         return Verdict(INTERRUPTED, None, why=cell.get("reason") or "interrupted")
+    # before the cell's state: a trial whose answers differ is stopped at its output check (campaign.reference_run),
+    # and its cell ends failed with no capacity search; the changed answers are why, not the missing figure
+    if outputs and outputs.get("check") == "differs" and not outputs.get("may_differ"):
+        measured = state == "done" and row is not None
+        return Verdict(OUTPUTS_DIFFER, PRUNED,
+                       why=f"greedy outputs differ from the starter's ({outputs.get('identical')}/"
+                           f"{outputs.get('prompts')} prompts identical); "
+                           + ("" if measured else "stopped there, before its capacity search; ")
+                           + "search.outputs_may_differ = true allows it")
     if state != "done":
         why = cell.get("reason") or "no reason recorded"
         return Verdict(FAILED, PRUNED, why=why if state == "failed" else f"{state}: {why}")
@@ -100,10 +110,6 @@ def judge(cell: dict[str, Any], row: Optional[dict[str, Any]], outputs: Optional
         return Verdict(FAILED, PRUNED, why="its capacity search left no result under the tune's SLO")
     if not row.get("result"):
         return Verdict(GATE_FAILED, PRUNED, why=f"gate {row.get('gate')}: its figures are not a result")
-    if outputs and outputs.get("check") == "differs" and not outputs.get("may_differ"):
-        return Verdict(OUTPUTS_DIFFER, PRUNED,
-                       why=f"greedy outputs differ from the starter's ({outputs.get('identical')}/"
-                           f"{outputs.get('prompts')} prompts identical); search.outputs_may_differ = true allows it")
     if row.get("capacity") is None:
         return Verdict(NO_CAPACITY, COMPLETE, 0.0, why="no load searched met the SLO")
     good = row.get("goodput_per_gpu")

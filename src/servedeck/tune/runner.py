@@ -550,7 +550,7 @@ class TuneRun:
         if broken:
             return O.before_launch(broken, []) or O.Verdict(O.BROKE_RULE, O.PRUNED)
         try:
-            camp = self.tune.trial_campaign(name, values, lane)
+            camp = self.tune.trial_campaign(name, values, lane, self._reference_run(name))
             derived = C.derive(self.cfg, camp)
         except ConfigError as e:
             return O.Verdict(O.INVALID, O.PRUNED, why=e.message.replace(f"{self.tune.path}: ", ""))
@@ -596,6 +596,16 @@ class TuneRun:
     def _outputs_run(self, cell: dict[str, Any]) -> Optional[Path]:
         return next((self.runs_root / r for r in cell.get("runs") or []
                      if (self.runs_root / r / "outputs.jsonl").exists()), None)
+
+    def _reference_run(self, name: str) -> Optional[str]:
+        """The starter's output-check run (its path) that a searched trial's check is held against as soon as it is
+        answered, where a trial whose answers differ is refused: None for the starter, where outputs may differ or
+        are not checked, or the starter left no such run."""
+        sp = self.tune.space
+        if name == STARTER or not sp.check_outputs or sp.outputs_may_differ:
+            return None
+        run = (self.folder.trial(STARTER) or {}).get("outputs_run")
+        return str(self.runs_root / run) if run else None
 
     def _outputs(self, name: str, cell: dict[str, Any]) -> Optional[dict[str, Any]]:
         mine = self._outputs_run(cell)
