@@ -83,6 +83,20 @@ def _left_under(root: Path) -> list[str]:
     return out
 
 
+def _engine_homes(root: Path) -> set[str]:
+    """The worker nodes (a, b) with an engine's shim running under their SERVEDECK_HOME."""
+    homes = set()
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if "servedeck.supervisor.shim" in " ".join(p.info["cmdline"] or []):
+                home = Path(p.environ().get("SERVEDECK_HOME", "/"))
+                if home.parent.parent == root:
+                    homes.add(home.parent.name)
+        except (psutil.Error, OSError):
+            continue
+    return homes
+
+
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory, llama_ready):  # noqa: F811
     from ray.cluster_utils import Cluster
@@ -119,7 +133,11 @@ def tuned(tmp_path_factory, llama_ready):  # noqa: F811
                     placed[f.parent.name] = cell["ray_node_id"]
             time.sleep(0.2)
         assert first.poll() is None and len(placed) == 2, f"not both placed: {placed}\n" + first.communicate()[1][-3000:]
-        time.sleep(3)  # their engines booting on the nodes
+        # then as soon as an engine is up on each node: a trial takes ~10 s here, and a fixed pause after both were
+        # seen placed (3 s) once let t2 finish its capacity search before the Ctrl-C reached its node
+        while time.monotonic() < deadline and first.poll() is None and _engine_homes(root) < {"a", "b"}:
+            time.sleep(0.1)
+        assert first.poll() is None and _engine_homes(root) >= {"a", "b"}, first.communicate()[1][-3000:]
         os.killpg(first.pid, signal.SIGINT)
         _out, first_err = first.communicate(timeout=600)
         first_s = time.monotonic() - t1
