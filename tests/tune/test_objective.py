@@ -52,11 +52,16 @@ def test_changed_outputs_are_pruned_unless_the_space_allows_them():
 
 def test_a_trial_stopped_at_its_output_check_is_refused_for_its_answers_not_its_missing_figure():
     differs = O.outputs_check({"verdict": "differs", "identical": 5, "prompts": 8}, False)
-    stopped = {"state": "failed", "reason": "greedy outputs differ from starter's run (campaign.reference_run)"}
+    stopped = {"state": "failed", "reason": "greedy outputs differ from R's (campaign.reference_run): …",
+               "stopped_by": "reference_run"}
     v = O.judge(stopped, None, differs)
     assert (v.verdict, v.tell) == ("outputs-differ", "pruned")
     assert "5/8 prompts identical); stopped there, before its capacity search" in v.why
     assert "stopped there" not in O.judge(DONE, row(3.0), differs).why  # measured in full: nothing was stopped
+    # on Ray the node's ending keeps its reason alone, not the local record's stopped_by
+    assert "stopped there" in O.judge({"state": "failed", "reason": "… (campaign.reference_run) …"}, None, differs).why
+    crashed = O.judge({"state": "failed", "reason": "the server died"}, None, differs)
+    assert crashed.verdict == "outputs-differ" and "its cell then failed: the server died" in crashed.why
 
 
 def test_a_cell_that_failed_or_timed_out_is_pruned_with_its_reason():

@@ -97,12 +97,15 @@ def judge(cell: dict[str, Any], row: Optional[dict[str, Any]], outputs: Optional
     # before the cell's state: a trial whose answers differ is stopped at its output check (campaign.reference_run),
     # and its cell ends failed with no capacity search; the changed answers are why, not the missing figure
     if outputs and outputs.get("check") == "differs" and not outputs.get("may_differ"):
-        measured = state == "done" and row is not None
+        reason = str(cell.get("reason") or "")
+        # stopped_by is the local record's; a Ray node's ending carries its reason alone (cluster/dispatch.py)
+        stopped = cell.get("stopped_by") == "reference_run" or "(campaign.reference_run)" in reason
+        then = ("stopped there, before its capacity search; " if stopped else "" if state == "done"
+                else f"its cell then {state}: {reason or 'no reason recorded'}; ")
         return Verdict(OUTPUTS_DIFFER, PRUNED,
                        why=f"greedy outputs differ from the starter's ({outputs.get('identical')}/"
-                           f"{outputs.get('prompts')} prompts identical); "
-                           + ("" if measured else "stopped there, before its capacity search; ")
-                           + "search.outputs_may_differ = true allows it")
+                           f"{outputs.get('prompts')} prompts identical); {then}"
+                           "search.outputs_may_differ = true allows it")
     if state != "done":
         why = cell.get("reason") or "no reason recorded"
         return Verdict(FAILED, PRUNED, why=why if state == "failed" else f"{state}: {why}")
