@@ -14,6 +14,8 @@
 #                                                call; each `tune` call starts it or waits on it, and returns before
 #                                                the call's limit. Call again, back to back, until it says "tune ended".
 #                                                Where it did not outlive a call, the next call resumes the study.
+#                                                TRIALS=3 VERIFY=false: auto_tune's launch budget (5 at most; the
+#                                                one-machine run of 2026-12-07 took 4 and 560 s)
 #   OUT=$OUT bash scripts/gpu-tune.sh grid       servedeck's measurement of auto_tune's four grid points on the
 #                                                machine auto_tune just ran on: one campaign, a variant a point, the
 #                                                tune's SLO, workload and output check (4 launches; outlives a call)
