@@ -52,7 +52,8 @@ def _decide(tmp_path: Path, mine: list[list[int]], *, may: bool = False, ref: st
     _outputs(tmp_path / "runs" / "REF", [[1, 2, 3], [4, 5, 6]])
     run = _outputs(tmp_path / "runs" / "mine", mine)
     notes: list[str] = []
-    steps = SimpleNamespace(camp=camp, runs_root=tmp_path / "runs")
+    steps = SimpleNamespace(camp=camp, runs_root=tmp_path / "runs")  # the two fields and one method it reads
+    steps._titles_from = lambda k: CellSteps._titles_from(steps, k)  # type: ignore[arg-type]
     news = SimpleNamespace(note=notes.append)
     made = _Listed(lambda name: None)  # what the cell's steps hold of the first workload's run
     made.folder = run

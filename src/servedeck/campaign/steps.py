@@ -137,7 +137,7 @@ class CellSteps:
         if got["verdict"] != "differs":
             return None
         first = next(r for r in got["rows"] if r["verdict"] == "differs")
-        left = [w.title for w in self.camp.file.workloads[1:]]
+        left = self._titles_from(1)
         why = (f"greedy outputs differ from {ref.name}'s (campaign.reference_run): {got['identical']}/{got['prompts']}"
                f" prompts identical, the first difference at prompt {first.get('index')}, "
                f"{first.get('unit') or 'token'} {first.get('position')}; not measured further")
@@ -147,11 +147,15 @@ class CellSteps:
     def _cut_short(self, k: int, err: Optional[BaseException]) -> C.Ending:
         """The cell was stopped with workloads k… not started: the ending names them (campaign.json keeps them
         as `not_started`), after how the one running ended, if one was."""
-        left = [w.title for w in self.camp.file.workloads[k:]]
+        left = self._titles_from(k)
         why = getattr(err, "message", None) or (f"{type(err).__name__}: {err}" if err is not None else "")
         never = f"never started: {', '.join(left)}" if left else ""
         return C.Ending(C.CellState.FAILED, "; ".join(x for x in (why, never) if x) or "stopped",
                         fields={"not_started": left})
+
+    def _titles_from(self, k: int) -> list[str]:
+        """The titles of the campaign's workloads k… (those a cell stopped early never started)."""
+        return [w.title for w in self.camp.file.workloads[k:]]
 
     def _where(self, k: int) -> Entry:
         """Where workload k of the campaign file is read; the first one answers the output check when the
