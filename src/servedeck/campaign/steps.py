@@ -124,10 +124,12 @@ class CellSteps:
         this node cannot read (a Ray node with results of its own) is said, and the cell goes on: the campaign's
         owner compares them afterwards (the tune does)."""
         ref_name = self.camp.head.reference_run
-        run = next((m.folder for m in made if m.folder is not None and (m.folder / outputs.FILE).exists()), None)
-        if ref_name is None or run is None or self.camp.variant(cell.variant).outputs_may_differ:
+        if ref_name is None or self.camp.variant(cell.variant).outputs_may_differ:
             return None
-        ref = Path(ref_name) if Path(ref_name).is_absolute() else self.runs_root / ref_name
+        run = next((m.folder for m in made if m.folder is not None and (m.folder / outputs.FILE).exists()), None)
+        if run is None:
+            return None
+        ref = self.runs_root / ref_name  # a path given whole stays itself (pathlib joins onto an absolute one so)
         try:
             got = outputs.compare_runs(ref, run)
         except ServedeckError as e:
