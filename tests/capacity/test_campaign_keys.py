@@ -41,8 +41,21 @@ def test_slo_tables_are_parsed_by_name():
     (('max = 8\n', 'max = 8\nconcurrency = [1, 2]\n'), "a capacity workload chooses its loads itself"),
     (('kind = "capacity"', 'kind = "chat"'), "only a kind = \"capacity\" workload takes"),
     (('resolution = "10%"', 'resolution = "ten"'), "resolution: 'ten' is not a percentage or a number"),
+    (('max = 8\n', 'max = 8\nstop_below = { fast = 2.0 }\n'),
+     "stop_below.fast: not an SLO this workload searches under (slo = ['interactive', 'batch'])"),
+    (('max = 8\n', 'max = 8\nstop_below = { batch = 0 }\n'),
+     "stop_below.batch: expected good requests/s per GPU above 0, got 0"),
 ])
 def test_mistakes_are_refused_naming_the_key(change, expect):
     with pytest.raises(ConfigError) as e:
         parse(GOOD.replace(*change), Path("c.toml"))
     assert expect in e.value.message
+
+
+def test_stop_below_holds_the_search_under_its_slo_only():
+    from servedeck.workloads.capacity import campaign_specs
+
+    camp = parse(GOOD.replace("max = 8\n", "max = 8\nstop_below = { batch = 2.5 }\n"), Path("c.toml"))
+    specs = campaign_specs(camp.file.workloads[0], camp.slos)
+    assert [(s.slo.name, s.stop_below) for s in specs] == [("interactive", None), ("batch", 2.5)]
+    assert specs[1].search_json()["stop_below"] == 2.5 and "stop_below" not in specs[0].search_json()

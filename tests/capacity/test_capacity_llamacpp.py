@@ -37,9 +37,9 @@ def _ttft_p50(cfg, concurrency: list[int]) -> list[float]:
     return [p["figures"]["ttft_ms"]["p50"] for p in load(out.folder)["points"]]
 
 
-def _search(cfg, slo_text: str) -> tuple[dict, dict]:
+def _search(cfg, slo_text: str, stop_below: float | None = None) -> tuple[dict, dict]:
     cspec = CapacitySpec(find="max-concurrency", slo=parse_slo(slo_text), bench=BenchSpec(shapes=(), **POINT),
-                         resolution=Resolution(absolute=1))
+                         resolution=Resolution(absolute=1), stop_below=stop_below)
     out = Outcome()
     with measured(cfg, "smollm2", False, out) as target:
         run_loop(capacity(target, cspec, gate_mode=False, outcome=out))
@@ -47,13 +47,21 @@ def _search(cfg, slo_text: str) -> tuple[dict, dict]:
 
 
 @pytest.fixture(scope="module")
-def mid_range_search(capacity_config, capacity_home, llama, tmp_path_factory):
+def mid_range_slo(capacity_config, capacity_home, llama, tmp_path_factory) -> str:
     with pytest.MonkeyPatch.context() as mp:  # module scope: the per-test home and results are not set yet
         mp.setenv("SERVEDECK_HOME", str(capacity_home))
         mp.setenv("SERVEDECK_RESULTS", str(tmp_path_factory.mktemp("capacity-results")))
         one, four = _ttft_p50(capacity_config, [1, 4])
         limit_ms = math.sqrt(one * four)
-        return _search(capacity_config, f"ttft_p50<={limit_ms:.1f}ms,error_rate<=0%")
+        return f"ttft_p50<={limit_ms:.1f}ms,error_rate<=0%"
+
+
+@pytest.fixture(scope="module")
+def mid_range_search(capacity_config, capacity_home, mid_range_slo, tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SERVEDECK_HOME", str(capacity_home))
+        mp.setenv("SERVEDECK_RESULTS", str(tmp_path_factory.mktemp("capacity-results")))
+        return _search(capacity_config, mid_range_slo)
 
 
 def test_the_search_settles(mid_range_search):
@@ -106,6 +114,30 @@ def test_each_step_says_why_and_judges_every_threshold(mid_range_search):
 def test_the_run_summary_carries_the_capacity(mid_range_search):
     doc, view = mid_range_search
     assert view["capacity"]["capacity"] == doc["capacity"]
+
+
+def test_a_search_held_to_a_floor_it_cannot_carry_stops_at_its_first_failing_load(capacity_config, mid_range_slo):
+    """stop_below = 1000 good req/s, far past what this server carries: at the first load that fails, the requests it
+    completed a second bound every load below it, so the search ends there, `below floor`, measured once, never
+    bisected. A search whose every load passes up to the engine's slots (a box that sped up), or whose smallest load
+    fails (one that slowed down), has no passing and failing pair to bound, and the floor is not judged."""
+    doc, view = _search(capacity_config, mid_range_slo, stop_below=1000.0)
+    assert doc["stop_below"] == 1000.0 and doc["floor"] == 1000.0  # a CPU launch: per launch
+    hi = doc["boundary"]["min_failing"]
+    print(f"\nsteps {[(s['load'], s['passed']) for s in doc['steps']]}: {doc['verdict']}")
+    if hi is None or doc["boundary"]["max_passing"] is None:
+        assert doc["verdict"] in ("capped", "fails at smallest load") and doc["below_floor"] is None
+        return
+    last = doc["steps"][-1]
+    assert doc["verdict"] == "below floor" and (last["load"], last["passed"]) == (hi, False)
+    assert [s["load"] for s in doc["steps"]].count(hi) == 1  # not measured again, nothing bisected below it
+    j = last["judged"]
+    completed = (j["measured"] - j["failed_requests"]) / j["window_s"]
+    passing = [s["judged"]["goodput_request_s"] for s in doc["steps"] if s["passed"]]
+    assert doc["below_floor"]["ceiling"] == pytest.approx(max([completed, *passing]))
+    assert doc["below_floor"]["ceiling"] < 1000.0
+    cap = view["capacity"]
+    assert cap["verdict"] == "below floor" and cap["below_floor"]["at"] == hi and cap["capacity"] == doc["capacity"]
 
 
 def test_an_slo_no_load_meets_fails_at_the_smallest_load(capacity_config, llama):

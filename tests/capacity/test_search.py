@@ -207,3 +207,73 @@ def test_streams_that_sent_enough_or_an_open_loop_say_nothing_of_it():
     assert not [n for n in r["notes"] if "a stream" in n]
     r = run(lambda load, n: {**point(load <= 150), "measured": 3, "window_s": 4.0}, start=32, integer=False)
     assert not [n for n in r["notes"] if "a stream" in n]
+
+
+# --- a floor (a campaign's stop_below, the tune's best so far) -------------------------------------------
+
+def rated(load: float, boundary: float, per_stream: float = 0.5) -> dict:
+    """A closed-loop point whose streams each complete `per_stream` requests a second (throughput c × that, all
+    of them good where the load passes), in a 10-s window."""
+    passed = load <= boundary
+    done = int(load * per_stream * 10)
+    return {**point(passed), "measured": done, "failed_requests": 0, "window_s": 10.0,
+            "goodput_request_s": done / 10 if passed else 0.0}
+
+
+def test_a_search_stops_at_its_first_failing_load_once_it_cannot_carry_its_floor():
+    # boundary 37, half a request a second a stream: 64 (the first failing load) completes 32 a second, so no load
+    # below it carries more than 32, under a floor of 40: stopped there, nothing bisected or measured again
+    r = run(lambda load, n: rated(load, 37), floor=40.0)
+    assert r["verdict"] == "below floor"
+    assert [s["load"] for s in r["steps"]] == [1, 2, 4, 8, 16, 32, 64]
+    assert r["capacity"] == 32 and r["boundary"]["min_failing"] == 64
+    assert r["below_floor"] == {"floor": 40.0, "ceiling": 32.0, "at": 64,
+                                "from": "the requests completed a second at c=64, which failed"}
+    assert any(n.startswith("below its floor: no load below c=64 can carry more than 32 good req/s") for n in r["notes"])
+
+
+def test_a_floor_the_search_can_still_reach_changes_nothing():
+    # the answer is 18.5 (c=37); every failing load above it completes more than 18 a second
+    free = run(lambda load, n: rated(load, 37))
+    held = run(lambda load, n: rated(load, 37), floor=18.0)
+    assert held["verdict"] == free["verdict"] == "found"
+    assert [s["load"] for s in held["steps"]] == [s["load"] for s in free["steps"]]
+    assert held["below_floor"] is None and held["floor"] == 18.0
+
+
+def test_the_ceiling_tightens_as_the_boundary_narrows():
+    # 64 completes 32 a second, above a floor of 25; bisecting, a lower failing load (40: 20 a second) is below it
+    r = run(lambda load, n: rated(load, 37), floor=25.0)
+    assert r["verdict"] == "below floor"
+    loads = [s["load"] for s in r["steps"]]
+    assert loads[:7] == [1, 2, 4, 8, 16, 32, 64] and len(loads) > 7
+    assert r["below_floor"]["at"] == r["boundary"]["min_failing"] < 64
+    assert r["below_floor"]["ceiling"] == r["boundary"]["min_failing"] / 2 < 25
+
+
+def test_a_floor_is_not_judged_before_a_load_has_failed():
+    # every load passes (capped at 16, 8 a second there): however high the floor, the search ends as it would
+    r = run(lambda load, n: rated(load, 1000), cap=16, cap_reason="the engine's 16 slots", floor=1000.0)
+    assert r["verdict"] == "capped" and r["below_floor"] is None
+
+
+def test_a_passing_load_that_carried_more_than_the_failing_one_sets_the_ceiling():
+    # the failing load's window completed fewer than the passing one's good requests (a collapse past the
+    # boundary): the answer could be that passing load's figure, so the ceiling is the larger of the two
+    def measure(load: float, n: int) -> dict:
+        judged = rated(load, 37)
+        return {**judged, "measured": 5} if load == 64 else judged
+
+    r = run(measure, floor=17.0)
+    assert r["verdict"] == "below floor" and r["below_floor"]["ceiling"] == 16.0
+    assert r["below_floor"]["from"] == "the good req/s at c=32, which passed"
+    assert run(measure, floor=16.0)["verdict"] == "found"  # 16 could still be carried: not below it
+
+
+def test_a_client_bound_failure_sets_no_ceiling():
+    # 64 fails client-bound twice: no verdict, so nothing bounds the search and the floor is not judged
+    def measure(load: float, n: int) -> dict:
+        return {**rated(load, 37), "client_bound": True, "client_reasons": ["lag"]} if load == 64 else rated(load, 37)
+
+    r = run(measure, floor=1000.0)
+    assert r["verdict"] == "client-bound" and r["below_floor"] is None

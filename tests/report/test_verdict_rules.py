@@ -102,6 +102,22 @@ def test_each_bound_names_the_step_that_would_decide_it():
                      "searching": "a search that runs to its end (the campaign resumed)"}
 
 
+def test_a_search_stopped_below_its_floor_is_a_bound_that_cannot_reach_the_leader():
+    # stop_below: the search stopped at its first failing load, whose completed rate (12 a second) is the most
+    # any load below it could carry; under the leader's 50 that bound decides nothing against it
+    low = _view("low", 8, 10.0, "below floor")
+    low["capacity"]["below_floor"] = {"floor": 40.0, "ceiling": 12.0, "at": 16, "from": "…"}
+    (row,) = [r for r in capacity_rows([low]) if r["variant"] == "low"]
+    assert (row["bound"], row["ceiling_per_gpu"], row["steps"]) == (
+        True, 12.0, ["a search without `stop_below` (this one stopped once no load could carry it)"])
+    rec = _rec([_view("exact", 16, 50.0), low])
+    assert (rec["verdict"], rec["best"], rec["next"]) == ("recommended", "exact", "low")
+    assert pair(capacity_rows([_view("exact", 16, 50.0)])[0], row)["verdict"] == "A"
+    # a ceiling above the leader's figure could still exceed it: undecided, as any bound
+    low["capacity"]["below_floor"]["ceiling"] = 60.0
+    assert _rec([_view("exact", 16, 50.0), low])["verdict"] == "undecided"
+
+
 def test_a_cap_the_engine_set_is_its_limit_not_a_bound():
     # at the engine's slots (or what its KV cache holds at once) more users only queue: the search found
     # the most this launch runs at once, so its capacity is a figure (workloads/capacity.py caps)

@@ -146,6 +146,9 @@ def capacity_rows(views: list[dict[str, Any]], outputs: Optional[dict[str, dict[
         tok = [per_gpu(c.get("output_tok_s"), gpus) for c in with_cap]
         good = [g for g in (per_gpu(c.get("goodput_request_s"), gpus) for c in with_cap) if g is not None]
         steps = [s for s in dict.fromkeys(bound_step(c) for c in with_cap) if s]
+        # every repeat stopped below its floor (stop_below): its figure is a bound, and so is what it could reach
+        ceilings = [x for x in (per_gpu((c.get("below_floor") or {}).get("ceiling"), gpus) for c in caps)
+                    if x is not None]
         gates = [_gate_of(v) for v in vs]
         energy = mean_at_capacity(vs)
         rows.append({"slo": slo, "slo_text": caps[0].get("slo_text"), "variant": variant, "find": caps[0]["find"],
@@ -154,6 +157,7 @@ def capacity_rows(views: list[dict[str, Any]], outputs: Optional[dict[str, dict[
                      "interval": _interval(loads), "repeats": len(caps), "gpus": gpus,
                      "goodput_per_gpu": _mean(good), "goodputs_per_gpu": good, "goodput_interval": _interval(good),
                      "output_tok_s_per_gpu": _mean(tok), "bound": bool(steps), "steps": steps,
+                     "ceiling_per_gpu": max(ceilings) if caps and len(ceilings) == len(caps) else None,
                      "outputs": (outputs or {}).get(variant) if outputs else None, "checked": bool(outputs),
                      "binding": caps[-1].get("binding"), "verdicts": [c["verdict"] for c in caps],
                      "gates": gates, "gate": ", ".join(dict.fromkeys(gates)),

@@ -29,6 +29,7 @@ BOUND_STEPS = {
     "unstable above": "repeats (campaign `repeats`)",
     "step budget spent": "a search with more steps",
     "searching": "a search that runs to its end (the campaign resumed)",
+    "below floor": "a search without `stop_below` (this one stopped once no load could carry it)",
 }
 
 
@@ -116,8 +117,9 @@ def recommendations(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         lead, rest = ranked[0], ranked[1:]
         figure = {k: lead[k] for k in ("variant", "find", "capacity", "bound", "goodput_per_gpu",
                                        "output_tok_s_per_gpu", "goodput_interval", "repeats")}
-        # a lower bound at or below the leader's figure could still exceed it: nothing is decided by it
-        open_ = [r for r in rest if r["bound"]]
+        # a lower bound at or below the leader's figure could still exceed it: nothing is decided by it, unless its
+        # search stopped below its floor with a ceiling under the leader's figure (stop_below: it cannot reach it)
+        open_ = [r for r in rest if r["bound"] and not below(r, lead["goodput_per_gpu"])]
         if open_:
             out.append({**head, **figure, "verdict": "undecided", "best": None, "leading": lead["variant"],
                         "undecided": [{"variant": r["variant"], "goodput_per_gpu": r["goodput_per_gpu"],
@@ -135,6 +137,13 @@ def recommendations(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def below(row: dict[str, Any], figure: Optional[float]) -> bool:
+    """Whether a row's bound is decided against `figure` anyway: its every search stopped below its floor
+    (stop_below) with a ceiling, the most it could carry, under `figure`."""
+    ceiling = row.get("ceiling_per_gpu")
+    return ceiling is not None and figure is not None and ceiling < figure
+
+
 def pair(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     """`compare A B` under one SLO (two capacity_rows rows): which carries more good requests/s per GPU.
     verdict "A" | "B" | "same" | "undecided" (the lower figure is a bound: it could still exceed the other;
@@ -146,7 +155,8 @@ def pair(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     change = gb / ga - 1 if ga else None
     qualifier = "at least " if b["bound"] and not a["bound"] else "at most " if a["bound"] and not b["bound"] else ""
     low = b if gb < ga else a if ga < gb else (b if b["bound"] else a if a["bound"] else None)
-    if low is not None and low["bound"]:
+    high = a if low is b else b
+    if low is not None and low["bound"] and not below(low, high["goodput_per_gpu"]):
         return {"verdict": "undecided", "change": change, "qualifier": qualifier,
                 "open": "B" if low is b else "A", "step": "; ".join(low["steps"]) or "-"}
     verdict = "same" if ga == gb else "B" if gb > ga else "A"

@@ -6,8 +6,9 @@ point of one run folder, of the chat or long-prompt kind.
         requests.jsonl, summary.json   every measured point, as `servedeck bench` writes them
         search.json                    every step (load, figures against each threshold, its energy where
                                        the GPUs were sampled, why up or down),
-                                       the boundary, the binding constraint, cliff or smooth; rewritten
-                                       after each step, so an interrupted search keeps what it found
+                                       the boundary, the binding constraint, cliff or smooth, and where a
+                                       `stop_below` floor ended it, `below_floor`; rewritten after each
+                                       step, so an interrupted search keeps what it found
 
 Each step is `bench.run_point` with fresh prompts (a new point index, a new nonce), judged from the
 records it wrote (servedeck.slo.judge). An open-loop point the server cannot keep up with is ended
@@ -36,7 +37,7 @@ from servedeck.workloads.points import fitted as points_fitted, run_point, shape
 from servedeck.workloads.reporter import Reporter
 from servedeck.workloads.search import Resolution, Search, SearchOptions, parse_resolution
 from servedeck.workloads.shape import Entry, Key, Kind, Option
-from servedeck.workloads.target import Target
+from servedeck.workloads.target import Target, layout_facts
 
 Find = Literal["max-concurrency", "max-rate"]
 FINDS = ("max-concurrency", "max-rate")
@@ -67,6 +68,7 @@ class CapacitySpec:
     max_steps: int = 30
     cap: Optional[float] = None  # once fitted to the server: the highest load the search may try
     cap_reason: Optional[str] = None  # and what set it
+    stop_below: Optional[float] = None  # good req/s per GPU (per launch on CPU) it must be able to carry (search.py)
 
     @property
     def kind_of_steps(self) -> str:
@@ -97,7 +99,7 @@ class CapacitySpec:
         """What search.json says of the search."""
         return {"find": self.find, "slo": self.slo.to_json(), "max": self.max_load,
                 "resolution": self.resolution.text, "start": self.start or 1.0, "arrivals": self.arrivals,
-                "max_steps": self.max_steps}
+                "max_steps": self.max_steps, **({"stop_below": self.stop_below} if self.stop_below is not None else {})}
 
     def to_json(self) -> dict[str, Any]:
         """The run's workload entry: its steps' load points, the search beside them (its cap once fitted)."""
@@ -227,6 +229,16 @@ def step_energy(figures: dict[str, Any]) -> Optional[dict[str, Any]]:
                                     "mean_power_w", "max_share_of_limit")}
 
 
+def _floor(cspec: CapacitySpec, target: Target) -> Optional[float]:
+    """stop_below (per GPU, as reports rank) as good req/s of the whole launch, which the search measures."""
+    if cspec.stop_below is None:
+        return None
+    gpus = target.extra.get("gpus_used")
+    if gpus is None:
+        gpus = layout_facts([target.cfg.models[t.name] for t in target.replicas])["gpus_used"]
+    return cspec.stop_below * (gpus or 1)
+
+
 def _mark_failed(folder: RunFolder, index: int, reason: str) -> None:
     points = [dict(p, status="failed", reason=reason) if p.get("index") == index else p
               for p in folder.summary.get("points", [])]
@@ -252,7 +264,8 @@ def headline(doc: dict[str, Any]) -> dict[str, Any]:
             "goodput_request_s": at.get("goodput_request_s"), "output_tok_s": at.get("output_tok_s"),
             "j_per_output_token": (at.get("energy") or {}).get("j_per_output_token"),
             "energy_source": (at.get("energy") or {}).get("energy_source"),
-            "point": at.get("point"), "client_procs": doc.get("client_procs"), "file": SEARCH_FILE}
+            "point": at.get("point"), "client_procs": doc.get("client_procs"), "file": SEARCH_FILE,
+            **({"below_floor": doc["below_floor"]} if doc.get("below_floor") else {})}
 
 
 def fitted(cspec: CapacitySpec, target: Target, ctx: int) -> CapacitySpec:
@@ -274,7 +287,7 @@ async def run(cspec: CapacitySpec, target: Target, ctx: int, folder: RunFolder, 
     start = min(cspec.start or 1.0, cap)
     search = Search(SearchOptions(start=start, cap=cap, cap_reason=cspec.cap_reason, resolution=cspec.resolution,
                                   integer=cspec.find == "max-concurrency", max_steps=cspec.max_steps,
-                                  procs=spec.client_procs))
+                                  procs=spec.client_procs, floor=_floor(cspec, target)))
     index = 0
     while (load := search.next_load()) is not None:
         reporter.stage(f"capacity step {index + 1}: {search.why_next}")
@@ -301,9 +314,10 @@ OPTIONS = (
     Option("resolution", ("--resolution",), Optional[str], None, "--find: how close the boundary must be, 10% "
            "(default) of the first failing load, or a step like 2"),
 )
-CAPACITY_KEYS = ("find", "slo", "max", "resolution", "start")
+CAPACITY_KEYS = ("find", "slo", "max", "resolution", "start", "stop_below")
 KEYS = (Key("find", Optional[Literal["max-concurrency", "max-rate"]]), Key("slo", list[str], []),
-        Key("max", Optional[float]), Key("resolution", Optional[str]), Key("start", Optional[float]))
+        Key("max", Optional[float]), Key("resolution", Optional[str]), Key("start", Optional[float]),
+        Key("stop_below", Optional[dict[str, float]]))
 
 
 def from_options(o: Any) -> CapacitySpec:
@@ -341,6 +355,12 @@ def check_entry(w: Any) -> None:
             parse_resolution(w.resolution)
         except UsageError as e:
             raise ValueError(e.message.replace("--resolution", "resolution")) from None
+    for name, floor in (w.stop_below or {}).items():
+        if name not in w.slo:
+            raise ValueError(f"stop_below.{name}: not an SLO this workload searches under (slo = {w.slo}): "
+                             f'key it by one of them, like stop_below = {{ {(w.slo or ["interactive"])[0]} = 2.5 }}')
+        if not floor > 0:
+            raise ValueError(f"stop_below.{name}: expected good requests/s per GPU above 0, got {floor:g}")
 
 
 def file_problems(w: Any, i: int, where: Entry) -> list[str]:
@@ -354,7 +374,8 @@ def campaign_specs(w: Any, slos: dict[str, SloSpec]) -> list[CapacitySpec]:
     requests as `servedeck bench --workload chat` would with the same keys."""
     bench = replace(points_from_entry(chat.POINTS, w, Entry()), shapes=())
     return [CapacitySpec(find=w.find, slo=slos[name], bench=bench, max_load=w.max,
-                         resolution=parse_resolution(w.resolution or "10%"), start=w.start, arrivals=w.arrivals)
+                         resolution=parse_resolution(w.resolution or "10%"), start=w.start, arrivals=w.arrivals,
+                         stop_below=(w.stop_below or {}).get(name))
             for name in w.slo]
 
 

@@ -23,6 +23,12 @@ of CPU (judged "client_kind" "short"), the second measure uses more client proce
 cores allow (loadgen/pace.py `more_procs`), and every later step keeps them; where its lag came from a busy host
 ("lag"), more processes would not help and the same count measures again.
 `max_steps` bounds the search.
+Floor (`floor`, good req/s of the launch; a campaign's `stop_below`, the tune's best so far): once a load has
+failed every time, the search's answer can be no more than its ceiling, the larger of the request rate completed
+at that first failing load and the good req/s of every passing load below it (the answer is measured at one of
+those): under a load that does not fall in throughput as it rises (a closed loop's c / latency, or an open loop
+below collapse), nothing between them carries more. A ceiling below the floor ends the search there,
+`below floor`, its bisection and re-measures never run: the launch cannot carry what it was held to.
 """
 
 from __future__ import annotations
@@ -65,6 +71,7 @@ def parse_resolution(text: str) -> Resolution:
     return Resolution(relative=value) if t.endswith("%") else Resolution(absolute=value)
 
 
+BELOW_FLOOR = "below floor"  # the verdict of a search stopped by its floor
 FEW_PER_STREAM = 8  # requests a closed-loop stream sends in a step, below which its figure is coarse (a note)
 
 
@@ -77,6 +84,7 @@ class SearchOptions:
     integer: bool = True  # concurrency: whole numbers; rate: any positive number
     max_steps: int = 30
     procs: int = 1  # client processes the search starts with (--client-procs); it adds some where the client is short
+    floor: Optional[float] = None  # good req/s the launch must be able to carry, else the search stops (below floor)
 
 
 @dataclass
@@ -101,6 +109,7 @@ class Search:
         self._said_coarse = False  # the note on streams that each sent few requests is said once
         self.procs = opts.procs  # client processes for the next step: only ever raised, when the client was short
         self.procs_why = f"{opts.procs} client process{'es' if opts.procs > 1 else ''}, as asked"
+        self._below: Optional[dict[str, Any]] = None  # the ceiling that ended the search below its floor
 
     # --- what was measured -------------------------------------------------------------------------
     def _runs(self, load: float) -> list[bool]:
@@ -120,6 +129,42 @@ class Search:
 
     def _unstable(self) -> list[float]:
         return [x for x in self._loads() if len(set(self._runs(x))) > 1]
+
+    def ceiling(self) -> Optional[dict[str, Any]]:
+        """The most good req/s this search can still end with (the floor's docs above), once a load has failed every
+        time it was measured: {"ceiling", "at" (the first failing load), "from" (what set it)}; None before, or
+        where the failing load's figures have no window."""
+        lo, hi = self._bracket()
+        if hi is None:
+            return None
+        rates = [r for r in (_completed_rate(s.judged) for s in self.steps
+                             if s.load == hi and not s.judged.get("client_bound")) if r is not None]
+        if not rates:
+            return None
+        goods = [(float(s.judged["goodput_request_s"]), s.load) for s in self.steps
+                 if s.load < hi and s.judged["passed"] and not s.judged.get("client_bound")
+                 and s.judged.get("goodput_request_s") is not None]
+        best_good = max(goods, default=None)
+        if best_good is not None and best_good[0] > max(rates):
+            return {"ceiling": best_good[0], "at": hi,
+                    "from": f"the good req/s at {self._label(best_good[1])}, which passed"}
+        return {"ceiling": max(rates), "at": hi, "from": f"the requests completed a second at {self._label(hi)}, "
+                                                         "which failed"}
+
+    def _below_floor(self) -> bool:
+        """Whether the search ends here because its ceiling is below its floor (said in a note, kept for result)."""
+        if self.opts.floor is None:
+            return False
+        top = self.ceiling()
+        if top is None or not top["ceiling"] < self.opts.floor:
+            return False
+        self._below = {"floor": self.opts.floor, **top}
+        self.notes.append(f"below its floor: no load below {self._label(top['at'])} can carry more than "
+                          f"{top['ceiling']:.3g} good req/s ({top['from']}; throughput taken not to fall as load "
+                          f"rises), below the {self.opts.floor:.3g} it was held to: the search stopped there, "
+                          "before narrowing the boundary")
+        self._verdict = BELOW_FLOOR
+        return True
 
     # --- decisions ---------------------------------------------------------------------------------
     def next_load(self) -> Optional[float]:
@@ -321,6 +366,8 @@ class Search:
             self.notes.append(f"the SLO fails already at the smallest load, {self._label(hi)}")
             self._verdict = "fails at smallest load"
             return None
+        if self._below_floor():
+            return None
         if hi - lo > o.resolution.width(hi):
             step = self._narrow(lo, hi)
             if step is not None and not self._runs(step[0]):
@@ -344,9 +391,19 @@ class Search:
                 "cap": {"load": self.opts.cap, "reason": self.opts.cap_reason},
                 "resolution": self.opts.resolution.text, "notes": list(self.notes),
                 "client_procs": {"count": self.procs, "why": self.procs_why},
+                "floor": self.opts.floor, "below_floor": self._below,
                 "steps": [{"step": i + 1, "load": s.load, "phase": s.phase, "why": s.why, "then": s.then,
                            "passed": s.judged["passed"], "client_procs": s.judged.get("client_procs"),
                            "judged": s.judged} for i, s in enumerate(self.steps)]}
+
+
+def _completed_rate(judged: Judged) -> Optional[float]:
+    """Requests a point completed a second (failed ones left out), over its window; None without a window."""
+    window = judged.get("window_s") or 0.0
+    measured = judged.get("measured")
+    if window <= 0 or measured is None:
+        return None
+    return (measured - (judged.get("failed_requests") or 0)) / window
 
 
 CLIFF_RATIO = 2.0  # TTFT at the first failing load at least this many times the last passing one's
