@@ -86,6 +86,19 @@ def test_a_searched_trial_is_held_against_the_starters_run_as_soon_as_it_answers
     assert off.trial_campaign("t2", {"args.parallel": 2}, reference_run="/r").head.reference_run is None
 
 
+def test_a_searched_trials_capacity_search_is_held_to_the_best_so_far():
+    t = parse(HEAD + SEARCH, PATH)
+    c = t.trial_campaign("t2", {"args.parallel": 2}, stop_below=1.25)
+    (cap,) = [w for w in c.file.workloads if w.kind == "capacity"]
+    assert cap.stop_below == {"chat": 1.25}
+    assert t.trial_campaign("t2", {"args.parallel": 2}).file.workloads[-1].stop_below is None
+    assert t.space.prune is True
+    assert parse(HEAD + SEARCH.replace("trials = 3", "trials = 3\nprune = false"), PATH).space.prune is False
+    assert "search.prune: expected true or false" in _error(HEAD + SEARCH.replace("trials = 3", 'trials = 3\nprune = "no"'))
+    assert "workloads[0].stop_below: a tune sets it itself" in _error(
+        HEAD.replace("max = 4", "max = 4\nstop_below = { chat = 2.0 }") + SEARCH)
+
+
 def test_a_tune_needs_a_capacity_workload():
     text = HEAD.split("[[workloads]]")[0] + '[[workloads]]\nkind = "chat"\nconcurrency = [1]\n' + SEARCH
     assert 'workloads: a tune needs a capacity workload (kind = "capacity"' in _error(text)

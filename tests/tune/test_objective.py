@@ -64,6 +64,22 @@ def test_a_trial_stopped_at_its_output_check_is_refused_for_its_answers_not_its_
     assert crashed.verdict == "outputs-differ" and "its cell then failed: the server died" in crashed.why
 
 
+def test_a_search_stopped_below_the_best_is_pruned_naming_what_it_was_held_to():
+    stopped = {**row(0.9, bound=True, steps=["a search without `stop_below`"]), "ceiling_per_gpu": 1.2}
+    v = O.judge(DONE, stopped, same(), {"value": 1.5, "trial": "starter"})
+    assert (v.verdict, v.tell, v.value) == ("below-best", "pruned", None)
+    assert "no load could carry more than 1.2 good req/s per GPU, below the best so far, 1.5 (starter's)" in v.why
+    assert O.judge(DONE, row(1.6), same(), {"value": 1.5, "trial": "starter"}).verdict == "measured"
+
+
+def test_a_trial_stopped_below_the_best_leaves_the_leader_decided():
+    # its figure is a bound, but one with a ceiling under the leader's: it cannot exceed it
+    stopped = {"trial": "t2", "outputs": same(),
+               "row": {**row(0.9, bound=True, steps=["a search without `stop_below`"]), "ceiling_per_gpu": 1.2}}
+    best = O.best([_trial("starter", 1.5), stopped], "chat")
+    assert (best["verdict"], best["best"], best["next"]) == ("recommended", "starter", "t2")
+
+
 def test_a_cell_that_failed_or_timed_out_is_pruned_with_its_reason():
     v = O.judge({"state": "failed", "reason": "llama-server exited with 1"}, None, None)
     assert (v.verdict, v.tell) == ("failed", "pruned") and "exited with 1" in v.why

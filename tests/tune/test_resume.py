@@ -140,3 +140,22 @@ def test_the_threads_the_starters_engine_took_at_boot_place_it_in_the_space(deck
     assert values["args.threads"] == 2 and set(values) == {"args.parallel", "args.batch-size", "args.threads"}
     v = run._measure("t1", dict(values))
     assert (v.verdict, v.value) == ("repeated", 1.5) and "starter" in v.why
+
+
+def test_a_searched_trial_is_held_to_the_leaders_figure_when_it_starts(deck_config, tmp_path, monkeypatch):
+    monkeypatch.setenv("SERVEDECK_RESULTS", str(tmp_path / "results"))
+    run = _run(deck_config, tmp_path, resume=False)
+    f = run.folder
+    assert run._floor("t1") is None  # nothing measured yet: nothing to hold it to
+    row = {"slo": "chat", "slo_text": "ttft_p50<=10m", "variant": "starter", "find": "max-concurrency",
+           "capacity": 2.0, "capacity_per_gpu": 2.0, "bound": False, "steps": [], "goodput_per_gpu": 1.5,
+           "goodputs_per_gpu": [1.5], "output_tok_s_per_gpu": 12.0, "goodput_interval": None, "repeats": 1,
+           "result": True, "gate": "passed"}
+    f.begin_trial("starter", None, {}, None)
+    f.update_trial("starter", state="done", verdict="measured", value=1.5, tell=None, row=row,
+                   outputs={"reference": "starter", "may_differ": False, "check": "reference"})
+    assert run._floor("t1") == {"value": 1.5, "trial": "starter"}
+    assert run._floor("starter") is None  # the starter is the baseline: measured whole
+    off = TUNE.replace("seed = 0", "seed = 0\nprune = false")
+    (tmp_path / "off.toml").write_text(off)
+    assert TuneRun(deck_config, parse(off, tmp_path / "off.toml"), False)._floor("t1") is None

@@ -2,8 +2,8 @@
 why, in the tune's own words (tune.json), so the page says what a search already ruled out and nobody launches it
 again by hand. Pure but for reading the tune folders; nothing is launched or measured here.
 
-A trial lost when it ended in a pruned verdict (broke-rule, invalid, no-fit, failed, gate-failed, outputs-differ:
-tune/objective.py, with its `why`), served nobody (no-capacity), was measured but not chosen (its figure against
+A trial lost when it ended in a pruned verdict (broke-rule, invalid, no-fit, failed, gate-failed, outputs-differ,
+below-best: tune/objective.py, with its `why`), served nobody (no-capacity), was measured but not chosen (its figure against
 the starter's), or was launched again in the verification and did not hold (its outcome and why: tune/verify.py).
 The starter is the baseline and the winner (the verification's, else the search's recommendation where the tune
 has verify = false) is what the tune kept: neither is refuted. A trial still running or interrupted has no verdict;

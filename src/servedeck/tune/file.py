@@ -7,7 +7,9 @@ trial's greedy outputs are held against the starter's (the model's entry as mode
 trial `starter`): the campaign's first workload answers the output check, or, a capacity search being unable
 to, the campaign puts its short `output check` run first (campaign/file.py OUTPUT_CHECK). A searched trial's
 campaign also names the starter's run as its `reference_run`, so a trial whose answers differ ends at that check,
-before its capacity search (campaign/steps.py).
+before its capacity search (campaign/steps.py), and, unless `prune = false`, holds the capacity search under the
+tune's SLO to the best figure so far (`stop_below`), so a trial that cannot reach it stops at its first failing load
+(workloads/search.py).
 """
 
 from __future__ import annotations
@@ -40,13 +42,18 @@ class Tune:
         return self.camp.name
 
     def trial_campaign(self, variant: str, values: dict[str, Any], lane: int = 0,
-                       reference_run: Optional[str] = None) -> Campaign:
+                       reference_run: Optional[str] = None, stop_below: Optional[float] = None) -> Campaign:
         """The one-variant campaign of a trial (ConfigError when a sampled value is wrong for a variant). `lane`:
         which of the trials running side by side (`tune --ray`) it is; its entry takes the port `lane` further on
         (campaign.port_offset), so two trials on one host never bind the same one. `reference_run`: the starter's
         run with the output check (its path), which the trial's own check is held against the moment it is
-        answered (campaign.reference_run): a trial that changes the answers is stopped before its capacity search."""
-        return _campaign(self.raw, self.path, f"{self.name}.{variant}", {variant: values}, self.space.check_outputs,
+        answered (campaign.reference_run): a trial that changes the answers is stopped before its capacity search.
+        `stop_below`: the best figure so far (good req/s per GPU), which the capacity search under the tune's SLO is
+        held to (workloads/search.py's floor): one that cannot reach it stops at its first failing load."""
+        raw = self.raw if stop_below is None else {**self.raw, "workloads": [
+            {**w, "stop_below": {self.slo: stop_below}} if self.slo in _slos_of(w) else w
+            for w in self.raw.get("workloads") or []]}
+        return _campaign(raw, self.path, f"{self.name}.{variant}", {variant: values}, self.space.check_outputs,
                          port_offset=lane, reference_run=reference_run)
 
     def verify_campaign(self, variants: dict[str, dict[str, Any]], repeats: int) -> Campaign:
@@ -77,9 +84,13 @@ def _campaign(raw: dict[str, Any], path: Path, name: Optional[str], variants: di
     return parse_campaign(tomlkit.dumps(body), path, body)
 
 
+def _slos_of(w: Any) -> list[str]:
+    """The SLOs a [[workloads]] entry searches under: a capacity workload's, else none."""
+    return list(w.get("slo") or []) if isinstance(w, dict) and w.get("kind") == "capacity" else []
+
+
 def _capacity_slos(raw: dict[str, Any]) -> list[str]:
-    return [s for w in raw.get("workloads") or [] if isinstance(w, dict) and w.get("kind") == "capacity"
-            for s in (w.get("slo") or [])]
+    return [s for w in raw.get("workloads") or [] for s in _slos_of(w)]
 
 
 def parse(text: str, path: Path) -> Tune:
@@ -98,6 +109,10 @@ def parse(text: str, path: Path) -> Tune:
         if key in head:
             problems.append(f"campaign.{key}: a tune sets it itself (each trial is one launch, held against the "
                             "starter: the model's entry as models.toml has it): drop it")
+    for i, w in enumerate(raw.get("workloads") or []):
+        if isinstance(w, dict) and "stop_below" in w:
+            problems.append(f"workloads[{i}].stop_below: a tune sets it itself (each trial's search is held to the best "
+                            "figure so far; [search] prune = false turns that off): drop it")
     try:
         space = parse_search(raw.get("search"))
     except SpaceError as e:

@@ -131,6 +131,8 @@ def _figure(t: dict[str, Any]) -> str:
         at = f" at {'c=' if row.get('find') == 'max-concurrency' else ''}{cap:g}" if cap is not None else ""
         tok = row.get("output_tok_s_per_gpu")
         return f"{ge}{_num(t.get('value'))} good req/s" + (f" ({ge}{tok:.1f} tok/s)" if tok is not None else "") + at
+    if t.get("verdict") == "below-best" and row.get("ceiling_per_gpu") is not None:
+        return f"≤ {_num(row['ceiling_per_gpu'])} good req/s (stopped below the best)"
     return "—"
 
 
@@ -178,7 +180,8 @@ def render_markdown(doc: dict[str, Any]) -> str:
     lines += _verification_lines(doc.get("verification"))
     lines += ["", "The starter is the model's entry as models.toml has it: every trial's greedy outputs are held "
               "against its, and it is the figure to beat. Pruned trials (verdicts other than measured and "
-              "no-capacity) tell the search their region is bad. `servedeck tune apply` writes the verified "
+              "no-capacity) tell the search their region is bad; a below-best trial's search stopped once no load "
+              "could carry the best figure so far. `servedeck tune apply` writes the verified "
               "winner into models.toml" + (" (this tune has verify = false: the best by one measurement each)."
                                            if not (doc.get("verify") or {}).get("top") else ".")]
     return "\n".join(lines) + "\n"

@@ -5,6 +5,9 @@ A trial ends in one of these verdicts (tune.json keeps the value; docs/tune.md s
     measured        its capacity search ran and its gate passed: the objective is its good requests/s per GPU
                     within the SLO at its capacity (a lower bound counts as its bound value, marked `bound`)
     no-capacity     no load searched met the SLO: objective 0 (a real figure: this region serves nobody)
+    below-best      its capacity search stopped once no load could carry the best figure so far (the starter's or
+                    a measured trial's, held to as its campaign's stop_below): its first failing load completed
+                    fewer requests a second than that; pruned, its figure a bound kept out of the ranking
     gate-failed     the gate did not pass: figures recorded, not a result; pruned
     outputs-differ  its greedy outputs differ from the starter's (unless outputs_may_differ); pruned. Its cell
                     stops at that check, before the capacity search (campaign.reference_run)
@@ -28,12 +31,12 @@ from typing import Any, Optional
 
 from servedeck.report.recommend import recommendations
 
-MEASURED, NO_CAPACITY = "measured", "no-capacity"
+MEASURED, NO_CAPACITY, BELOW_BEST = "measured", "no-capacity", "below-best"
 GATE_FAILED, OUTPUTS_DIFFER, BROKE_RULE = "gate-failed", "outputs-differ", "broke-rule"
 INVALID, NO_FIT, FAILED, INTERRUPTED = "invalid", "no-fit", "failed", "interrupted"
 REPEATED = "repeated"
 COMPLETE, PRUNED = "complete", "pruned"  # what the search is told (optuna TrialState names, lower case)
-LAUNCHED = frozenset({MEASURED, NO_CAPACITY, GATE_FAILED, OUTPUTS_DIFFER, FAILED, INTERRUPTED})
+LAUNCHED = frozenset({MEASURED, NO_CAPACITY, BELOW_BEST, GATE_FAILED, OUTPUTS_DIFFER, FAILED, INTERRUPTED})
 
 
 @dataclass(frozen=True)
@@ -88,9 +91,11 @@ def outputs_check(compared: Optional[dict[str, Any]], may_differ: bool) -> dict[
             "prompts": int(compared.get("prompts") or 0)}
 
 
-def judge(cell: dict[str, Any], row: Optional[dict[str, Any]], outputs: Optional[dict[str, Any]]) -> Verdict:
+def judge(cell: dict[str, Any], row: Optional[dict[str, Any]], outputs: Optional[dict[str, Any]],
+          floor: Optional[dict[str, Any]] = None) -> Verdict:
     """A launched trial's verdict from its cell's record (campaign.json: state, reason), its capacity row under the
-    tune's SLO (report/capacity.capacity_rows) and its outputs check (outputs_check)."""
+    tune's SLO (report/capacity.capacity_rows), its outputs check (outputs_check) and the floor its search was held
+    to ({"value": good req/s per GPU, "trial": whose figure it was}; None where none was)."""
     state = cell.get("state")
     if state == "pending":
         return Verdict(INTERRUPTED, None, why=cell.get("reason") or "interrupted")
@@ -115,6 +120,13 @@ def judge(cell: dict[str, Any], row: Optional[dict[str, Any]], outputs: Optional
         return Verdict(GATE_FAILED, PRUNED, why=f"gate {row.get('gate')}: its figures are not a result")
     if row.get("capacity") is None:
         return Verdict(NO_CAPACITY, COMPLETE, 0.0, why="no load searched met the SLO")
+    if row.get("ceiling_per_gpu") is not None:
+        whose = f" ({floor['trial']}'s)" if floor and floor.get("trial") else ""
+        held = f"{float(floor['value']):.3g}{whose}" if floor and floor.get("value") is not None else "its floor"
+        return Verdict(BELOW_BEST, PRUNED, why=f"its capacity search stopped at its first failing load: no load could "
+                                               f"carry more than {row['ceiling_per_gpu']:.3g} good req/s per GPU, "
+                                               f"below the best so far, {held}; search.prune = false measures such "
+                                               "a trial whole")
     good = row.get("goodput_per_gpu")
     bound = bool(row.get("bound"))
     why = ("a lower bound: " + "; ".join(row.get("steps") or []) + " would pin it down") if bound else None

@@ -562,8 +562,10 @@ class TuneRun:
         broken = sp.broken_rules(values)
         if broken:
             return O.before_launch(broken, []) or O.Verdict(O.BROKE_RULE, O.PRUNED)
+        floor = self._floor(name)
         try:
-            camp = self.tune.trial_campaign(name, values, lane, self._reference_run(name))
+            camp = self.tune.trial_campaign(name, values, lane, self._reference_run(name),
+                                            floor["value"] if floor else None)
             derived = C.derive(self.cfg, camp)
         except ConfigError as e:
             return O.Verdict(O.INVALID, O.PRUNED, why=e.message.replace(f"{self.tune.path}: ", ""))
@@ -578,7 +580,7 @@ class TuneRun:
         except ConfigError as e:
             return O.Verdict(O.INVALID, O.PRUNED, why=e.message.replace(f"{self.tune.path}: ", ""))
         port = derived.cfg.models[derived.models[name][0]].port if derived.models.get(name) else None
-        f.update_trial(name, campaign=runner.folder.path.name, port=port,
+        f.update_trial(name, campaign=runner.folder.path.name, port=port, floor=floor,
                        **({"lane": lane, "placed": "ray"} if self.ray else {}))
         with self.runners_lock:
             self.runners[name] = runner
@@ -597,7 +599,7 @@ class TuneRun:
         row = rows[0] if rows else None
         outputs = self._outputs(name, cell) if sp.check_outputs else None
         f.update_trial(name, row=_jsonable(row), outputs=outputs)
-        return O.judge(cell, row, outputs)
+        return O.judge(cell, row, outputs, floor)
 
     def _fits(self, derived: C.Derived, name: str) -> list[dict[str, Any]]:
         """The planner's verdict on each replica, as `campaign plan` reads it (unknown on a host without GPUs)."""
@@ -609,6 +611,19 @@ class TuneRun:
     def _outputs_run(self, cell: dict[str, Any]) -> Optional[Path]:
         return next((self.runs_root / r for r in cell.get("runs") or []
                      if (self.runs_root / r / "outputs.jsonl").exists()), None)
+
+    def _floor(self, name: str) -> Optional[dict[str, Any]]:
+        """The figure a searched trial's capacity search is held to (campaign stop_below): the leader's good req/s
+        per GPU by the verdict rules when the trial starts, {"value", "trial"}; None for the starter, with prune =
+        false, or before any trial has a figure that may be served."""
+        if name == STARTER or not self.tune.space.prune:
+            return None
+        with self.folder.lock:
+            best = O.best(self.folder.doc.get("trials") or [], self.tune.slo)
+        value = best.get("goodput_per_gpu")
+        if best.get("verdict") not in ("recommended", "undecided") or not value or value <= 0:
+            return None
+        return {"value": float(value), "trial": best.get("leading")}
 
     def _reference_run(self, name: str) -> Optional[str]:
         """The starter's output-check run (its path) that a searched trial's check is held against as soon as it is

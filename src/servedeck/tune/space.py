@@ -8,6 +8,7 @@
     startup = 3                # trials drawn at random before TPE models the space (default: a third of `trials`)
     outputs_may_differ = false # true: a trial whose greedy outputs differ from the starter's may still win
     check_outputs = true       # false: no output check (nor its prompts) at all
+    prune = true               # false: every trial's capacity search runs whole, however far below the best it falls
     verify = { top = 2, repeats = 3 }   # the best `top` trials and the starter launched again, `repeats` each
     require = ["args.ubatch-size <= args.batch-size"]   # a sampled variant that breaks one is never launched
     parallel = 2               # `tune --ray`: searched trials at once (default: as many as the cluster can place)
@@ -172,6 +173,7 @@ class Space:
     startup: Optional[int] = None
     outputs_may_differ: bool = False
     check_outputs: bool = True
+    prune: bool = True  # a trial's search stops once it cannot carry the best figure so far (objective: below-best)
     keys: tuple[str, ...] = field(default=())  # every models.toml key the knobs may set
     verify_top: int = 2  # trials verified after the search (0: none, `verify = false`)
     verify_repeats: int = 3  # launches of each verified trial and of the starter, interleaved
@@ -267,7 +269,7 @@ def overrides(values: dict[str, Any]) -> dict[str, Any]:
 # --- reading the table -----------------------------------------------------------------------------
 
 _SEARCH_KEYS = {"trials", "wall", "slo", "seed", "startup", "outputs_may_differ", "check_outputs", "require", "space",
-                "verify", "parallel"}
+                "verify", "parallel", "prune"}
 _SCALARS = (bool, int, float, str)
 
 
@@ -409,7 +411,7 @@ def parse_search(raw: Any) -> Space:
         v = raw.get(k)
         if v is not None and (not _is_int(v) or v < 0):
             raise SpaceError(f"search.{k}", f"expected a whole number of 0 or more, got {v!r}")
-    for k in ("outputs_may_differ", "check_outputs"):
+    for k in ("outputs_may_differ", "check_outputs", "prune"):
         v = raw.get(k)
         if v is not None and not isinstance(v, bool):
             raise SpaceError(f"search.{k}", f"expected true or false (a TOML boolean, no quotes), got {v!r}")
@@ -441,8 +443,8 @@ def parse_search(raw: Any) -> Space:
     rules = tuple(_rule(i, r, set(sets)) for i, r in enumerate(require))
     top, repeats = _verify(raw.get("verify", {}))
     return Space(knobs, rules, trials, wall_s, wall, slo, raw.get("seed"), raw.get("startup"),
-                 bool(raw.get("outputs_may_differ", False)), bool(raw.get("check_outputs", True)), tuple(sets),
-                 top, repeats, par)
+                 bool(raw.get("outputs_may_differ", False)), bool(raw.get("check_outputs", True)),
+                 bool(raw.get("prune", True)), tuple(sets), top, repeats, par)
 
 
 def _verify(raw: Any) -> tuple[int, int]:
