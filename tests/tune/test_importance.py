@@ -11,6 +11,11 @@ from typer.testing import CliRunner
 
 from servedeck.cli import root_app
 from servedeck.tune.importance import importance
+from servedeck.tune.storage import for_resume
+
+
+def _importance(folder):
+    return importance(optuna, for_resume(folder, {"name": "imp"}, None))
 
 
 def _fixed(folder, rows):
@@ -33,7 +38,7 @@ ROWS = [(1, 64, "complete"), (4, 70, "complete"), (2, 500, "complete"), (1, 400,
 
 def test_the_entry_that_decides_the_objective_comes_first(tmp_path):
     _fixed(tmp_path, ROWS)
-    imp = importance(optuna, tmp_path, "imp")
+    imp = _importance(tmp_path)
     assert imp["trials"] == 6 and imp["note"] is None  # the pruned one does not count
     assert list(imp["importance"]) == ["args.parallel", "args.batch-size"]
     assert imp["importance"]["args.parallel"] > 0.8
@@ -47,13 +52,13 @@ def test_the_starter_told_to_the_study_with_fewer_knobs_is_not_explained(tmp_pat
         params={"args.parallel": 4}, value=9.0, user_attrs={"servedeck": "starter"},
         distributions={"args.parallel": optuna.distributions.CategoricalDistribution([1, 2, 4])}))
     _fixed(tmp_path, ROWS)
-    imp = importance(optuna, tmp_path, "imp")
+    imp = _importance(tmp_path)
     assert imp["trials"] == 6 and set(imp["importance"]) == {"args.parallel", "args.batch-size"}
 
 
 def test_too_few_complete_trials_say_so(tmp_path):
     _fixed(tmp_path, ROWS[:2] + [(4, 64, "pruned")])
-    imp = importance(optuna, tmp_path, "imp")
+    imp = _importance(tmp_path)
     assert imp["importance"] == {} and "2 trial(s) told complete" in imp["note"]
 
 
@@ -70,3 +75,14 @@ def test_tune_show_prints_the_trials_and_the_importance(tmp_path, monkeypatch):
     assert list(json.loads(r.stdout)["importance"]["importance"]) == ["args.parallel", "args.batch-size"]
     r = CliRunner().invoke(root_app, ["tune", "show"])
     assert r.exit_code == 0 and "Importance of each searched entry" in r.stdout and "args.parallel" in r.stdout
+
+
+def test_tune_md_shows_the_importance_the_search_ended_with():
+    from servedeck.tune.folder import render_markdown
+
+    doc = {"name": "imp", "trials": [], "best": None, "verification": None, "budget": {"trials": 6},
+           "importance": {"evaluator": "fANOVA (optuna.importance.FanovaImportanceEvaluator, seed 0)", "trials": 6,
+                          "importance": {"args.parallel": 0.91, "args.batch-size": 0.09}, "note": None}}
+    md = render_markdown(doc)
+    assert "## Importance of each searched entry" in md and "| args.parallel | 0.91 |" in md
+    assert "Importance" not in render_markdown({**doc, "importance": None})

@@ -87,6 +87,11 @@ def run(file: Path = typer.Argument(..., help="the tune .toml: a campaign file p
          parallel: Optional[int] = typer.Option(None, "--parallel", min=1, metavar="N",
                                                 help="with --ray: searched trials at once (default: [search] "
                                                      "parallel, else as many as the cluster can place)"),
+         storage: Optional[str] = typer.Option(None, "--storage", metavar="URL",
+                                               help="the Optuna study in this database (postgresql://USER@HOST/DB, "
+                                                    "the password in PGPASSWORD or ~/.pgpass; the postgres extra) "
+                                                    "instead of study.db in the tune folder; --resume finds it "
+                                                    "from tune.json"),
          as_json: bool = typer.Option(False, "--json")) -> None:
     """Search engine flags for the most good requests/s per GPU within an SLO: each trial gated, its outputs
     checked against the starter's, its capacity searched; Optuna (TPE) picks the next."""
@@ -102,7 +107,7 @@ def run(file: Path = typer.Argument(..., help="the tune .toml: a campaign file p
                          hint="`servedeck tune FILE --ray local --parallel 2` (a Ray cluster of this host's own), or leave "
                               "out --parallel")
     with RichTuneReporter() as rep:
-        folder = run_tune(cfg, t, resume, rep, ray=address, parallel=parallel)
+        folder = run_tune(cfg, t, resume, rep, ray=address, parallel=parallel, storage=storage)
     if as_json:
         print_json(folder.doc)
     else:
@@ -134,25 +139,15 @@ def show(folder: Optional[str] = typer.Argument(None, help="tune folder, its nam
     the study's complete trials)."""
     from servedeck.tune.importance import importance
     from servedeck.tune.runner import optuna_module
+    from servedeck.tune.storage import for_resume
 
     path = _find(folder, configured_results_dir("tunes"))
     doc = TuneFolder.open(path).doc
-    imp = importance(optuna_module(), path, str(doc.get("name")))
+    doc = {**doc, "importance": importance(optuna_module(), for_resume(path, doc, None))}  # afresh from the study
     if as_json:
-        print_json({**doc, "folder": str(path), "importance": imp})
+        print_json({**doc, "folder": str(path)})
         return
-    print_markdown(render_markdown(doc) + "\n" + "\n".join(importance_lines(imp)) + "\n")
-
-
-def importance_lines(imp: dict[str, Any]) -> list[str]:
-    from servedeck.mdtable import table_lines
-
-    lines = ["## Importance of each searched entry", ""]
-    if not imp["importance"]:
-        return lines + [f"Not computed: {imp['note']}."]
-    return lines + [f"{imp['evaluator']} over {imp['trials']} complete trials: each entry's share of the "
-                    "objective's variance (pruned trials have no value and do not count).", "",
-                    *table_lines(["entry", "importance"], [[k, f"{v:.2f}"] for k, v in imp["importance"].items()])]
+    print_markdown(render_markdown(doc))
 
 
 @tune_app.command("apply")

@@ -376,7 +376,8 @@ def tuned(tunes: list[dict[str, Any]], link: MakeLink) -> list:
         lost = u.get("lost") or []
         head: list = [f"Tune {u.get('name')} ({day(u.get('started'))}): {'verification ' if u.get('verified') else ''}{u.get('verdict')}{kept}; "
                       f"{len(lost)} of {u.get('searched')} searched trials lost (", link("folder", u["folder"]),
-                      ")" + (":" if lost else ".")]
+                      ")" + (f"; what moved its objective (fANOVA shares): {u['importance']}" if u.get("importance")
+                             else "") + (":" if lost else ".")]
         out.append(Para(head))
         if lost:
             rows: list = [[r["trial"], r["values"], Mark(r["verdict"], "warn"), r["why"]] for r in lost]

@@ -96,7 +96,17 @@ def tune_entry(folder: Path, doc: dict[str, Any]) -> dict[str, Any]:
     searched = [t for t in doc.get("trials") or [] if isinstance(t, dict) and t.get("trial") != STARTER]
     return {"name": doc.get("name"), "folder": str(folder), "file": doc.get("file"), "started": doc.get("started"),
             "slo": doc.get("slo"), "verified": isinstance(ver, dict), "verdict": verdict, "winner": winner_of(doc), "why": why,
-            "searched": len(searched), "lost": lost_trials(doc)}
+            "searched": len(searched), "lost": lost_trials(doc), "importance": moved(doc)}
+
+
+def moved(doc: dict[str, Any]) -> Optional[str]:
+    """What moved the objective in the search, as its tune.json recorded it at the search's end (tune/importance.py:
+    fANOVA over the complete trials): "args.parallel 0.81, args.batch-size 0.12"; None where it was not computed."""
+    imp = doc.get("importance")
+    shares = imp.get("importance") if isinstance(imp, dict) else None
+    if not isinstance(shares, dict) or not shares:
+        return None
+    return ", ".join(f"{k.removeprefix('args.')} {float(v):.2f}" for k, v in shares.items())
 
 
 def tunes_of(model: str, root: Path) -> tuple[list[dict[str, Any]], list[str]]:

@@ -11,5 +11,6 @@
                   beats the starter's by more than the spread); pure
     importance.py how much each searched entry moved the objective (Optuna's fANOVA over study.db), for `tune show`
     folder.py     the tune folder: tune.toml, tune.json, tune.md, study.db (Optuna's SQLite)
+    storage.py    where the study lives: study.db in the folder, or a database named with --storage (PostgreSQL)
     apply.py      `tune apply`: the verified winner's values into models.toml (tomlkit), each with its `why`; pure
 """

@@ -4,7 +4,8 @@
     tune.json   every trial: its values, state, verdict, figures or why none, its campaign folder; the best so
                 far by the verdict rules; written atomically after every change
     tune.md     the same for a person, rebuilt from tune.json alone
-    study.db    Optuna's study (SQLite): what the sampler learns from, and what `--resume` continues
+    study.db    Optuna's study (SQLite): what the sampler learns from, and what `--resume` continues; absent where
+                the tune named a database (`--storage URL`: storage.py; tune.json `storage`, `study_name`)
     tune.lock   held while a servedeck runs the tune (a second one is refused)
 
 A trial's state: running → done (it has a verdict: measured or why not) | interrupted (Ctrl-C or a servedeck
@@ -81,10 +82,6 @@ class TuneFolder:
             raise RunError(f"{path / 'tune.json'}: cannot read: {e}",
                            hint="the folder is not a tune folder, or its tune.json is damaged") from None
         return cls(path, doc)
-
-    @property
-    def storage_url(self) -> str:
-        return f"sqlite:///{self.path / 'study.db'}"
 
     def trial(self, name: str) -> Optional[dict[str, Any]]:
         return next((t for t in self.doc["trials"] if t["trial"] == name), None)
@@ -177,6 +174,8 @@ def render_markdown(doc: dict[str, Any]) -> str:
           (t.get("outputs") or {}).get("check", ""), (t.get("why") or "")[:160], t.get("campaign") or ""]
          for t in doc.get("trials") or []])]
     lines += _placement_lines(doc)
+    if doc.get("importance"):
+        lines += ["", *importance_lines(doc["importance"])]
     lines += _verification_lines(doc.get("verification"))
     lines += ["", "The starter is the model's entry as models.toml has it: every trial's greedy outputs are held "
               "against its, and it is the figure to beat. Pruned trials (verdicts other than measured and "
@@ -185,6 +184,16 @@ def render_markdown(doc: dict[str, Any]) -> str:
               "winner into models.toml" + (" (this tune has verify = false: the best by one measurement each)."
                                            if not (doc.get("verify") or {}).get("top") else ".")]
     return "\n".join(lines) + "\n"
+
+
+def importance_lines(imp: dict[str, Any]) -> list[str]:
+    """How much each searched entry moved the objective (importance.py), as tune.md and `tune show` say it."""
+    lines = ["## Importance of each searched entry", ""]
+    if not imp.get("importance"):
+        return lines + [f"Not computed: {imp.get('note')}."]
+    return lines + [f"{imp['evaluator']} over {imp['trials']} complete trials: each entry's share of the "
+                    "objective's variance (pruned trials have no value and do not count).", "",
+                    *table_lines(["entry", "importance"], [[k, f"{v:.2f}"] for k, v in imp["importance"].items()])]
 
 
 def most_at_once(trials: list[dict[str, Any]]) -> int:

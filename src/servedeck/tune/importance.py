@@ -1,24 +1,28 @@
-"""How much each searched entry moved the objective, from the study (Optuna's own evaluator over study.db), for
-`servedeck tune show`. Only trials told `complete` (measured, or no load within the SLO: 0) count; pruned ones
+"""How much each searched entry moved the objective, from the study (Optuna's own evaluator over study.db or the
+database the tune named: storage.py), for `servedeck tune show` and tune.md. Only trials told `complete` (measured, or no load within the SLO: 0) count; pruned ones
 have no value to explain. Read from the study, never measured again."""
 
 from __future__ import annotations
 
 import warnings
-from pathlib import Path
 from typing import Any
+
+from servedeck.errors import RunError
+from servedeck.tune.storage import StudyAt, open_existing
 
 MIN_TRIALS = 3  # below this Optuna's evaluators say every entry is equally important, which is no information
 
 
-def importance(optuna: Any, folder: Path, name: str) -> dict[str, Any]:
+def importance(optuna: Any, at: StudyAt) -> dict[str, Any]:
     """{"evaluator", "trials" (complete ones), "importance" ({entry: share of the objective's variance}, largest
     first; {} when there is too little to say), "note" (why not, or None)}."""
     out: dict[str, Any] = {"evaluator": None, "trials": 0, "importance": {}, "note": None}
-    db = folder / "study.db"
-    if not db.exists():
-        return {**out, "note": "no study.db in the tune folder"}
-    study = optuna.load_study(study_name=name, storage=f"sqlite:///{db}")
+    try:
+        study = open_existing(optuna, at)
+    except RunError as e:
+        return {**out, "note": e.message}
+    if study is None:
+        return {**out, "note": f"no study {at.name!r} in {at.shown}" if not at.in_folder else "no study.db in the tune folder"}
     # the starter told to the study (runner._starter_to_study) has only the knobs its entry gives a value for:
     # fANOVA reads the knobs every trial has, so it would drop the rest; the searched trials alone are explained
     done = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
@@ -34,6 +38,9 @@ def importance(optuna: Any, folder: Path, name: str) -> dict[str, Any]:
     searched.add_trials(done)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        got = optuna.importance.get_param_importances(searched, evaluator=evaluator)
+        try:
+            got = optuna.importance.get_param_importances(searched, evaluator=evaluator)
+        except (RuntimeError, ValueError) as e:  # a study Optuna's evaluator cannot explain: said, not raised
+            return {**out, "note": f"Optuna's evaluator could not explain these trials ({e})"}
     return {**out, "evaluator": "fANOVA (optuna.importance.FanovaImportanceEvaluator, seed 0)",
             "importance": {k: round(float(v), 3) for k, v in got.items()}}

@@ -40,6 +40,8 @@ from servedeck.errors import ConfigError, RefusedError, RunError, ServedeckError
 from servedeck.runs.folder import runs_root
 from servedeck.supervisor import process as P
 from servedeck.tune import objective as O
+from servedeck.tune import storage as S
+from servedeck.tune.importance import importance
 from servedeck.tune import verify as V
 from servedeck.tune.file import STARTER, Tune, parse
 from servedeck.tune.space import IntRange, Together, known_values
@@ -155,7 +157,7 @@ class TuneRun:
     """The one owner of a tune folder's trials while a servedeck runs it (tune.lock held)."""
 
     def __init__(self, cfg: Config, tune: Tune, resume: bool, reporter: Optional[TuneReporter] = None,
-                 ray: Optional[str] = None, parallel: Optional[int] = None):
+                 ray: Optional[str] = None, parallel: Optional[int] = None, storage: Optional[str] = None):
         self.cfg, self.rep = cfg, reporter or QuietTuneReporter()
         self.ray, self.parallel_opt = ray, parallel  # ray: the address given (connected by run_tune)
         self.runners: dict[str, Runner] = {}  # trial → its campaign's runner while it runs (Ctrl-C stops them)
@@ -171,7 +173,20 @@ class TuneRun:
             tune = parse((found / "tune.toml").read_text(), tune.path)  # the search as it began
         self.tune = tune
         self.base = C.derive(cfg, tune.camp).base  # refuses an unknown model before any folder exists
-        self.folder = TuneFolder.open(found) if found is not None else TuneFolder.create(root, tune, self.base)
+        if found is not None:
+            self.folder = TuneFolder.open(found)
+            self.at = S.for_resume(found, self.folder.doc, storage)
+            self.storage = S.connect(self.optuna, self.at.url)
+        else:  # a named database is reached before the folder is made: a wrong URL leaves nothing behind
+            early = None
+            if storage:
+                S.check(storage)
+                early = S.connect(self.optuna, storage)
+            self.folder = TuneFolder.create(root, tune, self.base)
+            self.at = S.for_new(self.folder.path, tune.name, storage)
+            self.storage = early if early is not None else S.connect(self.optuna, self.at.url)
+            self.folder.doc.update(storage=self.at.shown, study_name=self.at.name)
+            self.folder.save()
         self.runs_root = runs_root(cfg.deck.host.results_dir)
         self.lock = FileLock(str(self.folder.path / "tune.lock"))
 
@@ -197,8 +212,8 @@ class TuneRun:
                                            group=True)
 
     def _study(self) -> Any:
-        return self.optuna.create_study(storage=self.folder.storage_url, study_name=self.tune.name,
-                                        direction="maximize", sampler=self._sampler(), load_if_exists=True)
+        return self.optuna.create_study(storage=self.storage, study_name=self.at.name, direction="maximize",
+                                        sampler=self._sampler(), load_if_exists=True)
 
     # --- where trials run -----------------------------------------------------------------------
     def _placement(self) -> Optional[Placement]:
@@ -276,6 +291,9 @@ class TuneRun:
                 name = self._name(ask.number)
                 v = self._trial(name, ask.number, values, redo.pop(_key(values), None))
                 self._tell(study, ask.number, v)
+            with self.folder.lock:  # what tune.md shows of the search before its verification (tune show: afresh)
+                self.folder.doc["importance"] = importance(self.optuna, self.at)
+                self.folder.save()
             self._verify()
             self.folder.doc["finished"] = True
         finally:
@@ -658,11 +676,12 @@ def _jsonable(row: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
 
 
 def run_tune(cfg: Config, tune: Tune, resume: bool, reporter: Optional[TuneReporter] = None,
-             ray: Optional[str] = None, parallel: Optional[int] = None) -> TuneFolder:
-    """ray: a cluster's address (`auto`, `local`, host:port): every trial a campaign cell placed by Ray."""
+             ray: Optional[str] = None, parallel: Optional[int] = None, storage: Optional[str] = None) -> TuneFolder:
+    """ray: a cluster's address (`auto`, `local`, host:port): every trial a campaign cell placed by Ray. storage: the
+    study's database URL (storage.py; default study.db in the tune folder)."""
     if not ray:
-        return TuneRun(cfg, tune, resume, reporter, parallel=parallel).run()
+        return TuneRun(cfg, tune, resume, reporter, parallel=parallel, storage=storage).run()
     from servedeck.cluster.connect import connected
 
     with connected(ray):
-        return TuneRun(cfg, tune, resume, reporter, ray=ray, parallel=parallel).run()
+        return TuneRun(cfg, tune, resume, reporter, ray=ray, parallel=parallel, storage=storage).run()
