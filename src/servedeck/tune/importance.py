@@ -1,6 +1,7 @@
 """How much each searched entry moved the objective, from the study (Optuna's own evaluator over study.db or the
-database the tune named: storage.py), for `servedeck tune show` and tune.md. Only trials told `complete` (measured, or no load within the SLO: 0) count; pruned ones
-have no value to explain. Read from the study, never measured again."""
+database the tune named: storage.py), for `servedeck tune show` and tune.md. Only trials told `complete`
+(measured, or no load within the SLO: 0) count; pruned ones have no value to explain. Read from the study, never
+measured again."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def importance(optuna: Any, at: StudyAt) -> dict[str, Any]:
     except RunError as e:
         return {**out, "note": e.message}
     if study is None:
-        return {**out, "note": f"no study {at.name!r} in {at.shown}" if not at.in_folder else "no study.db in the tune folder"}
+        return {**out, "note": "no study.db in the tune folder" if at.in_folder else f"no study {at.name!r} in {at.shown}"}
     # the starter told to the study (runner._starter_to_study) has only the knobs its entry gives a value for:
     # fANOVA reads the knobs every trial has, so it would drop the rest; the searched trials alone are explained
     done = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))

@@ -7,7 +7,8 @@ A trial ends in one of these verdicts (tune.json keeps the value; docs/tune.md s
     no-capacity     no load searched met the SLO: objective 0 (a real figure: this region serves nobody)
     below-best      its capacity search stopped once no load could carry the best figure so far (the starter's or
                     a measured trial's, held to as its campaign's stop_below): its first failing load completed
-                    fewer requests a second than that; pruned, its figure a bound kept out of the ranking
+                    fewer requests a second than that; pruned, its figure a bound whose ceiling is under the leader's,
+                    so it never leads nor leaves the best undecided
     gate-failed     the gate did not pass: figures recorded, not a result; pruned
     outputs-differ  its greedy outputs differ from the starter's (unless outputs_may_differ); pruned. Its cell
                     stops at that check, before the capacity search (campaign.reference_run)
