@@ -9,7 +9,7 @@ names with `servedeck tune FILE --storage URL` (any SQLAlchemy URL Optuna's RDB 
 
 A password is best given outside the URL (PGPASSWORD, ~/.pgpass: libpq reads both), since a resume without
 `--storage` connects to the recorded URL, which has none. A resume given `--storage` must name the database the
-tune began in. Pure but for `reach`, which opens the study.
+tune began in. Pure but for `connect` and `open_existing`, which reach the database.
 """
 
 from __future__ import annotations
