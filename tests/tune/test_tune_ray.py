@@ -10,8 +10,11 @@ at a time. Asserted from tune.json: t3 and t4 have a verdict, ran on different R
 intervals overlapped; the verification's launches did not; afterwards no engine and no Ray process of this cluster
 is left.
 
-Kept as short as test_tune_llamacpp.py's tune (a one-probe needle at 512 tokens, 64-token prompts, 8-token
-answers, max = 2, one 4-token output-check prompt)."""
+Kept nearly as short as test_tune_llamacpp.py's tune (a one-probe needle at 512 tokens, 64-token prompts, 8-token
+answers, max = 2, one 4-token output-check prompt), but each capacity step lasts 8 s rather than two requests: the
+Ctrl-C is sent once an engine is up on each node, and with two-request steps a trial whose engine came up first
+could finish its whole cell (about 5 s) before the other's engine was up, so the Ctrl-C found it done (a fresh-clone
+CI run, 2026-12-07). With 8-s steps a cell's capacity search alone lasts 24 s or more after its gate."""
 
 from __future__ import annotations
 
@@ -53,7 +56,7 @@ find = "max-concurrency"
 slo = ["chat"]
 input_tokens = 64
 output_tokens = 8
-requests = 2
+duration = "8s"
 warmup = 0
 max = 2
 
@@ -133,8 +136,9 @@ def tuned(tmp_path_factory, llama_ready):  # noqa: F811
                     placed[f.parent.name] = cell["ray_node_id"]
             time.sleep(0.2)
         assert first.poll() is None and len(placed) == 2, f"not both placed: {placed}\n" + first.communicate()[1][-3000:]
-        # then as soon as an engine is up on each node: a trial takes ~10 s here, and a fixed pause after both were
-        # seen placed (3 s) once let t2 finish its capacity search before the Ctrl-C reached its node
+        # then as soon as an engine is up on each node: a fixed pause after both were seen placed (3 s) once let t2
+        # finish its capacity search before the Ctrl-C reached its node; the 8-s steps keep each cell running for 24 s
+        # or more after its engine is up, longer than one node's engine has been seen to lag the other's
         while time.monotonic() < deadline and first.poll() is None and _engine_homes(root) < {"a", "b"}:
             time.sleep(0.1)
         assert first.poll() is None and _engine_homes(root) >= {"a", "b"}, first.communicate()[1][-3000:]
