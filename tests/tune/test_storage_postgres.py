@@ -42,7 +42,7 @@ def test_the_study_is_in_the_named_database_under_a_name_of_its_own(deck_config,
     doc = first.folder.doc
     assert doc["storage"] == pg_url.replace("postgres@", "postgres:***@")
     assert "s3cret" not in (first.folder.path / "tune.json").read_text()
-    assert doc["study_name"] == f"{first.folder.path.name}@{socket.gethostname()}"
+    assert doc["study_name"].startswith(f"{first.folder.path.name}@{socket.gethostname()}.")
     study = first._study()
     t = study.ask()
     study.tell(t, 1.5)
@@ -62,6 +62,13 @@ def test_the_study_is_in_the_named_database_under_a_name_of_its_own(deck_config,
     assert second.folder.path != first.folder.path
     assert second.folder.doc["study_name"] != doc["study_name"]
     assert second._study().get_trials(deepcopy=False) == []
+    # and one in another results folder whose folder has the same name (the same tune, the same second): its own
+    # study too (a fresh-clone CI run had two tests' tunes meet in one study before the name had a random tag)
+    monkeypatch.setenv("SERVEDECK_RESULTS", str(tmp_path / "results-2"))
+    third = _run(deck_config, tmp_path, storage=pg_url)
+    assert third.folder.path.name == second.folder.path.name
+    assert third.folder.doc["study_name"] != second.folder.doc["study_name"]
+    assert third._study().get_trials(deepcopy=False) == []
 
 
 class _Later:

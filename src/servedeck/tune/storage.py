@@ -4,8 +4,9 @@ names with `servedeck tune FILE --storage URL` (any SQLAlchemy URL Optuna's RDB 
 
     tune.json   storage      "study.db", or the URL with its password hidden (never written in the clear)
                 study_name   the study's name there: the tune's own in its folder's study.db; in a named database,
-                             the tune folder's name and this host's (`smol__1207-183458@gpu1`), so two tunes of
-                             one file, or two hosts sharing a database, never continue each other's study
+                             the tune folder's name, this host's and a random tag (`smol__1207-183458@gpu1.3f9a02c1`),
+                             so two tunes of one file, two results folders on one host started in the same second,
+                             or two hosts sharing a database, never continue each other's study
 
 A password is best given outside the URL (PGPASSWORD, ~/.pgpass: libpq reads both), since a resume without
 `--storage` connects to the recorded URL, which has none. A resume given `--storage` must name the database the
@@ -15,6 +16,7 @@ tune began in. Pure but for `connect` and `open_existing`, which reach the datab
 from __future__ import annotations
 
 import socket
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -70,7 +72,7 @@ def for_new(folder: Path, tune_name: str, given: Optional[str]) -> StudyAt:
     """Where a new tune's study goes: study.db in its folder, or the named database under a name of its own."""
     if not given:
         return StudyAt(f"sqlite:///{folder / SQLITE}", SQLITE, tune_name)
-    return StudyAt(given, check(given), f"{folder.name}@{socket.gethostname()}")
+    return StudyAt(given, check(given), f"{folder.name}@{socket.gethostname()}.{uuid.uuid4().hex[:8]}")
 
 
 def for_resume(folder: Path, doc: dict[str, Any], given: Optional[str]) -> StudyAt:
