@@ -14,16 +14,24 @@ from servedeck.tune.storage import StudyAt, open_existing
 MIN_TRIALS = 3  # below this Optuna's evaluators say every entry is equally important, which is no information
 
 
+EMPTY: dict[str, Any] = {"evaluator": None, "trials": 0, "importance": {}, "note": None}
+
+
 def importance(optuna: Any, at: StudyAt) -> dict[str, Any]:
     """{"evaluator", "trials" (complete ones), "importance" ({entry: share of the objective's variance}, largest
-    first; {} when there is too little to say), "note" (why not, or None)}."""
-    out: dict[str, Any] = {"evaluator": None, "trials": 0, "importance": {}, "note": None}
+    first; {} when there is too little to say), "note" (why not, or None)}, from the study where it is stored."""
     try:
         study = open_existing(optuna, at)
     except RunError as e:
-        return {**out, "note": e.message}
+        return {**EMPTY, "note": e.message}
     if study is None:
-        return {**out, "note": "no study.db in the tune folder" if at.in_folder else f"no study {at.name!r} in {at.shown}"}
+        return {**EMPTY, "note": "no study.db in the tune folder" if at.in_folder else f"no study {at.name!r} in {at.shown}"}
+    return of_study(optuna, study)
+
+
+def of_study(optuna: Any, study: Any) -> dict[str, Any]:
+    """importance's answer from a study already open (the tune's own, at the end of its search)."""
+    out = dict(EMPTY)
     # the starter told to the study (runner._starter_to_study) has only the knobs its entry gives a value for:
     # fANOVA reads the knobs every trial has, so it would drop the rest; the searched trials alone are explained
     done = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))

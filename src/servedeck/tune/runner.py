@@ -41,7 +41,7 @@ from servedeck.runs.folder import runs_root
 from servedeck.supervisor import process as P
 from servedeck.tune import objective as O
 from servedeck.tune import storage as S
-from servedeck.tune.importance import importance
+from servedeck.tune.importance import of_study
 from servedeck.tune import verify as V
 from servedeck.tune.file import STARTER, Tune, parse
 from servedeck.tune.space import IntRange, Together, known_values
@@ -292,7 +292,7 @@ class TuneRun:
                 v = self._trial(name, ask.number, values, redo.pop(_key(values), None))
                 self._tell(study, ask.number, v)
             with self.folder.lock:  # what tune.md shows of the search before its verification (tune show: afresh)
-                self.folder.doc["importance"] = importance(self.optuna, self.at)
+                self.folder.doc["importance"] = of_study(self.optuna, study)
                 self.folder.save()
             self._verify()
             self.folder.doc["finished"] = True

@@ -68,10 +68,14 @@ def check(url: str) -> str:
     return hidden(url)
 
 
+def _in_folder(folder: Path, name: str) -> StudyAt:
+    return StudyAt(f"sqlite:///{folder / SQLITE}", SQLITE, name)
+
+
 def for_new(folder: Path, tune_name: str, given: Optional[str]) -> StudyAt:
     """Where a new tune's study goes: study.db in its folder, or the named database under a name of its own."""
     if not given:
-        return StudyAt(f"sqlite:///{folder / SQLITE}", SQLITE, tune_name)
+        return _in_folder(folder, tune_name)
     return StudyAt(given, check(given), f"{folder.name}@{socket.gethostname()}.{uuid.uuid4().hex[:8]}")
 
 
@@ -87,7 +91,7 @@ def for_resume(folder: Path, doc: dict[str, Any], given: Optional[str]) -> Study
         if given:
             raise UsageError(f"--storage: this tune's study is in its folder ({folder / SQLITE}), not {hidden(given)}",
                              hint="resume it without --storage")
-        return StudyAt(f"sqlite:///{folder / SQLITE}", SQLITE, name)
+        return _in_folder(folder, name)
     if given:
         if check(given) != recorded:
             raise UsageError(f"--storage: this tune's study is in {recorded}, not {hidden(given)}",
