@@ -20,9 +20,10 @@ STARTER = "starter"
 
 # what to do when the verification named no winner, by its verdict (tune/verify.py)
 _NEXT = {
-    "not held": "the starter's entry stays as it is; to decide a smaller lead, narrow the spread (more `requests` "
-                "a step in the capacity workload, so each launch is measured more steadily, or a quieter machine) "
-                "and run the tune again; --leading applies the search's leader unverified",
+    "not held": "the starter's entry stays as it is; to decide a smaller lead, give the verification more rounds "
+                "(`[search] verify = { repeats = N }`: the paired interval narrows as rounds are added) or steadier "
+                "launches (longer capacity steps, a quieter machine) and run the tune again; --leading applies the "
+                "search's leader unverified",
     "undecided": "take the step named and run the tune again; --leading applies the search's leader unverified",
     "no baseline": "see tune.md for why the starter's launches have no figure, fix it and run the tune again",
     "nothing to verify": "no trial has a figure that may be served: see tune.md for each trial's verdict",
@@ -74,11 +75,13 @@ def reason(doc: dict[str, Any], trial: dict[str, Any], folder: str) -> str:
     ver = doc.get("verification") or {}
     if ver.get("verdict") == "verified" and ver.get("winner") == trial["trial"]:
         mine, base = ver["trials"][trial["trial"]], ver["trials"][STARTER]
+        r = mine.get("rounds") or {}
+        led = f", ahead in {r['won']} of {r['pairs']} rounds" if r.get("pairs") else ""
+        held = (f"a paired lead of {r['low']:+.3g}..{r['high']:+.3g} (95 %){led}" if r.get("low") is not None
+                else f"a margin of {mine['margin']:.3g} above the spread {mine['spread']:.3g}{led}")
         return (f"{head}: verified: median {mine['median']:.3g} good req/s per GPU within SLO {doc.get('slo')} "
                 f"against the starter's {base['median']:.3g} over {ver.get('repeats')} interleaved launches each, "
-                f"a margin of {mine['margin']:.3g} above the spread {mine['spread']:.3g}"
-                + (f", ahead in {r['won']} of {r['pairs']} rounds" if (r := mine.get("rounds") or {}).get("pairs")
-                   else ""))
+                f"{held}")
     verdict = (doc.get("best") or {}).get("verdict")
     unverified = (f"its verification: {ver.get('verdict')}, applied with --leading" if ver
                   else "not verified with repeats")

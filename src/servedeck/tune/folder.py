@@ -239,10 +239,10 @@ def _verification_lines(ver: Optional[dict[str, Any]]) -> list[str]:
         return []
     lines = ["", "## Verification", "",
              f"The best {ver.get('top')} trial(s) and the starter launched again, {ver.get('repeats')} times each, "
-             f"interleaved (campaign `{ver.get('campaign') or '-'}`). A trial holds when the median of its figures "
-             "beats the starter's median by more than the spread (the larger range, max − min, of the two) and, "
-             "paired round by round with the starter's launches, it led in every round (from 3 rounds, with a paired "
-             "t interval of its lead above 0)."]
+             f"interleaved (campaign `{ver.get('campaign') or '-'}`). Paired round by round with the starter's launches, "
+             "a trial holds from 3 rounds when the paired t interval (95 %) of its lead lies above 0 and the lead "
+             "clears the 2 % noise threshold; with 2 rounds, when it led in both and its median beats the starter's "
+             "by more than the spread (the larger range, max − min, of the two)."]
     if ver.get("state") != DONE:
         return lines + ["", f"Not finished ({len(ver.get('order') or [])} launches planned): "
                             "`servedeck tune FILE --resume` finishes it."]

@@ -6,15 +6,19 @@ After the search, the best `top` trials and the starter (the baseline) are launc
 so drift over the minutes it takes hits each alike. Each launch is gated and its greedy outputs held against the
 starter's, as in the search.
 
-The rule (docs/tune.md): a candidate **holds** when the median of its repeats' figures beats the median of the
-starter's by more than the spread, the larger of the two sides' ranges (max − min over the repeats):
+The rule (docs/tune.md) pairs the launches by round (the candidate's launch r against the starter's launch r,
+minutes apart), as `compare` pairs requests: drift between rounds hits both sides of a pair alike, so the
+round-by-round differences are steadier than either side's figures. From 3 rounds a candidate **holds** when the
+paired t interval (95 %, scipy) of its mean lead over the starter lies above 0 and that lead clears the noise
+threshold `compare` uses (report/stats.NOISE, 2 % of the starter's median): the interval narrows as rounds are
+added, so more repeats make a real lead easier to show and a lucky one no easier. With 2 rounds there is no
+interval; the candidate must then lead in both rounds and its median beat the starter's by more than the spread,
+the larger of the two sides' ranges (max − min):
 
     median(candidate) − median(starter) > max(range(candidate), range(starter))
 
-and, paired by round (the candidate's launch r against the starter's launch r, minutes apart), it beat the starter
-in every round, and with 3 or more rounds the paired t interval (95 %) of its mean lead over the starter lies above
-0. The pairing is what `compare` does with requests: drift between rounds hits both sides of a pair alike, so a lead
-that a slow round or a fast one made is not taken for a lasting one.
+(The range rule once applied from 3 rounds too; a range only widens as repeats are added, so a lead that every
+added round confirmed grew harder to hold. tests/tune/test_verify.py simulates both properties.)
 
 Among those that hold, the one with the highest median wins. A figure is good requests/s per GPU within the SLO at
 the launch's capacity; no load meeting the SLO is 0. Where a starter's figure is a lower bound (its capacity search
@@ -27,10 +31,13 @@ from __future__ import annotations
 import statistics
 from typing import Any, Optional
 
+from servedeck.report.stats import NOISE
+
 STARTER = "starter"
 VERIFIED, NOT_HELD, UNDECIDED, NO_BASELINE, NONE = "verified", "not held", "undecided", "no baseline", "nothing to verify"
 # each candidate's outcome
 HOLDS, WITHIN, BELOW, DIFFERS, TOO_FEW = "holds", "within the spread", "below the starter", "outputs differ", "too few"
+PAIRED = 3  # rounds from which the paired t interval decides (2 have one degree of freedom: no usable interval)
 
 
 def candidates(trials: list[dict[str, Any]], top: int) -> list[str]:
@@ -67,21 +74,22 @@ def _in_rounds(figs: list[dict[str, Any]]) -> list[Optional[float]]:
 
 def paired_rounds(base: list[dict[str, Any]], cand: list[dict[str, Any]]) -> dict[str, Any]:
     """The candidate against the starter round by round: each round's difference (candidate − starter) where both
-    have a figure, how many rounds it won, and with 3 or more pairs the paired t interval (95 %, scipy) of the mean
-    difference. `holds` when it won every round and, with 3 or more pairs, the interval lies above 0."""
+    have a figure, how many rounds it won, their mean, and with 3 or more pairs the paired t interval (95 %, scipy)
+    of the mean difference. `holds` when, with 3 or more pairs, the interval lies above 0; with fewer, when it won
+    every round (outcome() then asks the range rule too)."""
     diffs = [c - b for b, c in zip(_in_rounds(base), _in_rounds(cand)) if b is not None and c is not None]
     out: dict[str, Any] = {"diffs": diffs, "won": sum(d > 0 for d in diffs), "pairs": len(diffs),
-                           "low": None, "high": None}
-    if len(diffs) >= 3:
-        mean = statistics.fmean(diffs)
-        if len(set(diffs)) == 1:  # no spread at all: the interval is the point (scipy would give NaN)
-            out.update(low=mean, high=mean)
+                           "mean": statistics.fmean(diffs) if diffs else None, "low": None, "high": None}
+    if len(diffs) >= PAIRED:
+        mean = out["mean"]
+        if statistics.stdev(diffs) <= 1e-9 * max(abs(mean), 1.0):  # the same lead every round: the interval is
+            out.update(low=mean, high=mean)                          # the point (scipy would lose it to rounding)
         else:
             from scipy import stats as st
 
             ci = st.ttest_1samp(diffs, 0.0).confidence_interval(0.95)
             out.update(low=float(ci.low), high=float(ci.high))
-    out["holds"] = bool(diffs) and out["won"] == len(diffs) and (out["low"] is None or out["low"] > 0)
+    out["holds"] = bool(diffs) and (out["low"] > 0 if out["low"] is not None else out["won"] == len(diffs))
     return out
 
 
@@ -96,8 +104,9 @@ def _summary(figs: list[dict[str, Any]]) -> dict[str, Any]:
 def outcome(base: dict[str, Any], cand: dict[str, Any], outputs: Optional[dict[str, Any]],
             rounds: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """One candidate against the starter (each a _summary; `rounds` their paired_rounds): HOLDS, WITHIN (ahead, but
-    within the spread or not in every round), BELOW, DIFFERS or TOO_FEW, with the margin (median − the starter's
-    median), the spread it had to exceed, the rounds, and why in words."""
+    from 3 rounds its paired interval reaches 0 or its lead is within the noise threshold; with 2, within the spread
+    or not in both rounds), BELOW, DIFFERS or TOO_FEW, with the margin (median − the starter's median), the spread,
+    the rounds, and why in words."""
     if outputs and outputs.get("check") == "differs" and not outputs.get("may_differ"):
         return {"outcome": DIFFERS, "margin": None, "spread": None,
                 "why": f"greedy outputs differ from the starter's in the verification ({outputs.get('identical')}/"
@@ -116,15 +125,21 @@ def outcome(base: dict[str, Any], cand: dict[str, Any], outputs: Optional[dict[s
         if r.get("low") is not None:
             words += f", paired lead {r['low']:+.3g}..{r['high']:+.3g} (95 %)"
     out = {"margin": margin, "spread": spread, "rounds": r or None}
-    if margin > spread and (not r or r.get("holds")):
-        return {"outcome": HOLDS, **out, "why": words + ": the margin holds"}
-    if margin > spread:
-        lost = ("it did not lead in every round" if r.get("won") != r.get("pairs")
-                else "the paired interval reaches 0")
+    if margin <= 0:
+        return {"outcome": BELOW, **out, "why": words}
+    if r.get("low") is not None:  # 3 or more rounds: the paired interval decides
+        small = base["median"] > 0 and r["mean"] < NOISE * base["median"]
+        if r["holds"] and not small:
+            return {"outcome": HOLDS, **out, "why": words + ": the paired lead holds"}
+        lost = ("the paired interval reaches 0" if not r["holds"] else
+                f"a mean lead of {r['mean']:+.3g} is within the {NOISE:.0%} noise threshold of the starter's median")
         return {"outcome": WITHIN, **out, "why": words + f": {lost}"}
-    if margin > 0:
-        return {"outcome": WITHIN, **out, "why": words + ": the lead is within the spread"}
-    return {"outcome": BELOW, **out, "why": words}
+    if margin > spread and (not r or r.get("holds")):
+        return {"outcome": HOLDS, **out, "why": words + ": the margin holds over the spread"}
+    lost = ("it did not lead in every round" if margin > spread
+            else "the lead is within the spread (2 rounds: no paired interval)" if r.get("pairs")
+            else "the lead is within the spread")
+    return {"outcome": WITHIN, **out, "why": words + f": {lost}"}
 
 
 def verdict(figs: dict[str, list[dict[str, Any]]], outputs: dict[str, dict[str, Any]]) -> dict[str, Any]:
