@@ -2,7 +2,11 @@
 that is no better than the starter (false holds) and one that is better (power), as rounds are added; the range
 rule it replaced beside it.
 
-    .venv/bin/python bench/verify_rule.py [--sims 2000] [--runs docs/tune-runs] [--out bench/results/verify_rule.json]
+    .venv/bin/python bench/verify_rule.py [--sims 2000] [--runs docs/tune-runs] [--exclude NAME ...]
+                                          [--out bench/results/verify_rule.json]
+
+--exclude leaves out the runs whose folder name is NAME (`--exclude smol8g`: the noise as it stood before smol8g,
+the run whose repeats this bench chose).
 
 1. The noise: every starter launch of every llama.cpp tune verification kept under --runs (tune.json's
    verification figures), each as its relative deviation from its own run's median. They are real launches of
@@ -52,11 +56,13 @@ def range_rule(figs: dict[str, list[dict[str, Any]]]) -> bool:
     return margin > spread and r["won"] == r["pairs"] and (r["low"] is None or r["low"] > 0)
 
 
-def noise(root: Path) -> tuple[list[float], list[dict[str, Any]]]:
+def noise(root: Path, exclude: tuple[str, ...] = ()) -> tuple[list[float], list[dict[str, Any]]]:
     """Relative deviations of every kept starter launch from its run's median, and each kept verification."""
     devs: list[float] = []
     kept = []
     for tj in sorted(root.glob("*/*/tune.json")):
+        if tj.parent.name in exclude:
+            continue
         ver = json.loads(tj.read_text()).get("verification") or {}
         figs = ver.get("figures") or {}
         vals = [f["value"] for f in figs.get("starter", []) if f.get("value") is not None]
@@ -85,10 +91,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sims", type=int, default=2000)
     ap.add_argument("--runs", type=Path, default=Path("docs/tune-runs"))
+    ap.add_argument("--exclude", nargs="*", default=[])
     ap.add_argument("--seed", type=int, default=51)
     ap.add_argument("--out", type=Path, default=Path("bench/results/verify_rule.json"))
     a = ap.parse_args()
-    devs, kept = noise(a.runs)
+    devs, kept = noise(a.runs, tuple(a.exclude))
     rng = np.random.default_rng(a.seed)
     con = Console(width=120)
     con.print(f"noise: {len(devs)} starter launches from {len(kept)} verifications under {a.runs}; relative "
@@ -125,7 +132,7 @@ def main() -> None:
                       "holds" if old else "not")
     con.print(k)
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps({"sims": a.sims, "seed": a.seed, "noise": {"n": len(devs), "deviations": devs},
+    a.out.write_text(json.dumps({"sims": a.sims, "seed": a.seed, "exclude": a.exclude, "noise": {"n": len(devs), "deviations": devs},
                                  "grid": grid, "kept": past}, indent=1) + "\n")
     con.print(f"wrote {a.out}")
 
