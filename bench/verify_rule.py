@@ -48,8 +48,8 @@ def _fig(value: float, repeat: int) -> dict[str, Any]:
 def range_rule(figs: dict[str, list[dict[str, Any]]]) -> bool:
     """The rule tune/verify.py used before: the median lead over the larger of the two ranges, every round led,
     and from 3 rounds the paired interval above 0 (kept here only to be measured beside the new one)."""
-    base = [f["value"] for f in figs["starter"]]
-    cand = [f["value"] for f in figs["t2"]]
+    base = [f["value"] for f in figs["starter"] if f.get("value") is not None]
+    cand = [f["value"] for f in figs["t2"] if f.get("value") is not None]
     margin = statistics.median(cand) - statistics.median(base)
     spread = max(max(cand) - min(cand), max(base) - min(base))
     r = V.paired_rounds(figs["starter"], figs["t2"])
@@ -125,7 +125,7 @@ def main() -> None:
             pair = {"starter": run["figures"][V.STARTER], "t2": figs}
             new = V.verdict(pair, {})
             row = new["trials"]["t2"]
-            old = range_rule({k2: [f for f in v if f.get("value") is not None] for k2, v in pair.items()})
+            old = range_rule(pair)  # unfiltered: paired_rounds pairs launches by round and skips a missing figure
             past.append({"run": run["run"], "candidate": name, "paired": row["outcome"], "range_holds": old,
                          "why": row.get("why"), "recorded": run["verdict"]})
             k.add_row(run["run"], name, f"{(row.get('rounds') or {}).get('pairs')}", row["outcome"],
