@@ -6,7 +6,7 @@ measured again."""
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, Optional
 
 from servedeck.errors import RunError
 from servedeck.tune.storage import StudyAt, open_existing
@@ -14,7 +14,9 @@ from servedeck.tune.storage import StudyAt, open_existing
 MIN_TRIALS = 3  # below this Optuna's evaluators say every entry is equally important, which is no information
 
 
-EMPTY: dict[str, Any] = {"evaluator": None, "trials": 0, "importance": {}, "note": None}
+def _empty(note: Optional[str] = None) -> dict[str, Any]:
+    """A fresh answer with nothing to say yet (a new dict each time: callers may fill its `importance`)."""
+    return {"evaluator": None, "trials": 0, "importance": {}, "note": note}
 
 
 def importance(optuna: Any, at: StudyAt) -> dict[str, Any]:
@@ -23,15 +25,15 @@ def importance(optuna: Any, at: StudyAt) -> dict[str, Any]:
     try:
         study = open_existing(optuna, at)
     except RunError as e:
-        return {**EMPTY, "note": e.message}
+        return _empty(e.message)
     if study is None:
-        return {**EMPTY, "note": "no study.db in the tune folder" if at.in_folder else f"no study {at.name!r} in {at.shown}"}
+        return _empty("no study.db in the tune folder" if at.in_folder else f"no study {at.name!r} in {at.shown}")
     return of_study(optuna, study)
 
 
 def of_study(optuna: Any, study: Any) -> dict[str, Any]:
     """importance's answer from a study already open (the tune's own, at the end of its search)."""
-    out = dict(EMPTY)
+    out = _empty()
     # the starter told to the study (runner._starter_to_study) has only the knobs its entry gives a value for:
     # fANOVA reads the knobs every trial has, so it would drop the rest; the searched trials alone are explained
     done = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
