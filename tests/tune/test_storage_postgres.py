@@ -72,13 +72,15 @@ def test_the_study_is_in_the_named_database_under_a_name_of_its_own(deck_config,
 
 
 class _Later:
-    """datetime for a second tune folder made in the same second as the first (its name carries the time)."""
+    """datetime for the second and third tune folders: one fixed instant, never the clock's now, so the second's name
+    differs from the first's and the third's equals the second's (a live now() once ticked to the next second
+    between them in a fresh-clone CI run)."""
 
     @staticmethod
     def now():
-        from datetime import datetime, timedelta
+        from datetime import datetime
 
-        return datetime.now() + timedelta(minutes=1)
+        return datetime(2000, 1, 1, 12, 0, 0)
 
 
 def test_a_resume_names_the_database_the_tune_began_in_or_none(deck_config, tmp_path, monkeypatch, pg_url):
